@@ -1,0 +1,171 @@
+// lockstep::State: who this process is in the job, and the job-wide barrier.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "lockstep/error.hpp"
+#include "lockstep/export.hpp"
+
+namespace lockstep {
+
+// How a process waits in a barrier for the others to arrive.
+//   adaptive: spin briefly, sized by processes per core, then yield, then sleep on a futex.
+//   spin:     never sleep (lowest latency when every process has its own core; burns a core).
+//   block:    sleep on a futex at once (lowest CPU use; about 10-15 us per wake-up).
+enum class WaitPolicy { adaptive, spin, block };
+
+namespace detail {
+class Context;
+
+// Runs `f` only where `chosen` is true; elsewhere returns nothing (void) or an empty optional.
+template <class F>
+class OnProcess {
+ public:
+  OnProcess(bool chosen, F f) : chosen_(chosen), f_(std::move(f)) {}
+
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    using R = std::invoke_result_t<F&, Args&&...>;
+    if constexpr (std::is_void_v<R>) {
+      if (chosen_) {
+        std::invoke(f_, std::forward<Args>(args)...);
+      }
+    } else {
+      using Value = std::remove_cvref_t<R>;
+      if (!chosen_) {
+        return std::optional<Value>{};
+      }
+      return std::optional<Value>{std::invoke(f_, std::forward<Args>(args)...)};
+    }
+  }
+
+ private:
+  bool chosen_;
+  F f_;
+};
+}  // namespace detail
+
+class State;
+
+// Guard returned by State::main_process_first() and local_main_process_first(). The chosen
+// process runs the guarded block first; every other process waits in the guard's constructor
+// until the chosen process has destroyed its guard. Not copyable; movable.
+//
+// A barrier failure in the destructor (a peer lost) cannot be thrown from a destructor: it is
+// kept and rethrown by the next call on any State of this process. A guard destroyed while an
+// exception unwinds does not release the others (they learn of the failure when this process
+// leaves the job).
+class LOCKSTEP_API FirstGuard {
+ public:
+  FirstGuard(FirstGuard&& other) noexcept;
+  FirstGuard& operator=(FirstGuard&&) = delete;
+  FirstGuard(const FirstGuard&) = delete;
+  FirstGuard& operator=(const FirstGuard&) = delete;
+  ~FirstGuard();
+
+ private:
+  friend class State;
+  FirstGuard(std::shared_ptr<detail::Context> context, bool first);
+
+  std::shared_ptr<detail::Context> context_;
+  bool first_;
+  int uncaught_at_entry_;
+};
+
+// Handle to this process's membership in the job, as Accelerate's PartialState.
+//
+// Constructing a State joins the job the environment describes (lockstep-run, torchrun, Open MPI,
+// MPICH/Hydra or Slurm variables; with none of them the process is a job of one). The first State
+// of a process joins; it blocks until every process of the node has joined, and throws
+// ConfigError for a malformed environment, TimeoutError when peers do not join within
+// LOCKSTEP_JOIN_TIMEOUT seconds (default 300), PeerLostError when a peer dies while joining.
+// Every later State in the process is a handle to the same membership. The process leaves the
+// job at exit; the last process of a node to leave removes the node's shared-memory segment.
+//
+// Thread-safety: the queries are safe from any thread. wait_for_everyone() and the guards belong
+// to one thread at a time per process: a second thread that calls while one is waiting gets an
+// Error.
+class LOCKSTEP_API State {
+ public:
+  State();
+  State(const State&) = default;
+  State& operator=(const State&) = default;
+  State(State&&) noexcept = default;
+  State& operator=(State&&) noexcept = default;
+  ~State();
+
+  // Global index of this process, in [0, num_processes()).
+  [[nodiscard]] int process_index() const noexcept;
+  // Index of this process among the processes of its node, in [0, num_local_processes()).
+  [[nodiscard]] int local_process_index() const noexcept;
+  [[nodiscard]] int num_processes() const noexcept;
+  [[nodiscard]] int num_local_processes() const noexcept;
+  [[nodiscard]] int node_index() const noexcept;
+  [[nodiscard]] int num_nodes() const noexcept;
+  [[nodiscard]] bool is_main_process() const noexcept { return process_index() == 0; }
+  [[nodiscard]] bool is_local_main_process() const noexcept { return local_process_index() == 0; }
+  [[nodiscard]] bool is_last_process() const noexcept {
+    return process_index() == num_processes() - 1;
+  }
+  // The wait policy this process uses, from LOCKSTEP_WAIT_POLICY or the build's default.
+  [[nodiscard]] WaitPolicy wait_policy() const noexcept;
+  // Where the identity came from: "lockstep-run", "torchrun", "openmpi", "mpich", "slurm", "none".
+  [[nodiscard]] std::string environment_source() const;
+
+  // Returns once every process of the job has called wait_for_everyone(); a no-op in a job of
+  // one. Throws PeerLostError when a process that has not arrived dies or leaves the job (noticed
+  // within about 0.2 s).
+  // Memory ordering: everything a process wrote before its call happens-before everything any
+  // process does after its call returns (for memory shared between the processes).
+  void wait_for_everyone();
+  // As above, but throws TimeoutError naming the processes that had not arrived when `timeout`
+  // passes. On a timeout this process's arrival is withdrawn: the barrier is still intact and a
+  // later call waits for the same episode again.
+  void wait_for_everyone(std::chrono::milliseconds timeout);
+
+  // Wrappers that call `f` (with the wrapper's arguments) on the chosen process only. When `f`
+  // returns R, the wrapper returns std::optional<R> (empty where `f` did not run). An index at or
+  // beyond num_processes() chooses no process, as in Accelerate.
+  template <class F>
+  [[nodiscard]] auto on_main_process(F&& f) const {
+    return detail::OnProcess<std::decay_t<F>>(is_main_process(), std::forward<F>(f));
+  }
+  template <class F>
+  [[nodiscard]] auto on_local_main_process(F&& f) const {
+    return detail::OnProcess<std::decay_t<F>>(is_local_main_process(), std::forward<F>(f));
+  }
+  template <class F>
+  [[nodiscard]] auto on_last_process(F&& f) const {
+    return detail::OnProcess<std::decay_t<F>>(is_last_process(), std::forward<F>(f));
+  }
+  template <class F>
+  [[nodiscard]] auto on_process(int process_index, F&& f) const {
+    check_index("on_process", process_index);
+    return detail::OnProcess<std::decay_t<F>>(this->process_index() == process_index,
+                                              std::forward<F>(f));
+  }
+  template <class F>
+  [[nodiscard]] auto on_local_process(int local_process_index, F&& f) const {
+    check_index("on_local_process", local_process_index);
+    return detail::OnProcess<std::decay_t<F>>(this->local_process_index() == local_process_index,
+                                              std::forward<F>(f));
+  }
+
+  // The main (local main) process runs the guarded block first; the others enter it after the
+  // main process's guard is destroyed. See FirstGuard.
+  [[nodiscard]] FirstGuard main_process_first();
+  [[nodiscard]] FirstGuard local_main_process_first();
+
+ private:
+  static void check_index(const char* what, int index);
+
+  std::shared_ptr<detail::Context> context_;
+};
+
+}  // namespace lockstep

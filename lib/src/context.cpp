@@ -1,0 +1,134 @@
+#include "context.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "lockstep/error.hpp"
+#include "lockstep/state.hpp"
+
+#ifndef LOCKSTEP_DEFAULT_WAIT_POLICY
+#define LOCKSTEP_DEFAULT_WAIT_POLICY adaptive
+#endif
+
+namespace lockstep::detail {
+namespace {
+
+// Forks this process has gone through (as a child); lets wait() refuse a handle that a child
+// inherited without a system call on the fast path.
+std::atomic<std::uint32_t> fork_epoch{0};
+
+void on_fork_child() { fork_epoch.fetch_add(1, std::memory_order_relaxed); }
+
+std::once_flag fork_hook_once;
+
+struct Registry {
+  std::mutex mutex;
+  std::shared_ptr<Context> context;
+  pid_t owner = 0;
+};
+
+Registry& registry() {
+  static Registry instance;  // destroyed at exit: the process leaves the job then
+  return instance;
+}
+
+class BusyGuard {
+ public:
+  BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
+    // Relaxed: only mutual exclusion of calls, no data is published through it.
+    if (busy_.exchange(true, std::memory_order_relaxed)) {
+      throw Error(std::string(what) +
+                  ": called from a second thread while another thread of this process waits in "
+                  "a lockstep barrier");
+    }
+  }
+  ~BusyGuard() { busy_.store(false, std::memory_order_relaxed); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+}  // namespace
+
+std::shared_ptr<Context> Context::instance() {
+  std::call_once(fork_hook_once, [] { ::pthread_atfork(nullptr, nullptr, on_fork_child); });
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mutex);
+  const pid_t self = ::getpid();
+  if (reg.context && reg.owner == self) {
+    return reg.context;
+  }
+  // First use, or a forked child holding its parent's context: join from this environment.
+  auto config = read_job_config(process_environment(), WaitPolicy::LOCKSTEP_DEFAULT_WAIT_POLICY);
+  reg.context = std::make_shared<Context>(std::move(config));
+  reg.owner = self;
+  return reg.context;
+}
+
+Context::Context(JobConfig config)
+    : config_(std::move(config)),
+      owner_(::getpid()),
+      fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
+  if (config_.num_nodes > 1) {
+    throw ConfigError("lockstep: this job spans " + std::to_string(config_.num_nodes) +
+                      " nodes (from the " + config_.source +
+                      " variables), but this build of lockstep has no cross-node backend; "
+                      "run one node per job");
+  }
+  if (config_.world_size == 1) {
+    local_index_ = 0;
+    return;
+  }
+  segment_ = NodeSegment::join(config_);
+  local_index_ = segment_->local_index();
+  barrier_.emplace(*segment_, make_wait_plan(config_.wait_policy, config_.local_size,
+                                             usable_cpus()));
+}
+
+Context::~Context() {
+  barrier_.reset();
+  if (segment_ && ::getpid() != owner_) {
+    segment_->abandon();  // a forked child's copy: the parent still belongs to the job
+  }
+  segment_.reset();
+}
+
+void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
+  // Relaxed: both are process-local flags; the mutex below orders the deferred error itself.
+  if (fork_epoch.load(std::memory_order_relaxed) != fork_epoch_) {
+    throw Error(std::string(what) + ": this State was created by pid " + std::to_string(owner_) +
+                " before fork(); construct a new lockstep::State in the child");
+  }
+  if (has_deferred_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(deferred_mutex_);
+    if (deferred_) {
+      std::exception_ptr error = deferred_;
+      deferred_ = nullptr;
+      has_deferred_.store(false, std::memory_order_relaxed);
+      std::rethrow_exception(error);
+    }
+  }
+  if (!barrier_) {
+    return;  // a job of one
+  }
+  BusyGuard busy(busy_, what);
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout) {
+    deadline = std::chrono::steady_clock::now() + *timeout;
+  }
+  barrier_->arrive_and_wait(deadline, what);
+}
+
+void Context::defer(std::exception_ptr error) noexcept {
+  std::lock_guard lock(deferred_mutex_);
+  if (!deferred_) {
+    deferred_ = std::move(error);
+  }
+  has_deferred_.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace lockstep::detail

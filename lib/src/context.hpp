@@ -1,0 +1,50 @@
+// The process-wide membership that every State handle shares (internal).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "env.hpp"
+#include "shm/barrier.hpp"
+#include "shm/segment.hpp"
+
+namespace lockstep::detail {
+
+class Context {
+ public:
+  // The process's context, joining the job on first use. Thread-safe.
+  static std::shared_ptr<Context> instance();
+
+  explicit Context(JobConfig config);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  [[nodiscard]] const JobConfig& config() const noexcept { return config_; }
+  [[nodiscard]] int local_index() const noexcept { return local_index_; }
+
+  // The job-wide barrier; `what` names the caller in messages.
+  void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  // Keeps an error that a destructor could not throw; the next wait() rethrows it.
+  void defer(std::exception_ptr error) noexcept;
+
+ private:
+  JobConfig config_;
+  int local_index_ = 0;
+  pid_t owner_;                 // the process that joined; a forked child must not leave for it
+  std::uint32_t fork_epoch_;    // forks seen when joining
+  std::unique_ptr<NodeSegment> segment_;
+  std::optional<NodeBarrier> barrier_;
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> has_deferred_{false};
+  std::mutex deferred_mutex_;
+  std::exception_ptr deferred_;
+};
+
+}  // namespace lockstep::detail

@@ -1,0 +1,405 @@
+#include "env.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "lockstep/error.hpp"
+#include "proc.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+struct Var {
+  std::string name;
+  std::optional<std::string> value;
+  [[nodiscard]] bool present() const { return value.has_value(); }
+};
+
+[[noreturn]] void bad(const Var& var, const std::string& why) {
+  throw ConfigError("lockstep: environment variable " + var.name + "=\"" + *var.value + "\" " +
+                    why);
+}
+
+int integer(const Var& var, int min) {
+  auto value = parse_integer(*var.value);
+  if (!value) {
+    bad(var, "is not an integer");
+  }
+  if (*value < min) {
+    bad(var, min == 0 ? "must not be negative" : "must be at least " + std::to_string(min));
+  }
+  if (*value > std::numeric_limits<int>::max() / 2) {
+    bad(var, "is too large");
+  }
+  return static_cast<int>(*value);
+}
+
+// One family of variables: the required rank and size, the optional node-local and node-level
+// ones, and the job identity.
+struct Family {
+  std::string source;
+  Var rank, size, local_rank, local_size, node, nnodes;
+  std::string identity;
+  bool rank_is_node_major = false;  // RANK == node * LOCAL_WORLD_SIZE + LOCAL_RANK is promised
+  std::vector<Var> required_extra;  // further variables that must be present for completeness
+
+  [[nodiscard]] bool complete() const {
+    if (!rank.present() || !size.present()) {
+      return false;
+    }
+    for (const auto& var : required_extra) {
+      if (!var.present()) {
+        return false;
+      }
+    }
+    return true;
+  }
+  [[nodiscard]] bool partial() const {
+    return !complete() && (rank.present() || size.present() || local_rank.present() ||
+                           local_size.present());
+  }
+  [[nodiscard]] std::string missing() const {
+    std::string out;
+    for (const auto* var : {&rank, &size}) {
+      if (!var->present()) {
+        out += (out.empty() ? "" : ", ") + var->name;
+      }
+    }
+    for (const auto& var : required_extra) {
+      if (!var.present()) {
+        out += (out.empty() ? "" : ", ") + var.name;
+      }
+    }
+    return out;
+  }
+};
+
+Var lookup(const EnvLookup& env, const std::string& name) { return Var{name, env(name)}; }
+
+Var first_of(const EnvLookup& env, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    auto var = lookup(env, name);
+    if (var.present()) {
+      return var;
+    }
+  }
+  return Var{*names.begin(), std::nullopt};
+}
+
+std::string join_identity(const EnvLookup& env, std::initializer_list<const char*> names) {
+  std::string out;
+  for (const char* name : names) {
+    if (auto value = env(name)) {
+      out += std::string(name) + "=" + *value + ";";
+    }
+  }
+  return out;
+}
+
+// Slurm's "2(x3),1" task-count lists: the count for node `node`.
+std::optional<int> slurm_tasks_on_node(const Var& var, int node) {
+  std::string_view text = *var.value;
+  int index = 0;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    auto item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    long long repeat = 1;
+    auto paren = item.find('(');
+    if (paren != std::string_view::npos) {
+      if (item.size() < paren + 4 || item[paren + 1] != 'x' || item.back() != ')') {
+        bad(var, "is not a Slurm task list such as \"2(x3),1\"");
+      }
+      auto parsed = parse_integer(item.substr(paren + 2, item.size() - paren - 3));
+      if (!parsed || *parsed < 1) {
+        bad(var, "is not a Slurm task list such as \"2(x3),1\"");
+      }
+      repeat = *parsed;
+      item = item.substr(0, paren);
+    }
+    auto count = parse_integer(item);
+    if (!count || *count < 1 || *count > std::numeric_limits<int>::max() / 2) {
+      bad(var, "is not a Slurm task list such as \"2(x3),1\"");
+    }
+    if (node < index + repeat) {
+      return static_cast<int>(*count);
+    }
+    index += static_cast<int>(repeat);
+  }
+  return std::nullopt;
+}
+
+std::string fallback_identity() {
+  // Processes started by one parent (a shell script, mpirun's daemon) share it; its start time
+  // tells a reused pid apart.
+  pid_t parent = ::getppid();
+  auto start = process_start_time(parent);
+  return "parent=" + std::to_string(parent) + ":" + std::to_string(start.value_or(0));
+}
+
+JobConfig validate(const Family& family) {
+  JobConfig config;
+  config.source = family.source;
+  config.world_size = integer(family.size, 1);
+  config.rank = integer(family.rank, 0);
+  if (config.rank >= config.world_size) {
+    bad(family.rank, "is not below " + family.size.name + "=" + *family.size.value);
+  }
+  std::optional<int> local_size, local_rank, nnodes, node;
+  if (family.local_size.present()) {
+    local_size = integer(family.local_size, 1);
+    if (*local_size > config.world_size) {
+      bad(family.local_size, "is larger than " + family.size.name + "=" + *family.size.value);
+    }
+  }
+  if (family.local_rank.present()) {
+    local_rank = integer(family.local_rank, 0);
+    if (local_size && *local_rank >= *local_size) {
+      bad(family.local_rank, "is not below " + family.local_size.name + "=" +
+                                 *family.local_size.value);
+    }
+    if (*local_rank >= config.world_size) {
+      bad(family.local_rank, "is not below " + family.size.name + "=" + *family.size.value);
+    }
+  }
+  if (family.nnodes.present()) {
+    nnodes = integer(family.nnodes, 1);
+    if (*nnodes > config.world_size) {
+      bad(family.nnodes, "is larger than " + family.size.name + "=" + *family.size.value);
+    }
+  }
+  if (family.node.present()) {
+    node = integer(family.node, 0);
+    if (nnodes && *node >= *nnodes) {
+      bad(family.node, "is not below " + family.nnodes.name + "=" + *family.nnodes.value);
+    }
+  }
+  // Derive what was not given; a job whose shape cannot be told is an error, never a guess.
+  if (!nnodes) {
+    if (!local_size || *local_size == config.world_size) {
+      nnodes = 1;
+    } else if (config.world_size % *local_size == 0) {
+      nnodes = config.world_size / *local_size;
+    } else {
+      bad(family.local_size, "does not divide " + family.size.name + "=" + *family.size.value +
+                                 ": cannot tell the number of nodes");
+    }
+  }
+  if (!local_size) {
+    if (config.world_size % *nnodes != 0) {
+      bad(family.nnodes, "does not divide " + family.size.name + "=" + *family.size.value +
+                             ": cannot tell the processes per node");
+    }
+    local_size = config.world_size / *nnodes;
+  }
+  if (local_rank && *local_rank >= *local_size) {
+    bad(family.local_rank, "is not below the " + std::to_string(*local_size) +
+                               " processes of its node");
+  }
+  if (!node) {
+    if (*nnodes == 1) {
+      node = 0;
+    } else if (config.world_size == *nnodes * *local_size) {
+      node = config.rank / *local_size;  // block placement, as mpirun and torchrun place ranks
+    } else {
+      bad(family.rank, "cannot be placed on a node: set the node index variable");
+    }
+  }
+  if (*node >= *nnodes) {
+    bad(family.node.present() ? family.node : family.rank,
+        "places the process on node " + std::to_string(*node) + " of only " +
+            std::to_string(*nnodes));
+  }
+  if (*nnodes == 1 && *local_size != config.world_size) {
+    bad(family.local_size.present() ? family.local_size : family.size,
+        "disagrees with a single-node job of " + std::to_string(config.world_size) +
+            " processes");
+  }
+  if (family.rank_is_node_major && local_rank && family.node.present() &&
+      config.world_size == *nnodes * *local_size &&
+      config.rank != *node * *local_size + *local_rank) {
+    bad(family.rank, "disagrees with " + family.node.name + "=" + *family.node.value + ", " +
+                         family.local_rank.name + "=" + *family.local_rank.value + " and " +
+                         family.local_size.name + "=" + *family.local_size.value);
+  }
+  config.local_rank = local_rank.value_or(-1);
+  config.local_size = *local_size;
+  config.num_nodes = *nnodes;
+  config.node_index = *node;
+  config.identity = family.identity;
+  return config;
+}
+
+}  // namespace
+
+std::optional<long long> parse_integer(std::string_view text) {
+  long long value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc{} || ptr != end || value < std::numeric_limits<int>::min() ||
+      value > std::numeric_limits<int>::max()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<WaitPolicy> parse_wait_policy(std::string_view text) {
+  if (text == "adaptive") {
+    return WaitPolicy::adaptive;
+  }
+  if (text == "spin") {
+    return WaitPolicy::spin;
+  }
+  if (text == "block") {
+    return WaitPolicy::block;
+  }
+  return std::nullopt;
+}
+
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe)
+    if (value == nullptr) {
+      return std::nullopt;
+    }
+    return std::string(value);
+  };
+}
+
+JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
+  auto job_id = lookup(env, "LOCKSTEP_JOB_ID");
+  if (job_id.present() && job_id.value->empty()) {
+    bad(job_id, "is empty");
+  }
+  std::vector<Family> families;
+
+  Family launcher;
+  launcher.source = "lockstep-run";
+  launcher.rank = lookup(env, "RANK");
+  launcher.size = lookup(env, "WORLD_SIZE");
+  launcher.local_rank = lookup(env, "LOCAL_RANK");
+  launcher.local_size = lookup(env, "LOCAL_WORLD_SIZE");
+  launcher.node = lookup(env, "GROUP_RANK");
+  launcher.nnodes = lookup(env, "LOCKSTEP_NNODES");
+  launcher.required_extra = {job_id, launcher.local_rank, launcher.local_size, launcher.node,
+                             launcher.nnodes};
+  launcher.rank_is_node_major = true;
+  launcher.identity = job_id.present() ? *job_id.value : "";
+  families.push_back(launcher);
+
+  Family torchrun;
+  torchrun.source = "torchrun";
+  torchrun.rank = launcher.rank;
+  torchrun.size = launcher.size;
+  torchrun.local_rank = launcher.local_rank;
+  torchrun.local_size = launcher.local_size;
+  torchrun.node = launcher.node;
+  torchrun.nnodes = Var{"GROUP_WORLD_SIZE", env("GROUP_WORLD_SIZE")};
+  torchrun.rank_is_node_major = true;
+  torchrun.identity = join_identity(env, {"TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+                                          "TORCHELASTIC_RESTART_COUNT"});
+  families.push_back(torchrun);
+
+  Family openmpi;
+  openmpi.source = "openmpi";
+  openmpi.rank = lookup(env, "OMPI_COMM_WORLD_RANK");
+  openmpi.size = lookup(env, "OMPI_COMM_WORLD_SIZE");
+  openmpi.local_rank = lookup(env, "OMPI_COMM_WORLD_LOCAL_RANK");
+  openmpi.local_size = lookup(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
+  openmpi.identity =
+      join_identity(env, {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"});
+  families.push_back(openmpi);
+
+  Family mpich;
+  mpich.source = "mpich";
+  mpich.rank = lookup(env, "PMI_RANK");
+  mpich.size = lookup(env, "PMI_SIZE");
+  mpich.local_rank = lookup(env, "MPI_LOCALRANKID");
+  mpich.local_size = lookup(env, "MPI_LOCALNRANKS");
+  mpich.identity = join_identity(env, {"PMI_KVSNAME", "PMI_JOBID", "PMI_PORT"});
+  families.push_back(mpich);
+
+  Family slurm;
+  slurm.source = "slurm";
+  slurm.rank = lookup(env, "SLURM_PROCID");
+  slurm.size = first_of(env, {"SLURM_NTASKS", "SLURM_NPROCS"});
+  slurm.local_rank = lookup(env, "SLURM_LOCALID");
+  slurm.node = lookup(env, "SLURM_NODEID");
+  slurm.nnodes = first_of(env, {"SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+  // Outside an srun step (in the batch script itself) SLURM_PROCID is 0 but no step exists.
+  slurm.required_extra = {lookup(env, "SLURM_STEP_ID")};
+  slurm.identity = join_identity(env, {"SLURM_JOB_ID", "SLURM_STEP_ID"});
+  auto tasks = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  auto per_node = lookup(env, "SLURM_NTASKS_PER_NODE");
+  if (slurm.complete()) {
+    int node = slurm.node.present() ? integer(slurm.node, 0) : 0;
+    if (tasks.present()) {
+      if (auto count = slurm_tasks_on_node(tasks, node)) {
+        slurm.local_size = Var{tasks.name, std::to_string(*count)};
+      } else {
+        bad(tasks, "lists no task count for SLURM_NODEID=" + std::to_string(node));
+      }
+    } else if (per_node.present()) {
+      slurm.local_size = per_node;
+    }
+  }
+  families.push_back(slurm);
+
+  const Family* chosen = nullptr;
+  for (const auto& family : families) {
+    if (family.complete()) {
+      chosen = &family;
+      break;
+    }
+  }
+  JobConfig config;
+  if (chosen != nullptr) {
+    config = validate(*chosen);
+  } else {
+    for (const auto& family : families) {
+      // The launcher family is the torchrun family plus lockstep's own variables; report the
+      // torchrun one, which names only what users set.
+      if (family.source != "lockstep-run" && family.partial()) {
+        throw ConfigError("lockstep: the " + family.source + " variables are incomplete: " +
+                          family.missing() + " missing (a job needs both a rank and a size)");
+      }
+    }
+  }
+  if (config.identity.empty()) {
+    config.identity = fallback_identity();
+  }
+  config.identity = config.source + ":" + config.identity;
+  if (job_id.present()) {
+    config.identity = "job=" + *job_id.value;  // the user's or launcher's identity wins
+  }
+
+  config.wait_policy = default_policy;
+  if (auto policy = lookup(env, "LOCKSTEP_WAIT_POLICY"); policy.present()) {
+    auto parsed = parse_wait_policy(*policy.value);
+    if (!parsed) {
+      bad(policy, "is not one of adaptive, spin, block");
+    }
+    config.wait_policy = *parsed;
+  }
+  if (auto timeout = lookup(env, "LOCKSTEP_JOIN_TIMEOUT"); timeout.present()) {
+    char* end = nullptr;
+    double seconds = std::strtod(timeout.value->c_str(), &end);
+    if (timeout.value->empty() || end != timeout.value->c_str() + timeout.value->size() ||
+        !(seconds > 0) || seconds > 1e7) {
+      bad(timeout, "is not a positive number of seconds");
+    }
+    config.join_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000 + 0.5));
+  }
+  return config;
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,46 @@
+// Reading the job's description from the environment (internal).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lockstep/state.hpp"
+
+namespace lockstep::detail {
+
+// Looks up one environment variable; empty when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// The real environment of this process.
+EnvLookup process_environment();
+
+// Who this process is in its job. Validated: every index lies inside its size.
+struct JobConfig {
+  std::string source = "none";  // which set of variables described the job
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = -1;  // -1: not given; the node's processes elect it when they join
+  int local_size = 1;
+  int node_index = 0;
+  int num_nodes = 1;
+  std::string identity;  // unique per job (and per attempt); names the node's segment
+  WaitPolicy wait_policy = WaitPolicy::adaptive;
+  std::chrono::milliseconds join_timeout{300'000};
+};
+
+// Reads the first complete set of variables (lockstep-run, torchrun, Open MPI, MPICH/Hydra,
+// Slurm). Throws ConfigError naming the variable and its value when one is malformed or the set
+// is inconsistent, or when only part of a set is present and no other set is complete.
+JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy);
+
+// Parses a whole decimal integer; empty when `text` is not one (no sign other than '-', no
+// spaces, no trailing characters, within int's range).
+std::optional<long long> parse_integer(std::string_view text);
+
+// Parses "adaptive", "spin" or "block".
+std::optional<WaitPolicy> parse_wait_policy(std::string_view text);
+
+}  // namespace lockstep::detail

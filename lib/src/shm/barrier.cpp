@@ -1,0 +1,201 @@
+#include "shm/barrier.hpp"
+
+#include <sched.h>
+
+#include <vector>
+
+#include "lockstep/error.hpp"
+#include "shm/futex.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a waiter looks at its peers' pids and the lost flag: a dead peer is noticed within
+// this (the issue asks for about a second).
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// Spins before the first clock read, so that the common, immediate case reads no clock.
+constexpr int kQuickSpins = 64;
+// Spins between clock reads in the spin phase (a clock read costs ~25 ns here, a pause ~10-40).
+constexpr int kSpinsPerClockRead = 64;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (int rank : ranks) {
+    out += (out.empty() ? "" : ", ") + std::to_string(rank);
+  }
+  return out;
+}
+
+}  // namespace
+
+void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
+  SegmentHeader& header = segment_.header();
+  const auto n = static_cast<std::uint64_t>(segment_.num_slots());
+  if (n == 1) {
+    ++episode_;
+    return;
+  }
+  // Relaxed: the flag is only a fast refusal; the waits below re-read it with acquire.
+  if (std::uint32_t lost = header.lost.value.load(std::memory_order_relaxed); lost != 0) {
+    throw_lost(static_cast<int>(lost) - 1, "was lost earlier", what);
+  }
+  const std::uint64_t full = (episode_ + 1) * n;
+  // acq_rel: the release publishes this process's writes to whoever completes the episode; the
+  // acquire, on the completing arrival, takes in everyone's (all arrivals form one release
+  // sequence on this counter).
+  const std::uint64_t ticket = header.arrivals.value.fetch_add(1, std::memory_order_acq_rel);
+  if (ticket + 1 == full) {
+    publish();
+    ++episode_;
+    return;
+  }
+  // Relaxed: read only by peers' diagnostics (timeouts, lost peers), never for correctness.
+  // Stored after the arrival so that a process that dies in between is never taken as arrived.
+  segment_.slot(segment_.my_slot()).arrived.store(episode_ + 1, std::memory_order_relaxed);
+  const auto target = static_cast<std::uint32_t>(episode_ + 1);
+  if (wait(target, deadline, what) == Outcome::complete) {
+    ++episode_;
+    return;
+  }
+  // Timed out: take the arrival back unless the episode completed meanwhile.
+  std::uint64_t seen = header.arrivals.value.load(std::memory_order_relaxed);
+  while (seen < full) {
+    // acq_rel on success keeps the withdrawal in the counter's single modification order.
+    if (header.arrivals.value.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed)) {
+      segment_.slot(segment_.my_slot()).arrived.store(episode_, std::memory_order_relaxed);
+      std::vector<int> missing;
+      for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+        if (slot != segment_.my_slot() &&
+            segment_.slot(slot).arrived.load(std::memory_order_relaxed) != episode_ + 1) {
+          missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
+        }
+      }
+      std::string who = missing.size() == 1 ? "process " : "processes ";
+      throw TimeoutError(std::string(what) + ": timed out: " + who + ranks_text(missing) +
+                             " of " + std::to_string(header.world_size) + " had not arrived",
+                         std::move(missing));
+    }
+  }
+  publish();  // complete after all; help publish it
+  ++episode_;
+}
+
+bool NodeBarrier::complete() const noexcept {
+  const auto n = static_cast<std::uint64_t>(segment_.num_slots());
+  // Acquire: reading the completing arrival's value synchronizes with every arrival.
+  return segment_.header().arrivals.value.load(std::memory_order_acquire) >= (episode_ + 1) * n;
+}
+
+void NodeBarrier::publish() noexcept {
+  SegmentHeader& header = segment_.header();
+  const auto target = static_cast<std::uint32_t>(episode_ + 1);
+  std::uint32_t previous = target - 1;
+  // seq_cst, paired with the sleepers' seq_cst increment then re-check: either this process sees
+  // a sleeper and wakes it, or the sleeper sees the new generation and does not sleep. A CAS,
+  // not a store, since a waiter may publish the episode for a completer that stalled (or died)
+  // between its arrival and this line.
+  header.generation.value.compare_exchange_strong(previous, target, std::memory_order_seq_cst);
+  if (header.sleepers.value.load(std::memory_order_seq_cst) != 0) {
+    futex_wake_all(header.generation.value);
+  }
+}
+
+NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
+                                       std::optional<Clock::time_point> deadline,
+                                       const char* what) {
+  SegmentHeader& header = segment_.header();
+  auto& generation = header.generation.value;
+  // Acquire on every read of `generation`: seeing the new value synchronizes with the completer.
+  for (int i = 0; i < kQuickSpins; ++i) {
+    if (generation.load(std::memory_order_acquire) == target) {
+      return Outcome::complete;
+    }
+    cpu_relax();
+  }
+  const auto start = Clock::now();
+  const auto forever = Clock::time_point::max();
+  const auto spin_end = plan_.spin == std::chrono::nanoseconds::max() ? forever : start + plan_.spin;
+  const auto yield_end = spin_end == forever ? forever : spin_end + plan_.yield;
+  auto next_check = start + kPollInterval;
+  for (;;) {
+    auto now = Clock::now();
+    if (now < spin_end) {
+      for (int i = 0; i < kSpinsPerClockRead; ++i) {
+        if (generation.load(std::memory_order_acquire) == target) {
+          return Outcome::complete;
+        }
+        cpu_relax();
+      }
+    } else if (now < yield_end || !plan_.sleep) {
+      ::sched_yield();
+      if (generation.load(std::memory_order_acquire) == target) {
+        return Outcome::complete;
+      }
+    } else {
+      header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
+      if (generation.load(std::memory_order_seq_cst) != target) {
+        auto limit = next_check - now;
+        if (deadline) {
+          limit = std::min(limit, *deadline - now);
+        }
+        futex_wait(generation, target - 1, limit);
+      }
+      // Relaxed: the count only decides whether a completer calls futex_wake; a stale high value
+      // costs one needless wake.
+      header.sleepers.value.fetch_sub(1, std::memory_order_relaxed);
+      if (generation.load(std::memory_order_acquire) == target) {
+        return Outcome::complete;
+      }
+      now = Clock::now();
+    }
+    if (now >= next_check || (deadline && now >= *deadline)) {
+      if (complete()) {
+        publish();
+        return Outcome::complete;
+      }
+      check_peers(what);
+      next_check = now + kPollInterval;
+      if (deadline && now >= *deadline) {
+        return Outcome::timed_out;
+      }
+    }
+  }
+}
+
+void NodeBarrier::check_peers(const char* what) {
+  // Acquire: pairs with mark_lost's CAS; the flag names a slot whose fields are already set.
+  if (std::uint32_t lost = segment_.header().lost.value.load(std::memory_order_acquire);
+      lost != 0) {
+    throw_lost(static_cast<int>(lost) - 1, "was lost", what);
+  }
+  auto lost = segment_.find_lost([&](int slot) {
+    return segment_.slot(slot).arrived.load(std::memory_order_relaxed) == episode_ + 1;
+  });
+  if (lost) {
+    segment_.mark_lost(lost->slot);
+    throw_lost(lost->slot, lost->how, what);
+  }
+}
+
+void NodeBarrier::throw_lost(int slot, const std::string& how, const char* what) {
+  const auto n = static_cast<std::uint64_t>(segment_.num_slots());
+  std::uint64_t arrived = segment_.header().arrivals.value.load(std::memory_order_relaxed);
+  std::uint64_t waiting = arrived > episode_ * n ? arrived - episode_ * n : 0;
+  throw PeerLostError(std::string(what) + ": " + segment_.describe(slot) + " " + how + " while " +
+                          std::to_string(waiting) + " process" + (waiting == 1 ? "" : "es") +
+                          " waited",
+                      segment_.slot(slot).rank.load(std::memory_order_relaxed));
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,51 @@
+// The node barrier: a centralized, monotonic counter in the node segment (internal).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shm/segment.hpp"
+#include "shm/wait.hpp"
+
+namespace lockstep::detail {
+
+// Each process counts its own episodes. Arriving is one fetch_add on the shared `arrivals`
+// counter; the arrival that brings it to (episode + 1) * n completes the episode and publishes it
+// by bumping `generation`, the word the others spin on and sleep on. Nothing is ever reset, so
+// there is no reset race, and a timed-out process can withdraw its arrival with a CAS as long as
+// the episode is not complete.
+//
+// A node barrier for the hierarchical (multi-node) case keeps this shape: the node leader waits
+// for the others' arrivals, meets the other leaders through the backend, then completes.
+class NodeBarrier {
+ public:
+  NodeBarrier(NodeSegment& segment, WaitPlan plan) noexcept : segment_(segment), plan_(plan) {}
+
+  // Arrives and waits until all the node's processes have arrived at this episode.
+  // Throws TimeoutError (arrival withdrawn) when `deadline` passes first, PeerLostError when a
+  // process that has not arrived dies or leaves. `what` names the caller in messages.
+  // Memory ordering: every write before any process's arrival happens-before every read after
+  // any process's return.
+  void arrive_and_wait(std::optional<std::chrono::steady_clock::time_point> deadline,
+                       const char* what);
+
+  [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
+
+ private:
+  enum class Outcome { complete, timed_out };
+  Outcome wait(std::uint32_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
+               const char* what);
+  [[nodiscard]] bool complete() const noexcept;
+  // Publishes the completed episode (episode_ + 1) in `generation` and wakes sleepers.
+  void publish() noexcept;
+  [[noreturn]] void throw_lost(int slot, const std::string& how, const char* what);
+  void check_peers(const char* what);
+
+  NodeSegment& segment_;
+  WaitPlan plan_;
+  std::uint64_t episode_ = 0;  // episodes this process has completed
+};
+
+}  // namespace lockstep::detail

@@ -1,0 +1,70 @@
+// The node segment's layout in shared memory (internal).
+//
+// One segment per job and node, named from the job's identity. It holds a header, written once
+// by the first process to lock it, and one slot per node-local process. Everything that more than
+// one process writes after set-up lives on a cache line of its own.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace lockstep::detail {
+
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
+// Bump whenever the layout below changes: processes of two layouts must never share a segment.
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::size_t kMaxIdentity = 480;
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared words must be lock-free");
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared words must be lock-free");
+static_assert(std::atomic<std::int32_t>::is_always_lock_free, "shared words must be lock-free");
+
+template <class T>
+struct alignas(kCacheLine) Line {
+  std::atomic<T> value;
+};
+
+enum class SlotStatus : std::uint32_t { empty = 0, joined = 1, left = 2 };
+
+// One node-local process. Set-up fields are written under the segment's lock; `arrived` is
+// written by the slot's owner alone and read by the others only on slow paths.
+struct alignas(kCacheLine) Slot {
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::int32_t> rank;
+  std::atomic<std::uint32_t> status;  // SlotStatus
+  std::atomic<std::uint64_t> start_time;
+  // The episode number + 1 of the barrier this process has arrived at (0: none yet).
+  alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
+};
+
+struct SegmentHeader {
+  // Written once, under the lock, before `magic`; read only after `magic` under the lock.
+  std::uint64_t magic;
+  std::uint32_t layout_version;
+  std::uint32_t num_slots;
+  std::uint32_t world_size;
+  std::uint32_t identity_length;
+  char identity[kMaxIdentity];
+
+  Line<std::uint32_t> joined;  // slots claimed; futex word of the join rendezvous
+  Line<std::uint32_t> left;    // slots whose process left the job
+  Line<std::uint32_t> lost;    // 0, or 1 + the slot of a peer found dead or gone mid-wait
+  // Monotonic count of arrivals: episode e is complete once it reaches (e + 1) * num_slots.
+  Line<std::uint64_t> arrivals;
+  Line<std::uint32_t> generation;  // completed episodes mod 2^32; the waiters' futex word
+  Line<std::uint32_t> sleepers;    // waiters in (or entering) futex_wait on `generation`
+};
+
+static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");
+static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in shared memory");
+static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
+static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
+
+inline constexpr std::size_t segment_size(std::uint32_t num_slots) {
+  return sizeof(SegmentHeader) + num_slots * sizeof(Slot);
+}
+
+}  // namespace lockstep::detail

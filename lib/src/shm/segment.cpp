@@ -1,0 +1,434 @@
+#include "shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/permissions.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "lockstep/error.hpp"
+#include "proc.hpp"
+#include "shm/futex.hpp"
+
+namespace bip = boost::interprocess;
+
+namespace lockstep::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often a waiter looks at its peers' pids: a dead peer is noticed within this.
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+std::string shm_path(const std::string& name) { return "/dev/shm/" + name; }
+
+// Holds flock(LOCK_EX) on a descriptor. The kernel drops it if the process dies.
+class FileLock {
+ public:
+  explicit FileLock(int fd) : fd_(fd) {
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        throw_errno("lockstep: locking the node segment", "flock");
+      }
+    }
+  }
+  ~FileLock() { ::flock(fd_, LOCK_UN); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+// Whether `name` still names the file open on `fd` (another process may have replaced it).
+bool still_named(int fd, const std::string& name, struct stat& by_fd) {
+  struct stat by_name {};
+  if (::fstat(fd, &by_fd) != 0 || ::stat(shm_path(name).c_str(), &by_name) != 0) {
+    return false;
+  }
+  return by_fd.st_ino == by_name.st_ino && by_fd.st_dev == by_name.st_dev;
+}
+
+void check_owner(const struct stat& st, const std::string& name) {
+  if (st.st_uid != ::geteuid() || (st.st_mode & 0077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw ConfigError("lockstep: shared-memory segment " + shm_path(name) + " is owned by uid " +
+                      std::to_string(st.st_uid) + " with mode " + mode + "; refusing to use it " +
+                      "(lockstep creates its segments owner-only, 0600, for uid " +
+                      std::to_string(::geteuid()) + ")");
+  }
+}
+
+// Opens (creating if absent) the segment `name`; empty when it vanished between the two tries.
+std::optional<bip::shared_memory_object> open_segment(const std::string& name) {
+  bip::permissions owner_only;
+  owner_only.set_permissions(0600);
+  try {
+    return bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+                                     owner_only);
+  } catch (const bip::interprocess_exception& created) {
+    if (created.get_native_error() != EEXIST) {
+      throw SystemError("lockstep: creating shared-memory segment " + shm_path(name) + ": " +
+                            error_text(created.get_native_error()),
+                        created.get_native_error());
+    }
+  }
+  try {
+    return bip::shared_memory_object(bip::open_only, name.c_str(), bip::read_write);
+  } catch (const bip::interprocess_exception& opened) {
+    int error = opened.get_native_error();
+    if (error == ENOENT) {
+      return std::nullopt;
+    }
+    if (error == EACCES) {
+      throw ConfigError("lockstep: shared-memory segment " + shm_path(name) +
+                        " exists but belongs to another user; refusing to use it");
+    }
+    throw SystemError("lockstep: opening shared-memory segment " + shm_path(name) + ": " +
+                          error_text(error),
+                      error);
+  }
+}
+
+std::string shape(std::uint32_t local, std::uint32_t world) {
+  return std::to_string(local) + " local process" + (local == 1 ? "" : "es") + " of " +
+         std::to_string(world);
+}
+
+std::string list(const std::vector<int>& items) {
+  std::string out;
+  for (int item : items) {
+    out += (out.empty() ? "" : ", ") + std::to_string(item);
+  }
+  return out;
+}
+
+bool any_peer_alive(const Slot* slots, int num_slots, int except) {
+  for (int i = 0; i < num_slots; ++i) {
+    // Relaxed: read under the segment's lock, which orders them against their writers.
+    if (i != except && slots[i].status.load(std::memory_order_relaxed) ==
+                           static_cast<std::uint32_t>(SlotStatus::joined) &&
+        process_liveness(slots[i].pid.load(std::memory_order_relaxed),
+                         slots[i].start_time.load(std::memory_order_relaxed)) ==
+            Liveness::alive) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string segment_name(const std::string& identity, int node_index) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64-bit
+  for (unsigned char c : identity) {
+    hash = (hash ^ c) * 0x100000001b3ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-n" +
+         std::to_string(node_index);
+}
+
+bool remove_abandoned_segment(const std::string& name) {
+  std::optional<bip::shared_memory_object> shm;
+  try {
+    shm.emplace(bip::open_only, name.c_str(), bip::read_write);
+  } catch (const bip::interprocess_exception&) {
+    return false;  // absent, or not ours to open
+  }
+  int fd = shm->get_mapping_handle().handle;
+  FileLock lock(fd);
+  struct stat st {};
+  if (!still_named(fd, name, st) || st.st_uid != ::geteuid()) {
+    return false;
+  }
+  if (static_cast<std::size_t>(st.st_size) >= sizeof(SegmentHeader)) {
+    bip::mapped_region region(*shm, bip::read_write);
+    auto* header = static_cast<SegmentHeader*>(region.get_address());
+    if (header->magic == kSegmentMagic && header->layout_version == kLayoutVersion &&
+        static_cast<std::size_t>(st.st_size) >= segment_size(header->num_slots)) {
+      auto* slots = reinterpret_cast<Slot*>(header + 1);
+      if (any_peer_alive(slots, static_cast<int>(header->num_slots), -1)) {
+        return false;
+      }
+    }
+  }
+  return bip::shared_memory_object::remove(name.c_str());
+}
+
+std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
+  const auto deadline = Clock::now() + config.join_timeout;
+  const auto local_size = static_cast<std::uint32_t>(config.local_size);
+  const auto world_size = static_cast<std::uint32_t>(config.world_size);
+  if (config.identity.size() > kMaxIdentity) {
+    throw ConfigError("lockstep: the job identity is longer than " + std::to_string(kMaxIdentity) +
+                      " characters: " + config.identity.substr(0, 64) + "...");
+  }
+  std::unique_ptr<NodeSegment> segment(new NodeSegment);
+  segment->name_ = segment_name(config.identity, config.node_index);
+  const std::string& name = segment->name_;
+  const pid_t pid = ::getpid();
+  const std::uint64_t start_time = process_start_time(pid).value_or(0);
+
+  std::optional<bip::shared_memory_object> shm;
+  std::optional<bip::mapped_region> region;
+  for (;;) {
+    if (Clock::now() > deadline) {
+      throw TimeoutError("lockstep: could not attach shared-memory segment " + shm_path(name) +
+                             " before the join timeout",
+                         {});
+    }
+    shm = open_segment(name);
+    if (!shm) {
+      continue;  // removed between create and open: try again
+    }
+    int fd = shm->get_mapping_handle().handle;
+    FileLock lock(fd);
+    struct stat st {};
+    if (!still_named(fd, name, st)) {
+      continue;  // replaced or removed while we waited for the lock
+    }
+    check_owner(st, name);
+    const auto size = static_cast<std::size_t>(st.st_size);
+    if (size == 0) {
+      // First to hold the lock: lay the segment out. A creator that died before this point left
+      // an empty file, which is laid out the same way.
+      shm->truncate(static_cast<bip::offset_t>(segment_size(local_size)));
+      region.emplace(*shm, bip::read_write);
+      auto* header = new (region->get_address()) SegmentHeader{};
+      header->layout_version = kLayoutVersion;
+      header->num_slots = local_size;
+      header->world_size = world_size;
+      header->identity_length = static_cast<std::uint32_t>(config.identity.size());
+      std::memcpy(header->identity, config.identity.data(), config.identity.size());
+      new (header + 1) Slot[local_size]{};
+      header->magic = kSegmentMagic;
+    } else {
+      bool stale = size < sizeof(SegmentHeader);
+      if (!stale) {
+        region.emplace(*shm, bip::read_write);
+        auto* header = static_cast<SegmentHeader*>(region->get_address());
+        // A torn layout (its creator died mid-way) or another library version's segment.
+        stale = header->magic != kSegmentMagic || header->layout_version != kLayoutVersion ||
+                size < segment_size(header->num_slots);
+        if (!stale) {
+          std::string_view theirs(header->identity,
+                                  std::min<std::size_t>(header->identity_length, kMaxIdentity));
+          if (theirs != config.identity) {
+            throw ConfigError("lockstep: shared-memory segment " + shm_path(name) +
+                              " belongs to job '" + std::string(theirs) + "', not to '" +
+                              config.identity + "' (identity hash collision): set LOCKSTEP_JOB_ID");
+          }
+          auto* slots = reinterpret_cast<Slot*>(header + 1);
+          const int n = static_cast<int>(header->num_slots);
+          // A segment that a process has left, or whose member died, belongs to a job that has
+          // ended (or failed): its survivors keep their mapping, new joiners get a fresh one.
+          stale = header->left.value.load() > 0;
+          for (int i = 0; i < n && !stale; ++i) {
+            stale = slots[i].status.load() == static_cast<std::uint32_t>(SlotStatus::joined) &&
+                    process_liveness(slots[i].pid.load(), slots[i].start_time.load()) ==
+                        Liveness::dead;
+          }
+          if (!stale) {
+            if (header->num_slots != local_size || header->world_size != world_size) {
+              throw ConfigError("lockstep: the processes of node " +
+                                std::to_string(config.node_index) + " disagree on the job's " +
+                                "shape: segment " + shm_path(name) + " was set up for " +
+                                shape(header->num_slots, header->world_size) +
+                                ", this process (rank " + std::to_string(config.rank) +
+                                ") expects " + shape(local_size, world_size));
+            }
+            if (header->joined.value.load() >= header->num_slots) {
+              std::vector<int> pids;
+              for (int i = 0; i < n; ++i) {
+                pids.push_back(slots[i].pid.load());
+              }
+              throw ConfigError("lockstep: a job with identity '" + config.identity +
+                                "' is already running on this node (pids " + list(pids) +
+                                "): give this job its own LOCKSTEP_JOB_ID or MASTER_PORT");
+            }
+          }
+        }
+      }
+      if (stale) {
+        region.reset();
+        bip::shared_memory_object::remove(name.c_str());
+        continue;
+      }
+    }
+
+    auto* header = static_cast<SegmentHeader*>(region->get_address());
+    auto* slots = reinterpret_cast<Slot*>(header + 1);
+    int mine = config.local_rank;
+    if (mine >= 0) {
+      if (slots[mine].status.load() != static_cast<std::uint32_t>(SlotStatus::empty)) {
+        throw ConfigError("lockstep: local process " + std::to_string(mine) + " of job '" +
+                          config.identity + "' has already joined (pid " +
+                          std::to_string(slots[mine].pid.load()) +
+                          "): two processes were given the same local rank");
+      }
+    } else {
+      // Local-main election: the ticket is the first free slot; the local index is decided by
+      // rank once every process has joined.
+      mine = 0;
+      while (slots[mine].status.load() != static_cast<std::uint32_t>(SlotStatus::empty)) {
+        ++mine;
+      }
+    }
+    Slot& slot = slots[mine];
+    slot.pid.store(pid);
+    slot.rank.store(config.rank);
+    slot.start_time.store(start_time);
+    slot.arrived.store(0);
+    slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
+    header->joined.value.fetch_add(1);
+    futex_wake_all(header->joined.value);
+
+    segment->fd_ = fd;
+    segment->header_ = header;
+    segment->slots_ = slots;
+    segment->num_slots_ = static_cast<int>(local_size);
+    segment->my_slot_ = mine;
+    segment->shm_ = std::move(shm);
+    segment->region_ = std::move(region);
+    break;
+  }
+  // Rendezvous: every process of the node must claim its slot before anyone proceeds.
+  try {
+    SegmentHeader& header = *segment->header_;
+    for (;;) {
+      std::uint32_t joined = header.joined.value.load(std::memory_order_acquire);
+      if (joined >= local_size) {
+        break;
+      }
+      if (std::uint32_t lost = header.lost.value.load(); lost != 0) {
+        throw PeerLostError("lockstep: joining the job: " + segment->describe(int(lost) - 1) +
+                                " was lost while the node's processes joined",
+                            segment->slots_[lost - 1].rank.load());
+      }
+      auto lost = segment->find_lost([&](int slot) {
+        return segment->slots_[slot].status.load() == static_cast<std::uint32_t>(SlotStatus::empty);
+      });
+      if (lost) {
+        segment->mark_lost(lost->slot);
+        throw PeerLostError("lockstep: joining the job: " + segment->describe(lost->slot) + " " +
+                                lost->how + " while the node's processes joined",
+                            segment->slots_[lost->slot].rank.load());
+      }
+      auto now = Clock::now();
+      if (now >= deadline) {
+        std::vector<int> missing;
+        for (int i = 0; i < segment->num_slots_; ++i) {
+          if (segment->slots_[i].status.load() == static_cast<std::uint32_t>(SlotStatus::empty)) {
+            missing.push_back(i);
+          }
+        }
+        auto seconds = std::chrono::duration<double>(config.join_timeout).count();
+        char waited[32];
+        std::snprintf(waited, sizeof waited, "%g", seconds);
+        std::string who = config.local_rank >= 0
+                              ? "local processes " + list(missing) + " of node " +
+                                    std::to_string(config.node_index) + " never joined"
+                              : std::to_string(missing.size()) + " of the node's " +
+                                    std::to_string(local_size) + " processes never joined";
+        throw TimeoutError("lockstep: joining the job timed out after " + std::string(waited) +
+                               " s (LOCKSTEP_JOIN_TIMEOUT): " + who + " (" +
+                               std::to_string(joined) + " of " + std::to_string(local_size) +
+                               " have)",
+                           {});
+      }
+      futex_wait(header.joined.value, joined,
+                 std::min<Clock::duration>(kPollInterval, deadline - now));
+    }
+    // The elected local index: this process's rank order among the node's ranks.
+    int mine = segment->my_slot_;
+    int my_rank = segment->slots_[mine].rank.load();
+    int below = 0;
+    for (int i = 0; i < segment->num_slots_; ++i) {
+      int rank = segment->slots_[i].rank.load();
+      if (i != mine && rank == my_rank) {
+        throw ConfigError("lockstep: two processes of node " + std::to_string(config.node_index) +
+                          " (pids " + std::to_string(segment->slots_[i].pid.load()) + " and " +
+                          std::to_string(::getpid()) + ") both have rank " +
+                          std::to_string(my_rank));
+      }
+      below += rank < my_rank ? 1 : 0;
+    }
+    segment->local_index_ = config.local_rank >= 0 ? config.local_rank : below;
+  } catch (...) {
+    segment.reset();  // leaves: the peers see this slot as gone
+    throw;
+  }
+  return segment;
+}
+
+NodeSegment::~NodeSegment() { leave(); }
+
+void NodeSegment::abandon() noexcept {
+  region_.reset();
+  shm_.reset();
+  header_ = nullptr;
+  slots_ = nullptr;
+  fd_ = -1;
+}
+
+void NodeSegment::leave() noexcept {
+  if (header_ == nullptr) {
+    return;
+  }
+  try {
+    FileLock lock(fd_);
+    slots_[my_slot_].status.store(static_cast<std::uint32_t>(SlotStatus::left));
+    header_->left.value.fetch_add(1);
+    futex_wake_all(header_->generation.value);
+    futex_wake_all(header_->joined.value);
+    struct stat st {};
+    if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
+      bip::shared_memory_object::remove(name_.c_str());
+    }
+  } catch (...) {
+    // Leaving must not throw; the launcher or the next job removes what is left.
+  }
+  abandon();
+}
+
+std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
+  const Slot& peer = slots_[slot];
+  auto status = static_cast<SlotStatus>(peer.status.load(std::memory_order_acquire));
+  if (status == SlotStatus::left) {
+    return LostPeer{slot, "left the job"};
+  }
+  if (status == SlotStatus::joined &&
+      process_liveness(peer.pid.load(std::memory_order_relaxed),
+                       peer.start_time.load(std::memory_order_relaxed)) == Liveness::dead) {
+    return LostPeer{slot, "died"};
+  }
+  return std::nullopt;
+}
+
+std::string NodeSegment::describe(int slot) const {
+  const Slot& peer = slots_[slot];
+  return "process " + std::to_string(peer.rank.load(std::memory_order_relaxed)) + " of " +
+         std::to_string(header_->world_size) + " (pid " +
+         std::to_string(peer.pid.load(std::memory_order_relaxed)) + ")";
+}
+
+void NodeSegment::mark_lost(int slot) noexcept {
+  std::uint32_t none = 0;
+  header_->lost.value.compare_exchange_strong(none, static_cast<std::uint32_t>(slot + 1));
+  futex_wake_all(header_->generation.value);
+  futex_wake_all(header_->joined.value);
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,94 @@
+// The node segment: joining, leaving and watching the node's processes (internal).
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "env.hpp"
+#include "shm/layout.hpp"
+
+namespace lockstep::detail {
+
+// The POSIX shared-memory name (without the leading '/') of a job's segment on a node:
+// "lockstep-u<uid>-<hash of identity>-n<node>". The uid keeps users apart; the hash keeps jobs
+// apart; the full identity is stored in the segment and checked on attach.
+std::string segment_name(const std::string& identity, int node_index);
+
+// Removes the segment `name` if no process that joined it still runs (a job that was killed).
+// Returns true when it removed one. For the launcher, after its children have exited.
+bool remove_abandoned_segment(const std::string& name);
+
+// A peer found gone: which slot, and a sentence on how.
+struct LostPeer {
+  int slot;
+  std::string how;  // "died" or "left the job"
+};
+
+// This process's membership in its node's segment.
+//
+// join() creates or attaches the segment (owner-only, 0600), replaces a stale one (left by a job
+// whose processes died), claims a slot, and blocks until every node-local process has claimed
+// one. The destructor leaves: it marks the slot left, wakes waiters, and the last process out
+// unlinks the segment.
+class NodeSegment {
+ public:
+  static std::unique_ptr<NodeSegment> join(const JobConfig& config);
+  ~NodeSegment();
+  NodeSegment(const NodeSegment&) = delete;
+  NodeSegment& operator=(const NodeSegment&) = delete;
+
+  [[nodiscard]] SegmentHeader& header() const noexcept { return *header_; }
+  [[nodiscard]] Slot& slot(int index) const noexcept { return slots_[index]; }
+  [[nodiscard]] int num_slots() const noexcept { return num_slots_; }
+  [[nodiscard]] int my_slot() const noexcept { return my_slot_; }
+  // This process's node-local index: the given LOCAL_RANK, or its rank's order on the node.
+  [[nodiscard]] int local_index() const noexcept { return local_index_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+  // The first peer (other than this process) that is neither `arrived` nor alive, if any.
+  // `arrived(slot)` says which peers have no more obligations in the current wait.
+  template <class Arrived>
+  [[nodiscard]] std::optional<LostPeer> find_lost(Arrived arrived) const;
+  // "process 3 (pid 4121)": a slot as a user knows it.
+  [[nodiscard]] std::string describe(int slot) const;
+  // Marks the job on this node broken by `slot`, and wakes every waiter to see it.
+  void mark_lost(int slot) noexcept;
+  // Called in a forked child: forget the segment without leaving (the parent still owns it).
+  void abandon() noexcept;
+
+ private:
+  NodeSegment() = default;
+  void leave() noexcept;
+  [[nodiscard]] std::optional<LostPeer> check_peer(int slot) const;
+
+  std::string name_;
+  std::optional<boost::interprocess::shared_memory_object> shm_;
+  std::optional<boost::interprocess::mapped_region> region_;
+  int fd_ = -1;  // shm_'s descriptor, for flock
+  SegmentHeader* header_ = nullptr;
+  Slot* slots_ = nullptr;
+  int num_slots_ = 0;
+  int my_slot_ = -1;
+  int local_index_ = -1;
+};
+
+template <class Arrived>
+std::optional<LostPeer> NodeSegment::find_lost(Arrived arrived) const {
+  for (int slot = 0; slot < num_slots_; ++slot) {
+    if (slot != my_slot_ && !arrived(slot)) {
+      if (auto lost = check_peer(slot)) {
+        return lost;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace lockstep::detail

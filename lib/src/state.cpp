@@ -1,0 +1,82 @@
+#include "lockstep/state.hpp"
+
+#include <exception>
+#include <string>
+
+#include "context.hpp"
+
+namespace lockstep {
+
+Error::~Error() = default;
+ConfigError::~ConfigError() = default;
+
+TimeoutError::TimeoutError(const std::string& what, std::vector<int> missing)
+    : Error(what), missing_(std::move(missing)) {}
+TimeoutError::~TimeoutError() = default;
+
+PeerLostError::PeerLostError(const std::string& what, int process_index)
+    : Error(what), process_index_(process_index) {}
+PeerLostError::~PeerLostError() = default;
+
+SystemError::SystemError(const std::string& what, int error_number)
+    : Error(what), errno_(error_number) {}
+SystemError::~SystemError() = default;
+
+State::State() : context_(detail::Context::instance()) {}
+State::~State() = default;
+
+int State::process_index() const noexcept { return context_->config().rank; }
+int State::local_process_index() const noexcept { return context_->local_index(); }
+int State::num_processes() const noexcept { return context_->config().world_size; }
+int State::num_local_processes() const noexcept { return context_->config().local_size; }
+int State::node_index() const noexcept { return context_->config().node_index; }
+int State::num_nodes() const noexcept { return context_->config().num_nodes; }
+WaitPolicy State::wait_policy() const noexcept { return context_->config().wait_policy; }
+std::string State::environment_source() const { return context_->config().source; }
+
+void State::wait_for_everyone() { context_->wait(std::nullopt, "wait_for_everyone"); }
+
+void State::wait_for_everyone(std::chrono::milliseconds timeout) {
+  std::string what = "wait_for_everyone(" + std::to_string(timeout.count()) + " ms)";
+  context_->wait(timeout, what.c_str());
+}
+
+void State::check_index(const char* what, int index) {
+  if (index < 0) {
+    throw ConfigError(std::string("lockstep: ") + what + ": process index " +
+                      std::to_string(index) + " is negative");
+  }
+}
+
+FirstGuard State::main_process_first() {
+  return FirstGuard(context_, is_main_process());
+}
+
+FirstGuard State::local_main_process_first() {
+  return FirstGuard(context_, is_local_main_process());
+}
+
+FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first)
+    : context_(std::move(context)), first_(first), uncaught_at_entry_(std::uncaught_exceptions()) {
+  if (!first_) {
+    context_->wait(std::nullopt, "main_process_first (waiting for the first process)");
+  }
+}
+
+FirstGuard::FirstGuard(FirstGuard&& other) noexcept
+    : context_(std::move(other.context_)),
+      first_(other.first_),
+      uncaught_at_entry_(other.uncaught_at_entry_) {}
+
+FirstGuard::~FirstGuard() {
+  if (!context_ || !first_ || std::uncaught_exceptions() > uncaught_at_entry_) {
+    return;
+  }
+  try {
+    context_->wait(std::nullopt, "main_process_first (releasing the others)");
+  } catch (...) {
+    context_->defer(std::current_exception());
+  }
+}
+
+}  // namespace lockstep

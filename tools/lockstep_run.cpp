@@ -1,0 +1,513 @@
+// lockstep-run: starts N processes of a program as one lockstep job, as torchrun does.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lockstep/version.hpp"
+#include "proc.hpp"
+#include "shm/segment.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string job_id;
+  bool tag_output = false;
+  double grace_period = 5.0;
+  std::string wait_policy;
+  std::vector<std::string> command;
+};
+
+// One line-tagging stream: a child's stdout or stderr.
+struct Stream {
+  int fd = -1;
+  int out = STDOUT_FILENO;
+  std::string pending;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream streams[2];
+};
+
+void say(const std::string& text) {
+  std::string line = "lockstep-run: " + text + "\n";
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
+}
+
+void write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) {
+    return "exited with status " + std::to_string(WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = ::sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + (name ? " (SIG" + std::string(name) + ")" : "");
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+int exit_code_for(int status) {
+  if (WIFEXITED(status)) {
+    return WEXITSTATUS(status);
+  }
+  if (WIFSIGNALED(status)) {
+    return 128 + WTERMSIG(status);
+  }
+  return 1;
+}
+
+std::string random_job_id() {
+  unsigned char bytes[12];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno != EINTR) {
+      break;
+    }
+    got += n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
+  if (got < sizeof bytes) {
+    // No entropy source: pid and time still tell jobs on one machine apart.
+    return std::to_string(::getpid()) + "-" +
+           std::to_string(Clock::now().time_since_epoch().count());
+  }
+  std::string out;
+  char hex[3];
+  for (unsigned char byte : bytes) {
+    std::snprintf(hex, sizeof hex, "%02x", byte);
+    out += hex;
+  }
+  return out;
+}
+
+// Whether `program` can be executed as execvp would find it; the reason when not.
+std::optional<std::string> cannot_execute(const std::string& program) {
+  auto check = [](const std::string& path) -> std::optional<std::string> {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      return lockstep::detail::error_text(errno);
+    }
+    if (S_ISDIR(st.st_mode)) {
+      return std::string("is a directory");
+    }
+    if (::access(path.c_str(), X_OK) != 0) {
+      return lockstep::detail::error_text(errno);
+    }
+    return std::nullopt;
+  };
+  if (program.find('/') != std::string::npos) {
+    return check(program);
+  }
+  const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe)
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    auto end = dirs.find(':', start);
+    std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!check((dir.empty() ? "." : dir) + "/" + program)) {
+      return std::nullopt;
+    }
+    if (end == std::string::npos) {
+      break;
+    }
+    start = end + 1;
+  }
+  return std::string("not found in PATH");
+}
+
+class Launcher {
+ public:
+  explicit Launcher(Options options) : options_(std::move(options)) {}
+  int run();
+
+ private:
+  void start(int local_rank, const sigset_t& old_mask);
+  void reap();
+  void pump(Stream& stream, int rank, bool flush_all);
+  void stop_all(int sig);
+  [[nodiscard]] bool any_running() const;
+
+  Options options_;
+  std::string identity_;
+  std::vector<Child> children_;
+  std::optional<Clock::time_point> kill_at_;
+  std::optional<int> exit_code_;
+};
+
+void Launcher::start(int local_rank, const sigset_t& old_mask) {
+  Child& child = children_[static_cast<std::size_t>(local_rank)];
+  child.rank = options_.node_rank * options_.nproc_per_node + local_rank;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  if (options_.tag_output) {
+    for (auto& p : pipes) {
+      if (::pipe2(p, O_CLOEXEC) != 0) {
+        lockstep::detail::throw_errno("lockstep-run: starting rank " + std::to_string(child.rank),
+                                      "pipe2");
+      }
+    }
+  }
+  int world = options_.nnodes * options_.nproc_per_node;
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"RANK", std::to_string(child.rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(options_.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(options_.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(options_.nnodes)},
+      {"ROLE_RANK", std::to_string(child.rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(world)},
+      {"MASTER_ADDR", options_.master_addr},
+      {"MASTER_PORT", std::to_string(options_.master_port)},
+      {"LOCKSTEP_JOB_ID", identity_},
+      {"LOCKSTEP_NNODES", std::to_string(options_.nnodes)},
+  };
+  if (!options_.wait_policy.empty()) {
+    env.emplace_back("LOCKSTEP_WAIT_POLICY", options_.wait_policy);
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    lockstep::detail::throw_errno("lockstep-run: starting rank " + std::to_string(child.rank),
+                                  "fork");
+  }
+  if (pid == 0) {
+    // Child: its own process group, so that the launcher alone decides which signals reach it
+    // (and can stop everything it starts); stdin from /dev/null, since a background process
+    // group that reads the terminal would be stopped.
+    ::setpgid(0, 0);
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    int null = ::open("/dev/null", O_RDONLY);
+    if (null >= 0) {
+      ::dup2(null, STDIN_FILENO);
+    }
+    if (options_.tag_output) {
+      ::dup2(pipes[0][1], STDOUT_FILENO);
+      ::dup2(pipes[1][1], STDERR_FILENO);
+    }
+    for (const auto& [name, value] : env) {
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+    std::vector<char*> argv;
+    for (auto& arg : options_.command) {
+      argv.push_back(arg.data());
+    }
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::string message = "lockstep-run: rank " + std::to_string(child.rank) + ": cannot run '" +
+                          options_.command[0] + "': " + std::strerror(errno) + "\n";
+    (void)!::write(STDERR_FILENO, message.data(), message.size());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so that no signal can find the child outside its group
+  child.pid = pid;
+  child.running = true;
+  if (options_.tag_output) {
+    for (int i = 0; i < 2; ++i) {
+      ::close(pipes[i][1]);
+      child.streams[i].fd = pipes[i][0];
+      child.streams[i].out = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+    }
+  }
+}
+
+void Launcher::pump(Stream& stream, int rank, bool flush_all) {
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      ::close(stream.fd);
+      stream.fd = -1;
+      flush_all = true;
+      break;
+    }
+    stream.pending.append(buffer, static_cast<std::size_t>(n));
+    if (static_cast<std::size_t>(n) < sizeof buffer) {
+      break;
+    }
+  }
+  std::string tag = "[rank " + std::to_string(rank) + "] ";
+  std::string out;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = stream.pending.find('\n', start)) != std::string::npos;
+       start = nl + 1) {
+    out += tag + stream.pending.substr(start, nl + 1 - start);
+  }
+  stream.pending.erase(0, start);
+  if (flush_all && !stream.pending.empty()) {
+    out += tag + stream.pending + "\n";
+    stream.pending.clear();
+  }
+  write_all(stream.out, out);
+}
+
+void Launcher::stop_all(int sig) {
+  for (const Child& child : children_) {
+    if (child.running) {
+      ::kill(-child.pid, sig);
+    }
+  }
+}
+
+bool Launcher::any_running() const {
+  for (const Child& child : children_) {
+    if (child.running) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Launcher::reap() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      return;
+    }
+    for (Child& child : children_) {
+      if (child.pid != pid || !child.running) {
+        continue;
+      }
+      child.running = false;
+      child.status = status;
+      // A child that exits while the job is being stopped is not a new failure.
+      if (status != 0 && !exit_code_) {
+        say("rank " + std::to_string(child.rank) + " (pid " + std::to_string(pid) + ") " +
+            describe_status(status) + "; stopping the other ranks");
+        exit_code_ = exit_code_for(status);
+        stop_all(SIGTERM);
+        kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(options_.grace_period));
+      }
+      // The child's own group may hold its children still: stop them too.
+      ::kill(-pid, status != 0 ? SIGKILL : SIGTERM);
+    }
+  }
+}
+
+int Launcher::run() {
+  if (auto why = cannot_execute(options_.command[0])) {
+    say("cannot run '" + options_.command[0] + "': " + *why);
+    return 127;
+  }
+  identity_ = (options_.job_id.empty() ? random_job_id() : options_.job_id) + "@" +
+              options_.master_addr + ":" + std::to_string(options_.master_port);
+
+  sigset_t mask;
+  sigset_t old_mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    sigaddset(&mask, sig);
+  }
+  ::sigprocmask(SIG_BLOCK, &mask, &old_mask);
+  int signals = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signals < 0) {
+    lockstep::detail::throw_errno("lockstep-run", "signalfd");
+  }
+
+  children_.resize(static_cast<std::size_t>(options_.nproc_per_node));
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    start(local, old_mask);
+  }
+
+  auto streams_open = [&] {
+    for (const Child& child : children_) {
+      for (const Stream& stream : child.streams) {
+        if (stream.fd >= 0) {
+          return true;
+        }
+      }
+    }
+    return false;
+  };
+  while (any_running() || streams_open()) {
+    std::vector<pollfd> fds{{signals, POLLIN, 0}};
+    std::vector<std::pair<Child*, Stream*>> owners{{nullptr, nullptr}};
+    for (Child& child : children_) {
+      for (Stream& stream : child.streams) {
+        if (stream.fd >= 0) {
+          fds.push_back({stream.fd, POLLIN, 0});
+          owners.emplace_back(&child, &stream);
+        }
+      }
+    }
+    int timeout_ms = -1;
+    if (kill_at_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at_ - Clock::now());
+      timeout_ms = static_cast<int>(std::max<long long>(0, left.count()));
+    }
+    if (!any_running() && timeout_ms < 0) {
+      timeout_ms = 1000;  // children gone, grandchildren may hold the pipes: do not wait for ever
+    }
+    int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      lockstep::detail::throw_errno("lockstep-run", "poll");
+    }
+    if (ready == 0 && !any_running()) {
+      break;
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) {
+        pump(*owners[i].second, owners[i].first->rank, false);
+      }
+    }
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info{};
+      while (::read(signals, &info, sizeof info) == sizeof info) {
+        int sig = static_cast<int>(info.ssi_signo);
+        if (sig == SIGCHLD) {
+          continue;
+        }
+        if (!exit_code_) {
+          say("received SIG" + std::string(::sigabbrev_np(sig)) + "; forwarding it to " +
+              std::to_string(options_.nproc_per_node) + " rank(s)");
+          exit_code_ = 128 + sig;
+          stop_all(sig);
+          kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(options_.grace_period));
+        } else {
+          stop_all(SIGKILL);  // a second signal: the user insists
+        }
+      }
+    }
+    reap();
+    if (kill_at_ && Clock::now() >= *kill_at_ && any_running()) {
+      say("grace period of " + CLI::detail::to_string(options_.grace_period) +
+          " s over; killing the remaining ranks");
+      stop_all(SIGKILL);
+      kill_at_.reset();
+    }
+  }
+  for (Child& child : children_) {
+    for (Stream& stream : child.streams) {
+      if (stream.fd >= 0) {
+        pump(stream, child.rank, true);
+      }
+    }
+  }
+  // A rank killed before leaving cannot remove the node's segment: remove it for them.
+  lockstep::detail::remove_abandoned_segment(
+      lockstep::detail::segment_name("job=" + identity_, options_.node_rank));
+  return exit_code_.value_or(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app{
+      "lockstep-run: start a program as a lockstep job of N processes on this machine.\n"
+      "Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+      "GROUP_RANK, MASTER_ADDR, MASTER_PORT) and a job identity of its own (LOCKSTEP_JOB_ID).\n"
+      "When a process fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
+      "period) and lockstep-run exits with the failed process's status.",
+      "lockstep-run"};
+  app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
+  app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_per_node,
+                 "Processes to start on this node")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--nnodes", options.nnodes, "Nodes in the job")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--node-rank,--node_rank", options.node_rank, "Index of this node in the job")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--master-addr,--master_addr", options.master_addr,
+                 "Address of node 0 (part of the job's identity)")
+      ->capture_default_str();
+  app.add_option("--master-port,--master_port", options.master_port,
+                 "Port on node 0 (part of the job's identity)")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--job-id,--job_id,--rdzv-id,--rdzv_id", options.job_id,
+                 "Job identity (default: random, so two jobs never meet)");
+  app.add_flag("--tag-output,--tag_output", options.tag_output,
+               "Prefix every line a process prints with \"[rank N] \"");
+  app.add_option("--grace-period,--grace_period", options.grace_period,
+                 "Seconds between SIGTERM and SIGKILL when stopping the job")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--wait-policy,--wait_policy", options.wait_policy,
+                 "Barrier wait policy for the processes (sets LOCKSTEP_WAIT_POLICY)")
+      ->check(CLI::IsMember({"adaptive", "spin", "block"}));
+  bool standalone = false;
+  app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
+  app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);  // prints help, the version, or the error
+    return code == 0 ? 0 : 2;
+  }
+  options.command = app.remaining();
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  } else if (!options.command.empty() && options.command.front().size() > 1 &&
+             options.command.front()[0] == '-') {
+    say("unknown option '" + options.command.front() + "' (see lockstep-run --help)");
+    return 2;
+  }
+  if (options.command.empty()) {
+    say("no program given (usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...])");
+    return 2;
+  }
+  if (options.node_rank >= options.nnodes) {
+    say("--node-rank " + std::to_string(options.node_rank) + " must be below --nnodes " +
+        std::to_string(options.nnodes));
+    return 2;
+  }
+  if (options.nnodes > 1) {
+    say("--nnodes " + std::to_string(options.nnodes) +
+        ": a multi-node job needs a cross-node backend, and this build of lockstep has none");
+    return 2;
+  }
+  try {
+    return Launcher(std::move(options)).run();
+  } catch (const std::exception& error) {
+    say(error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,183 @@
+#include "ranks.hpp"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+namespace lockstep::testing {
+
+bool RankEnd::ok() const { return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+bool RankEnd::killed_by(int sig) const {
+  return !timed_out && WIFSIGNALED(status) && WTERMSIG(status) == sig;
+}
+
+int RankEnd::exit_code() const {
+  return !timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string RankEnd::describe() const {
+  std::string who = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
+  if (timed_out) {
+    return who + " did not finish in time and was killed";
+  }
+  if (WIFEXITED(status)) {
+    return who + " exited with status " + std::to_string(WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status)) {
+    return who + " was killed by signal " + std::to_string(WTERMSIG(status));
+  }
+  return who + " ended with wait status " + std::to_string(status);
+}
+
+std::string unique_job_id(const std::string& hint) {
+  static std::atomic<int> counter{0};
+  return "test-" + hint + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+void* shared_bytes(std::size_t size) {
+  void* memory = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    throw std::runtime_error("mmap of shared test memory failed");
+  }
+  std::memset(memory, 0, size);
+  return memory;
+}
+
+namespace {
+
+constexpr const char* kJobVariables[] = {
+    "RANK",          "LOCAL_RANK",        "WORLD_SIZE",         "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",    "GROUP_WORLD_SIZE",  "LOCKSTEP_JOB_ID",    "LOCKSTEP_NNODES",
+    "MASTER_ADDR",   "MASTER_PORT",       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",      "PMI_SIZE",          "SLURM_PROCID",       "SLURM_NTASKS",
+    "SLURM_STEP_ID", "LOCKSTEP_WAIT_POLICY"};
+
+[[noreturn]] void child(const Job& job, const std::string& id, int rank,
+                        const std::function<void(int)>& body) {
+  for (const char* name : kJobVariables) {
+    ::unsetenv(name);
+  }
+  if (!job.plain) {
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", std::to_string(job.processes).c_str(), 1);
+    ::setenv("LOCAL_WORLD_SIZE", std::to_string(job.processes).c_str(), 1);
+    ::setenv("GROUP_RANK", "0", 1);
+    ::setenv("LOCKSTEP_NNODES", "1", 1);
+    ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
+  }
+  for (const auto& [name, value] : job.env) {
+    if (value.empty()) {
+      ::unsetenv(name.c_str());
+    } else {
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  int code = 0;
+  try {
+    body(rank);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+    code = 1;
+  } catch (...) {
+    std::fprintf(stderr, "rank %d: unknown exception\n", rank);
+    code = 1;
+  }
+  std::fflush(nullptr);
+  // exit, not _exit: the process leaves the job in its static destructors, as a program does.
+  std::exit(code);  // NOLINT(concurrency-mt-unsafe)
+}
+
+}  // namespace
+
+Running start_ranks(const Job& job, const std::function<void(int)>& body) {
+  std::string id = job.id.empty() ? unique_job_id("job") : job.id;
+  Running running;
+  running.deadline = std::chrono::steady_clock::now() + job.limit;
+  std::fflush(nullptr);
+  for (int rank = 0; rank < job.processes; ++rank) {
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      throw std::runtime_error("fork failed");
+    }
+    if (pid == 0) {
+      child(job, id, rank, body);
+    }
+    running.pids.push_back(pid);
+  }
+  return running;
+}
+
+std::vector<RankEnd> wait_ranks(const Running& running) {
+  std::vector<RankEnd> ends(running.pids.size());
+  std::size_t left = running.pids.size();
+  for (std::size_t i = 0; i < ends.size(); ++i) {
+    ends[i].rank = static_cast<int>(i);
+    ends[i].pid = running.pids[i];
+  }
+  std::vector<bool> done(ends.size(), false);
+  while (left > 0) {
+    bool timed_out = std::chrono::steady_clock::now() > running.deadline;
+    for (std::size_t i = 0; i < ends.size(); ++i) {
+      if (done[i]) {
+        continue;
+      }
+      if (timed_out) {
+        ::kill(running.pids[i], SIGKILL);
+      }
+      int status = 0;
+      pid_t got = ::waitpid(running.pids[i], &status, timed_out ? 0 : WNOHANG);
+      if (got == running.pids[i]) {
+        ends[i].status = status;
+        ends[i].timed_out = timed_out;
+        done[i] = true;
+        --left;
+      }
+    }
+    if (left > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  return ends;
+}
+
+std::vector<RankEnd> run_ranks(const Job& job, const std::function<void(int)>& body) {
+  return wait_ranks(start_ranks(job, body));
+}
+
+std::string failures(const std::vector<RankEnd>& ends) {
+  std::string out;
+  for (const auto& end : ends) {
+    if (!end.ok()) {
+      out += end.describe() + "\n";
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> shm_entries(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) {
+    return out;
+  }
+  while (dirent* entry = ::readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) == 0) {
+      out.push_back(name);
+    }
+  }
+  ::closedir(dir);
+  return out;
+}
+
+}  // namespace lockstep::testing

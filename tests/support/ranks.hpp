@@ -1,0 +1,78 @@
+// Runs a body in N forked processes as one lockstep job, and reports how each ended.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lockstep::testing {
+
+// Throws (in a child rank) when `condition` is false; the rank then exits 1 naming the line.
+#define RANK_CHECK(condition)                                                               \
+  do {                                                                                      \
+    if (!(condition)) {                                                                     \
+      throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +       \
+                             ": check failed: " #condition);                                \
+    }                                                                                       \
+  } while (0)
+
+struct Job {
+  int processes = 2;
+  std::string id;  // LOCKSTEP_JOB_ID; a fresh unique one when empty
+  // Extra variables for every rank (an empty value unsets the variable).
+  std::map<std::string, std::string> env;
+  // Set no job variables at all (a plain process).
+  bool plain = false;
+  std::chrono::seconds limit{60};
+};
+
+// How one rank ended: a wait status, or did not end within the job's limit (then killed).
+struct RankEnd {
+  int rank = 0;
+  pid_t pid = 0;
+  int status = 0;
+  bool timed_out = false;
+  [[nodiscard]] bool ok() const;
+  [[nodiscard]] bool killed_by(int sig) const;
+  [[nodiscard]] int exit_code() const;  // -1 unless it exited
+  [[nodiscard]] std::string describe() const;
+};
+
+// Forks `job.processes` children with lockstep-run's variables for `job`, runs `body(rank)` in
+// each and exits: 0 when it returns, 1 (printing the message) when it throws. Returns when all
+// have ended; kills all and marks them timed out after `job.limit`.
+std::vector<RankEnd> run_ranks(const Job& job, const std::function<void(int)>& body);
+
+// Starts the ranks and returns at once; finish with wait_ranks.
+struct Running {
+  std::vector<pid_t> pids;
+  std::chrono::steady_clock::time_point deadline;
+};
+Running start_ranks(const Job& job, const std::function<void(int)>& body);
+std::vector<RankEnd> wait_ranks(const Running& running);
+
+// "" when every rank ended with status 0, else one line per rank that did not.
+std::string failures(const std::vector<RankEnd>& ends);
+
+// A unique job id for this test process.
+std::string unique_job_id(const std::string& hint);
+
+// Memory shared by the test and every rank it forks (MAP_SHARED | MAP_ANONYMOUS), zeroed.
+template <class T>
+T* shared_array(std::size_t count);
+void* shared_bytes(std::size_t size);
+template <class T>
+T* shared_array(std::size_t count) {
+  return static_cast<T*>(shared_bytes(sizeof(T) * count));
+}
+
+// Names in /dev/shm that start with `prefix`.
+std::vector<std::string> shm_entries(const std::string& prefix);
+
+}  // namespace lockstep::testing

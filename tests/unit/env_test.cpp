@@ -1,0 +1,250 @@
+#include "env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+
+JobConfig read(const Vars& vars) {
+  return read_job_config(
+      [&](const std::string& name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        if (it == vars.end()) {
+          return std::nullopt;
+        }
+        return it->second;
+      },
+      WaitPolicy::adaptive);
+}
+
+// The ConfigError message for `vars`; fails the test when none is thrown.
+std::string config_error(const Vars& vars) {
+  try {
+    read(vars);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return "";
+}
+
+Vars torchrun(int rank, int world, int local_rank, int local_world, int group) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(local_rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(local_world)},
+          {"GROUP_RANK", std::to_string(group)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", "29500"}};
+}
+
+TEST(Environment, NoVariablesIsAJobOfOne) {
+  auto config = read({});
+  EXPECT_EQ(config.source, "none");
+  EXPECT_EQ(config.rank, 0);
+  EXPECT_EQ(config.world_size, 1);
+  EXPECT_EQ(config.local_size, 1);
+  EXPECT_EQ(config.num_nodes, 1);
+}
+
+TEST(Environment, LauncherVariablesWin) {
+  auto vars = torchrun(2, 4, 2, 4, 0);
+  vars["LOCKSTEP_JOB_ID"] = "abc";
+  vars["LOCKSTEP_NNODES"] = "1";
+  vars["OMPI_COMM_WORLD_RANK"] = "1";
+  vars["OMPI_COMM_WORLD_SIZE"] = "2";
+  auto config = read(vars);
+  EXPECT_EQ(config.source, "lockstep-run");
+  EXPECT_EQ(config.rank, 2);
+  EXPECT_EQ(config.local_rank, 2);
+  EXPECT_EQ(config.world_size, 4);
+  EXPECT_EQ(config.identity, "job=abc");
+}
+
+TEST(Environment, TorchrunBeforeOpenMpi) {
+  auto vars = torchrun(1, 8, 1, 4, 0);
+  vars["OMPI_COMM_WORLD_RANK"] = "3";
+  vars["OMPI_COMM_WORLD_SIZE"] = "4";
+  auto config = read(vars);
+  EXPECT_EQ(config.source, "torchrun");
+  EXPECT_EQ(config.rank, 1);
+  EXPECT_EQ(config.num_nodes, 2);
+  EXPECT_EQ(config.node_index, 0);
+  EXPECT_EQ(config.local_size, 4);
+  EXPECT_NE(config.identity.find("MASTER_PORT=29500"), std::string::npos);
+}
+
+TEST(Environment, TorchrunSecondNode) {
+  auto config = read(torchrun(5, 8, 1, 4, 1));
+  EXPECT_EQ(config.node_index, 1);
+  EXPECT_EQ(config.num_nodes, 2);
+  EXPECT_EQ(config.local_rank, 1);
+}
+
+TEST(Environment, TorchrunWithoutLocalRankElects) {
+  auto config = read({{"RANK", "3"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(config.local_rank, -1);
+  EXPECT_EQ(config.local_size, 4);
+  EXPECT_EQ(config.num_nodes, 1);
+}
+
+TEST(Environment, OpenMpi) {
+  auto config = read({{"OMPI_COMM_WORLD_RANK", "3"},
+                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                      {"PMIX_NAMESPACE", "prterun-x-1@1"}});
+  EXPECT_EQ(config.source, "openmpi");
+  EXPECT_EQ(config.rank, 3);
+  EXPECT_EQ(config.local_rank, 3);
+  EXPECT_NE(config.identity.find("prterun-x-1@1"), std::string::npos);
+}
+
+TEST(Environment, Mpich) {
+  auto config = read({{"PMI_RANK", "1"},
+                      {"PMI_SIZE", "2"},
+                      {"MPI_LOCALRANKID", "1"},
+                      {"MPI_LOCALNRANKS", "2"}});
+  EXPECT_EQ(config.source, "mpich");
+  EXPECT_EQ(config.rank, 1);
+  EXPECT_EQ(config.local_rank, 1);
+}
+
+TEST(Environment, SlurmTaskList) {
+  auto config = read({{"SLURM_PROCID", "5"},
+                      {"SLURM_NTASKS", "7"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "2"},
+                      {"SLURM_NNODES", "3"},
+                      {"SLURM_STEP_ID", "0"},
+                      {"SLURM_JOB_ID", "77"},
+                      {"SLURM_TASKS_PER_NODE", "3(x2),1"}});
+  EXPECT_EQ(config.source, "slurm");
+  EXPECT_EQ(config.node_index, 2);
+  EXPECT_EQ(config.num_nodes, 3);
+  EXPECT_EQ(config.local_size, 1);
+  EXPECT_EQ(config.local_rank, 0);
+}
+
+TEST(Environment, SlurmBatchScriptIsNotAStep) {
+  // In the batch script itself SLURM_PROCID is set but no step (SLURM_STEP_ID) exists.
+  auto message = config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}});
+  EXPECT_NE(message.find("SLURM_STEP_ID"), std::string::npos) << message;
+}
+
+TEST(Environment, MalformedRank) {
+  auto vars = torchrun(0, 4, 0, 4, 0);
+  vars["RANK"] = "abc";
+  auto message = config_error(vars);
+  EXPECT_NE(message.find("RANK=\"abc\""), std::string::npos) << message;
+  EXPECT_NE(message.find("not an integer"), std::string::npos) << message;
+}
+
+TEST(Environment, RankNotBelowWorldSize) {
+  auto message = config_error(torchrun(4, 4, 0, 4, 0));
+  EXPECT_NE(message.find("RANK=\"4\""), std::string::npos) << message;
+  EXPECT_NE(message.find("WORLD_SIZE=4"), std::string::npos) << message;
+}
+
+TEST(Environment, NegativeSize) {
+  auto message = config_error({{"RANK", "0"}, {"WORLD_SIZE", "-2"}});
+  EXPECT_NE(message.find("WORLD_SIZE=\"-2\""), std::string::npos) << message;
+}
+
+TEST(Environment, ZeroSize) {
+  auto message = config_error({{"RANK", "0"}, {"WORLD_SIZE", "0"}});
+  EXPECT_NE(message.find("WORLD_SIZE=\"0\""), std::string::npos) << message;
+}
+
+TEST(Environment, LocalRankOutsideLocalSize) {
+  auto message = config_error(torchrun(1, 4, 4, 4, 0));
+  EXPECT_NE(message.find("LOCAL_RANK=\"4\""), std::string::npos) << message;
+}
+
+TEST(Environment, LocalSizeLargerThanWorld) {
+  auto message = config_error(torchrun(1, 4, 1, 8, 0));
+  EXPECT_NE(message.find("LOCAL_WORLD_SIZE=\"8\""), std::string::npos) << message;
+}
+
+TEST(Environment, LocalSizeNotDividingWorld) {
+  auto message = config_error({{"RANK", "1"}, {"WORLD_SIZE", "5"}, {"LOCAL_WORLD_SIZE", "2"}});
+  EXPECT_NE(message.find("LOCAL_WORLD_SIZE=\"2\""), std::string::npos) << message;
+}
+
+TEST(Environment, GroupRankOutsideNodes) {
+  auto message = config_error(torchrun(1, 4, 1, 2, 2));
+  EXPECT_NE(message.find("GROUP_RANK"), std::string::npos) << message;
+}
+
+TEST(Environment, InconsistentRankAndNodePlacement) {
+  auto message = config_error(torchrun(0, 4, 1, 2, 1));  // node 1, local 1 should be rank 3
+  EXPECT_NE(message.find("disagrees"), std::string::npos) << message;
+}
+
+TEST(Environment, TrailingGarbageAndSpaces) {
+  for (const char* bad : {"1x", " 1", "1 ", "", "+1", "0x1", "99999999999"}) {
+    auto message = config_error({{"RANK", bad}, {"WORLD_SIZE", "4"}});
+    EXPECT_NE(message.find("RANK=\"" + std::string(bad) + "\""), std::string::npos) << message;
+  }
+}
+
+TEST(Environment, PartialSetIsAnError) {
+  auto message = config_error({{"RANK", "1"}});
+  EXPECT_NE(message.find("WORLD_SIZE"), std::string::npos) << message;
+  message = config_error({{"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_NE(message.find("OMPI_COMM_WORLD_RANK"), std::string::npos) << message;
+}
+
+TEST(Environment, MalformedSlurmTaskList) {
+  auto message = config_error({{"SLURM_PROCID", "0"},
+                               {"SLURM_NTASKS", "4"},
+                               {"SLURM_STEP_ID", "0"},
+                               {"SLURM_NODEID", "0"},
+                               {"SLURM_NNODES", "2"},
+                               {"SLURM_TASKS_PER_NODE", "2(x"}});
+  EXPECT_NE(message.find("SLURM_TASKS_PER_NODE=\"2(x\""), std::string::npos) << message;
+}
+
+TEST(Environment, WaitPolicyVariable) {
+  EXPECT_EQ(read({{"LOCKSTEP_WAIT_POLICY", "spin"}}).wait_policy, WaitPolicy::spin);
+  EXPECT_EQ(read({{"LOCKSTEP_WAIT_POLICY", "block"}}).wait_policy, WaitPolicy::block);
+  auto message = config_error({{"LOCKSTEP_WAIT_POLICY", "fast"}});
+  EXPECT_NE(message.find("LOCKSTEP_WAIT_POLICY=\"fast\""), std::string::npos) << message;
+}
+
+TEST(Environment, JoinTimeoutVariable) {
+  EXPECT_EQ(read({{"LOCKSTEP_JOIN_TIMEOUT", "2.5"}}).join_timeout.count(), 2500);
+  for (const char* bad : {"0", "-1", "soon", "", "nan"}) {
+    auto message = config_error({{"LOCKSTEP_JOIN_TIMEOUT", bad}});
+    EXPECT_NE(message.find("LOCKSTEP_JOIN_TIMEOUT"), std::string::npos) << message;
+  }
+}
+
+TEST(Environment, EmptyJobIdIsAnError) {
+  auto message = config_error({{"LOCKSTEP_JOB_ID", ""}});
+  EXPECT_NE(message.find("LOCKSTEP_JOB_ID"), std::string::npos) << message;
+}
+
+TEST(Environment, JobIdOverridesIdentity) {
+  auto vars = torchrun(0, 2, 0, 2, 0);
+  vars["LOCKSTEP_JOB_ID"] = "mine";
+  EXPECT_EQ(read(vars).identity, "job=mine");
+}
+
+TEST(Environment, ParseInteger) {
+  EXPECT_EQ(parse_integer("0"), 0);
+  EXPECT_EQ(parse_integer("-3"), -3);
+  EXPECT_EQ(parse_integer("2147483647"), 2147483647);
+  EXPECT_FALSE(parse_integer("2147483648"));
+  EXPECT_FALSE(parse_integer("1.0"));
+}
+
+}  // namespace
+}  // namespace lockstep::detail

@@ -30,6 +30,19 @@ struct Job {
   // Set no job variables at all (a plain process).
   bool plain = false;
   std::chrono::seconds limit{60};
+
+  static Job of(int processes, std::string id = {}) {
+    Job job;
+    job.processes = processes;
+    job.id = std::move(id);
+    return job;
+  }
+  static Job plain_process() {
+    Job job;
+    job.processes = 1;
+    job.plain = true;
+    return job;
+  }
 };
 
 // How one rank ended: a wait status, or did not end within the job's limit (then killed).

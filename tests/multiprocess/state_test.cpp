@@ -1,0 +1,174 @@
+// lockstep::State in real processes: queries, wrappers, guards and the barrier, N = 1, 2, 4, 8.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <lockstep/lockstep.hpp>
+#include <thread>
+
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+
+class StateTest : public ::testing::TestWithParam<int> {
+ protected:
+  Job job() const {
+    Job job;
+    job.processes = GetParam();
+    job.plain = GetParam() == 1;  // one process: no job variables at all
+    return job;
+  }
+};
+
+TEST_P(StateTest, QueriesDescribeTheJob) {
+  const int n = GetParam();
+  auto ends = run_ranks(job(), [n](int rank) {
+    lockstep::State state;
+    RANK_CHECK(state.process_index() == rank);
+    RANK_CHECK(state.local_process_index() == rank);
+    RANK_CHECK(state.num_processes() == n);
+    RANK_CHECK(state.num_local_processes() == n);
+    RANK_CHECK(state.node_index() == 0);
+    RANK_CHECK(state.num_nodes() == 1);
+    RANK_CHECK(state.is_main_process() == (rank == 0));
+    RANK_CHECK(state.is_local_main_process() == (rank == 0));
+    RANK_CHECK(state.is_last_process() == (rank == n - 1));
+    RANK_CHECK(state.environment_source() == (n == 1 ? "none" : "lockstep-run"));
+    // Every State of a process is a handle to the same membership.
+    lockstep::State again;
+    RANK_CHECK(again.process_index() == rank);
+    state.wait_for_everyone();
+    again.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST_P(StateTest, WrappersRunOnTheChosenProcessOnly) {
+  const int n = GetParam();
+  // counts[k]: how often wrapper k ran, summed over processes.
+  auto* counts = shared_array<std::atomic<int>>(8 + 2 * 8);
+  auto ends = run_ranks(job(), [n, counts](int rank) {
+    lockstep::State state;
+    state.on_main_process([&] { counts[0]++; })();
+    state.on_local_main_process([&] { counts[1]++; })();
+    state.on_last_process([&] { counts[2]++; })();
+    for (int k = 0; k < n; ++k) {
+      state.on_process(k, [&](int which) { counts[8 + which]++; })(k);
+      state.on_local_process(k, [&] { counts[16 + k]++; })();
+    }
+    state.on_process(n, [&] { counts[3]++; })();  // no such process: never runs
+    auto value = state.on_main_process([](int a, int b) { return a + b; })(2, 3);
+    RANK_CHECK(value.has_value() == (rank == 0));
+    RANK_CHECK(!value || *value == 5);
+    auto text = state.on_last_process([rank] { return std::to_string(rank); })();
+    RANK_CHECK(text.has_value() == (rank == n - 1));
+    bool threw = false;
+    try {
+      (void)state.on_process(-1, [] {});
+    } catch (const lockstep::ConfigError&) {
+      threw = true;
+    }
+    RANK_CHECK(threw);
+    state.wait_for_everyone();
+  });
+  ASSERT_EQ(failures(ends), "");
+  EXPECT_EQ(counts[0], 1);
+  EXPECT_EQ(counts[1], 1);
+  EXPECT_EQ(counts[2], 1);
+  EXPECT_EQ(counts[3], 0);
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(counts[8 + k], 1) << "on_process(" << k << ")";
+    EXPECT_EQ(counts[16 + k], 1) << "on_local_process(" << k << ")";
+  }
+}
+
+TEST_P(StateTest, MainProcessFirstRunsTheMainBlockBeforeTheOthers) {
+  const int n = GetParam();
+  auto* order = shared_array<std::atomic<int>>(2 + 16);  // [0]: next ticket, [2+rank]: ticket
+  auto ends = run_ranks(job(), [order](int) {
+    lockstep::State state;
+    {
+      auto guard = state.main_process_first();
+      if (state.is_main_process()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // give the others a chance
+      }
+      order[2 + state.process_index()] = order[0]++;
+    }
+    {
+      auto guard = state.local_main_process_first();
+      if (!state.is_local_main_process()) {
+        RANK_CHECK(order[1].load() == 1);  // the local main finished its block
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        order[1] = 1;
+      }
+    }
+    state.wait_for_everyone();
+  });
+  ASSERT_EQ(failures(ends), "");
+  EXPECT_EQ(order[2], 0) << "the main process entered first";
+  for (int k = 1; k < n; ++k) {
+    EXPECT_GT(order[2 + k], 0);
+  }
+}
+
+TEST_P(StateTest, WaitForEveryoneHoldsEveryoneUntilTheLastArrives) {
+  const int n = GetParam();
+  auto* arrived = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job(), [n, arrived](int rank) {
+    lockstep::State state;
+    for (int round = 0; round < 20; ++round) {
+      if (rank == round % n) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the late one
+      }
+      arrived->fetch_add(1);
+      state.wait_for_everyone();
+      RANK_CHECK(arrived->load() >= (round + 1) * n);
+      state.wait_for_everyone();
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Processes, StateTest, ::testing::Values(1, 2, 4, 8),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(State, JobOfOneWaitsForNobody) {
+  auto ends = run_ranks(Job::plain_process(), [](int) {
+    lockstep::State state;
+    RANK_CHECK(state.num_processes() == 1);
+    state.wait_for_everyone();
+    state.wait_for_everyone(std::chrono::milliseconds(1));
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(State, TwoThreadsInOneBarrierIsAnError) {
+  auto ends = run_ranks(Job::of(2), [](int rank) {
+    lockstep::State state;
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      state.wait_for_everyone();
+      return;
+    }
+    std::atomic<bool> second_threw{false};
+    std::thread waiter([&] { state.wait_for_everyone(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      state.wait_for_everyone();
+    } catch (const lockstep::Error& error) {
+      second_threw = std::string(error.what()).find("second thread") != std::string::npos;
+    }
+    waiter.join();
+    RANK_CHECK(second_threw);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+}  // namespace

@@ -1,0 +1,222 @@
+// Failures in a barrier: timeouts name who is missing, a dead or departed peer never hangs anyone.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <lockstep/lockstep.hpp>
+#include <string>
+#include <thread>
+
+#include "ranks.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+using lockstep::testing::start_ranks;
+using lockstep::testing::wait_ranks;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(BarrierTimeout, NamesTheProcessesThatHadNotArrived) {
+  auto* counter = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(Job::of(4), [counter](int rank) {
+    lockstep::State state;
+    if (rank == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    } else {
+      auto start = Clock::now();
+      try {
+        state.wait_for_everyone(std::chrono::milliseconds(300));
+        RANK_CHECK(false);  // must time out: process 3 sleeps
+      } catch (const lockstep::TimeoutError& error) {
+        auto waited = Clock::now() - start;
+        RANK_CHECK(waited >= std::chrono::milliseconds(300));
+        RANK_CHECK(waited < std::chrono::milliseconds(1200));
+        RANK_CHECK(error.missing() == std::vector<int>{3});
+        RANK_CHECK(contains(error.what(), "process 3 of 4 had not arrived"));
+        RANK_CHECK(contains(error.what(), "wait_for_everyone(300 ms)"));
+      }
+    }
+    // The withdrawn arrivals leave the barrier intact: the job carries on.
+    for (int round = 0; round < 100; ++round) {
+      counter->fetch_add(1, std::memory_order_relaxed);
+      state.wait_for_everyone(std::chrono::milliseconds(20'000));
+      RANK_CHECK(counter->load(std::memory_order_relaxed) >= (round + 1) * 4);
+      state.wait_for_everyone();
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(BarrierTimeout, SucceedsWhenEveryoneArrivesInTime) {
+  auto ends = run_ranks(Job::of(3), [](int rank) {
+    lockstep::State state;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 * rank));
+    state.wait_for_everyone(std::chrono::milliseconds(20'000));
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+class PeerLost : public ::testing::TestWithParam<const char*> {};
+
+// A peer that dies before arriving turns into PeerLostError for every waiter, within about a
+// second, whatever the wait policy.
+TEST_P(PeerLost, KilledPeerIsNamed) {
+  Job job = Job::of(4);
+  job.env["LOCKSTEP_WAIT_POLICY"] = GetParam();
+  auto ends = run_ranks(job, [](int rank) {
+    lockstep::State state;
+    for (int round = 0; round < 10; ++round) {
+      state.wait_for_everyone();
+    }
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ::raise(SIGKILL);
+    }
+    auto start = Clock::now();
+    try {
+      state.wait_for_everyone();
+      RANK_CHECK(false);
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 2);
+      RANK_CHECK(contains(error.what(), "process 2 of 4 (pid "));
+      RANK_CHECK(contains(error.what(), "died"));
+      RANK_CHECK(Clock::now() - start < std::chrono::milliseconds(1500));
+    }
+    // The job is broken: later calls fail at once instead of hanging.
+    bool threw = false;
+    try {
+      state.wait_for_everyone();
+    } catch (const lockstep::PeerLostError&) {
+      threw = true;
+    }
+    RANK_CHECK(threw);
+  });
+  for (const auto& end : ends) {
+    if (end.rank == 2) {
+      EXPECT_TRUE(end.killed_by(SIGKILL)) << end.describe();
+    } else {
+      EXPECT_TRUE(end.ok()) << end.describe();
+    }
+  }
+}
+
+// Killed from outside while it sleeps mid-work (as the OOM killer would).
+TEST_P(PeerLost, PeerKilledFromOutsideMidWait) {
+  Job job = Job::of(4);
+  job.env["LOCKSTEP_WAIT_POLICY"] = GetParam();
+  auto running = start_ranks(job, [](int rank) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    if (rank == 1) {
+      ::pause();
+    }
+    try {
+      state.wait_for_everyone();
+      RANK_CHECK(false);
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 1);
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ::kill(running.pids[1], SIGKILL);
+  auto ends = wait_ranks(running);
+  for (const auto& end : ends) {
+    if (end.rank == 1) {
+      EXPECT_TRUE(end.killed_by(SIGKILL)) << end.describe();
+    } else {
+      EXPECT_TRUE(end.ok()) << end.describe();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PeerLost, ::testing::Values("adaptive", "spin", "block"));
+
+TEST(PeerLostLeft, PeerThatExitsWithoutArrivingIsNamed) {
+  auto ends = run_ranks(Job::of(3), [](int rank) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    if (rank == 0) {
+      return;  // leaves the job at exit, never arriving
+    }
+    try {
+      state.wait_for_everyone();
+      RANK_CHECK(false);
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 0);
+      RANK_CHECK(contains(error.what(), "left the job"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(PeerLostLeft, MainProcessFirstDoesNotReleaseOthersWhenTheMainThrows) {
+  auto ends = run_ranks(Job::of(3), [](int rank) {
+    lockstep::State state;
+    try {
+      auto guard = state.main_process_first();
+      if (rank == 0) {
+        throw std::runtime_error("main failed to prepare");
+      }
+      RANK_CHECK(false);  // the others must not enter: the main never finished
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(rank != 0);
+      RANK_CHECK(error.process_index() == 0);
+    } catch (const std::runtime_error& error) {
+      RANK_CHECK(rank == 0);
+      RANK_CHECK(contains(error.what(), "main failed"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(JoinTimeout, NamesTheLocalProcessesThatNeverJoined) {
+  Job job = Job::of(3);
+  job.env["LOCKSTEP_JOIN_TIMEOUT"] = "0.5";
+  auto ends = run_ranks(job, [](int rank) {
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      return;  // never joins
+    }
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::TimeoutError& error) {
+      RANK_CHECK(contains(error.what(), "local processes 2 of node 0 never joined"));
+      RANK_CHECK(contains(error.what(), "LOCKSTEP_JOIN_TIMEOUT"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(Fork, InheritedStateRefusesToWaitInTheChild) {
+  auto ends = run_ranks(Job::of(2), [](int) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        state.wait_for_everyone();
+      } catch (const lockstep::Error& error) {
+        code = contains(error.what(), "before fork()") ? 0 : 2;
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    RANK_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    state.wait_for_everyone();  // the parent is still a member
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+}  // namespace

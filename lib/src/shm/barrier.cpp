@@ -45,9 +45,9 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     ++episode_;
     return;
   }
-  // Relaxed: the flag is only a fast refusal; the waits below re-read it with acquire.
-  if (std::uint32_t lost = header.lost.value.load(std::memory_order_relaxed); lost != 0) {
-    throw_lost(static_cast<int>(lost) - 1, "was lost earlier", what);
+  // Relaxed: the flag is only a fast refusal; recorded_lost re-reads it with acquire.
+  if (header.lost.value.load(std::memory_order_relaxed) != 0) {
+    throw_lost(*segment_.recorded_lost(), what);
   }
   const std::uint64_t full = (episode_ + 1) * n;
   // acq_rel: the release publishes this process's writes to whoever completes the episode; the
@@ -73,18 +73,22 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     // acq_rel on success keeps the withdrawal in the counter's single modification order.
     if (header.arrivals.value.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
                                                     std::memory_order_relaxed)) {
-      segment_.slot(segment_.my_slot()).arrived.store(episode_, std::memory_order_relaxed);
+      // Withdrawn, not arrived: the liveness checks watch this process again, while the
+      // missing lists of peers that time out too do not count it as one that never came.
+      segment_.slot(segment_.my_slot())
+          .arrived.store((episode_ + 1) | kWithdrawn, std::memory_order_relaxed);
       std::vector<int> missing;
       for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-        if (slot != segment_.my_slot() &&
-            segment_.slot(slot).arrived.load(std::memory_order_relaxed) != episode_ + 1) {
+        std::uint64_t mark = segment_.slot(slot).arrived.load(std::memory_order_relaxed);
+        if (slot != segment_.my_slot() && (mark & ~kWithdrawn) != episode_ + 1) {
           missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
         }
       }
-      std::string who = missing.size() == 1 ? "process " : "processes ";
-      throw TimeoutError(std::string(what) + ": timed out: " + who + ranks_text(missing) +
-                             " of " + std::to_string(header.world_size) + " had not arrived",
-                         std::move(missing));
+      std::string message = std::string(what) + ": timed out: " +
+                            (missing.size() == 1 ? "process " : "processes ") +
+                            ranks_text(missing) + " of " + std::to_string(header.world_size) +
+                            " had not arrived";
+      throw TimeoutError(message, std::move(missing));
     }
   }
   publish();  // complete after all; help publish it
@@ -174,28 +178,25 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
 }
 
 void NodeBarrier::check_peers(const char* what) {
-  // Acquire: pairs with mark_lost's CAS; the flag names a slot whose fields are already set.
-  if (std::uint32_t lost = segment_.header().lost.value.load(std::memory_order_acquire);
-      lost != 0) {
-    throw_lost(static_cast<int>(lost) - 1, "was lost", what);
+  if (auto lost = segment_.recorded_lost()) {
+    throw_lost(*lost, what);
   }
   auto lost = segment_.find_lost([&](int slot) {
     return segment_.slot(slot).arrived.load(std::memory_order_relaxed) == episode_ + 1;
   });
   if (lost) {
-    segment_.mark_lost(lost->slot);
-    throw_lost(lost->slot, lost->how, what);
+    throw_lost(segment_.mark_lost(*lost), what);
   }
 }
 
-void NodeBarrier::throw_lost(int slot, const std::string& how, const char* what) {
+void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   const auto n = static_cast<std::uint64_t>(segment_.num_slots());
   std::uint64_t arrived = segment_.header().arrivals.value.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * n ? arrived - episode_ * n : 0;
-  throw PeerLostError(std::string(what) + ": " + segment_.describe(slot) + " " + how + " while " +
-                          std::to_string(waiting) + " process" + (waiting == 1 ? "" : "es") +
-                          " waited",
-                      segment_.slot(slot).rank.load(std::memory_order_relaxed));
+  throw PeerLostError(std::string(what) + ": " + segment_.describe(peer.slot) + " " +
+                          describe(peer.how) + " while " + std::to_string(waiting) + " process" +
+                          (waiting == 1 ? "" : "es") + " waited",
+                      segment_.slot(peer.slot).rank.load(std::memory_order_relaxed));
 }
 
 }  // namespace lockstep::detail

@@ -40,7 +40,7 @@ class NodeBarrier {
   [[nodiscard]] bool complete() const noexcept;
   // Publishes the completed episode (episode_ + 1) in `generation` and wakes sleepers.
   void publish() noexcept;
-  [[noreturn]] void throw_lost(int slot, const std::string& how, const char* what);
+  [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
   void check_peers(const char* what);
 
   NodeSegment& segment_;

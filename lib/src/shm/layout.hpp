@@ -27,6 +27,19 @@ struct alignas(kCacheLine) Line {
   std::atomic<T> value;
 };
 
+inline constexpr std::uint64_t kWithdrawn = 1ULL << 63;
+
+// How a peer was lost, kept in SegmentHeader::lost beside its slot.
+enum class LostHow : std::uint32_t { died = 1, left = 2 };
+inline constexpr std::uint32_t lost_word(int slot, LostHow how) {
+  return static_cast<std::uint32_t>(slot + 1) | (static_cast<std::uint32_t>(how) << 24);
+}
+inline constexpr int lost_slot(std::uint32_t word) { return static_cast<int>(word & 0xffffff) - 1; }
+inline constexpr LostHow lost_how(std::uint32_t word) { return static_cast<LostHow>(word >> 24); }
+inline constexpr const char* describe(LostHow how) {
+  return how == LostHow::died ? "died" : "left the job";
+}
+
 enum class SlotStatus : std::uint32_t { empty = 0, joined = 1, left = 2 };
 
 // One node-local process. Set-up fields are written under the segment's lock; `arrived` is
@@ -36,7 +49,8 @@ struct alignas(kCacheLine) Slot {
   std::atomic<std::int32_t> rank;
   std::atomic<std::uint32_t> status;  // SlotStatus
   std::atomic<std::uint64_t> start_time;
-  // The episode number + 1 of the barrier this process has arrived at (0: none yet).
+  // The episode number + 1 of the barrier this process has arrived at (0: none yet), with
+  // kWithdrawn set when it gave up on that episode (timed out) and took its arrival back.
   alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
 };
 
@@ -51,7 +65,7 @@ struct SegmentHeader {
 
   Line<std::uint32_t> joined;  // slots claimed; futex word of the join rendezvous
   Line<std::uint32_t> left;    // slots whose process left the job
-  Line<std::uint32_t> lost;    // 0, or 1 + the slot of a peer found dead or gone mid-wait
+  Line<std::uint32_t> lost;    // 0, or lost_word() of the first peer found dead or gone mid-wait
   // Monotonic count of arrivals: episode e is complete once it reaches (e + 1) * num_slots.
   Line<std::uint64_t> arrivals;
   Line<std::uint32_t> generation;  // completed episodes mod 2^32; the waiters' futex word

@@ -312,18 +312,18 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       if (joined >= local_size) {
         break;
       }
-      if (std::uint32_t lost = header.lost.value.load(); lost != 0) {
-        throw PeerLostError("lockstep: joining the job: " + segment->describe(int(lost) - 1) +
-                                " was lost while the node's processes joined",
-                            segment->slots_[lost - 1].rank.load());
+      auto lost = segment->recorded_lost();
+      if (!lost) {
+        lost = segment->find_lost([&](int slot) {
+          return segment->slots_[slot].status.load() ==
+                 static_cast<std::uint32_t>(SlotStatus::empty);
+        });
       }
-      auto lost = segment->find_lost([&](int slot) {
-        return segment->slots_[slot].status.load() == static_cast<std::uint32_t>(SlotStatus::empty);
-      });
       if (lost) {
-        segment->mark_lost(lost->slot);
+        lost = segment->mark_lost(*lost);
         throw PeerLostError("lockstep: joining the job: " + segment->describe(lost->slot) + " " +
-                                lost->how + " while the node's processes joined",
+                                lockstep::detail::describe(lost->how) +
+                                " while the node's processes joined",
                             segment->slots_[lost->slot].rank.load());
       }
       auto now = Clock::now();
@@ -407,12 +407,12 @@ std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
   const Slot& peer = slots_[slot];
   auto status = static_cast<SlotStatus>(peer.status.load(std::memory_order_acquire));
   if (status == SlotStatus::left) {
-    return LostPeer{slot, "left the job"};
+    return LostPeer{slot, LostHow::left};
   }
   if (status == SlotStatus::joined &&
       process_liveness(peer.pid.load(std::memory_order_relaxed),
                        peer.start_time.load(std::memory_order_relaxed)) == Liveness::dead) {
-    return LostPeer{slot, "died"};
+    return LostPeer{slot, LostHow::died};
   }
   return std::nullopt;
 }
@@ -424,11 +424,24 @@ std::string NodeSegment::describe(int slot) const {
          std::to_string(peer.pid.load(std::memory_order_relaxed)) + ")";
 }
 
-void NodeSegment::mark_lost(int slot) noexcept {
-  std::uint32_t none = 0;
-  header_->lost.value.compare_exchange_strong(none, static_cast<std::uint32_t>(slot + 1));
+LostPeer NodeSegment::mark_lost(LostPeer peer) noexcept {
+  std::uint32_t seen = 0;
+  // acq_rel: a waiter that reads the mark (acquire) sees the slot fields it names.
+  if (!header_->lost.value.compare_exchange_strong(seen, lost_word(peer.slot, peer.how),
+                                                   std::memory_order_acq_rel)) {
+    peer = LostPeer{lost_slot(seen), lost_how(seen)};
+  }
   futex_wake_all(header_->generation.value);
   futex_wake_all(header_->joined.value);
+  return peer;
+}
+
+std::optional<LostPeer> NodeSegment::recorded_lost() const noexcept {
+  std::uint32_t word = header_->lost.value.load(std::memory_order_acquire);
+  if (word == 0) {
+    return std::nullopt;
+  }
+  return LostPeer{lost_slot(word), lost_how(word)};
 }
 
 }  // namespace lockstep::detail

@@ -28,7 +28,7 @@ bool remove_abandoned_segment(const std::string& name);
 // A peer found gone: which slot, and a sentence on how.
 struct LostPeer {
   int slot;
-  std::string how;  // "died" or "left the job"
+  LostHow how;
 };
 
 // This process's membership in its node's segment.
@@ -58,8 +58,11 @@ class NodeSegment {
   [[nodiscard]] std::optional<LostPeer> find_lost(Arrived arrived) const;
   // "process 3 (pid 4121)": a slot as a user knows it.
   [[nodiscard]] std::string describe(int slot) const;
-  // Marks the job on this node broken by `slot`, and wakes every waiter to see it.
-  void mark_lost(int slot) noexcept;
+  // Marks the job on this node broken by `peer` (the first mark wins), and wakes every waiter
+  // to see it. Returns the peer that the segment records.
+  LostPeer mark_lost(LostPeer peer) noexcept;
+  // The peer recorded by mark_lost, if any.
+  [[nodiscard]] std::optional<LostPeer> recorded_lost() const noexcept;
   // Called in a forked child: forget the segment without leaving (the parent still owns it).
   void abandon() noexcept;
 

@@ -1,0 +1,296 @@
+// The node segment: two jobs never meet, stale and torn segments are replaced, nothing is left.
+#include "shm/segment.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <lockstep/lockstep.hpp>
+#include <string>
+#include <thread>
+
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::detail::segment_name;
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+using lockstep::testing::start_ranks;
+using lockstep::testing::unique_job_id;
+using lockstep::testing::wait_ranks;
+
+std::string shm_path_of(const std::string& id) {
+  return "/dev/shm/" + segment_name("job=" + id, 0);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A job body: `rounds` barriers with the counter check of the stress test.
+void barriers(std::atomic<int>* counter, int rounds) {
+  lockstep::State state;
+  const int n = state.num_processes();
+  for (int round = 0; round < rounds; ++round) {
+    counter->fetch_add(1, std::memory_order_relaxed);
+    state.wait_for_everyone();
+    int seen = counter->load(std::memory_order_relaxed);
+    RANK_CHECK(seen >= (round + 1) * n && seen <= (round + 2) * n);
+  }
+}
+
+TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
+  std::string id = unique_job_id("mode");
+  auto* mode = shared_array<std::atomic<unsigned>>(1);
+  auto ends = run_ranks(Job::of(2, id), [&](int rank) {
+    lockstep::State state;
+    if (rank == 0) {
+      struct stat st {};
+      RANK_CHECK(::stat(shm_path_of(id).c_str(), &st) == 0);
+      *mode = st.st_mode & 07777;
+      RANK_CHECK(st.st_uid == ::geteuid());
+    }
+    state.wait_for_everyone();
+  });
+  ASSERT_EQ(failures(ends), "");
+  EXPECT_EQ(mode->load(), 0600U);
+  EXPECT_FALSE(exists(shm_path_of(id))) << "left behind after a clean exit";
+}
+
+TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
+  auto* counters = shared_array<std::atomic<int>>(2);
+  std::string a = unique_job_id("a");
+  std::string b = unique_job_id("b");
+  auto job_a = start_ranks(Job::of(2, a), [&](int) { barriers(&counters[0], 20'000); });
+  auto job_b = start_ranks(Job::of(3, b), [&](int) { barriers(&counters[1], 20'000); });
+  EXPECT_EQ(failures(wait_ranks(job_a)), "");
+  EXPECT_EQ(failures(wait_ranks(job_b)), "");
+  EXPECT_EQ(counters[0], 2 * 20'000);
+  EXPECT_EQ(counters[1], 3 * 20'000);
+  EXPECT_FALSE(exists(shm_path_of(a)));
+  EXPECT_FALSE(exists(shm_path_of(b)));
+}
+
+TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
+  std::string id = unique_job_id("same");
+  auto* flags = shared_array<std::atomic<int>>(2);  // [0]: first job joined, [1]: second done
+  auto first = start_ranks(Job::of(2, id), [&](int) {
+    lockstep::State state;
+    flags[0]++;
+    while (flags[1].load() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    state.wait_for_everyone();
+  });
+  while (flags[0].load() < 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto second = run_ranks(Job::of(2, id), [&](int) {
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::ConfigError& error) {
+      RANK_CHECK(contains(error.what(), "already running"));
+    }
+  });
+  flags[1] = 1;
+  EXPECT_EQ(failures(second), "");
+  EXPECT_EQ(failures(wait_ranks(first)), "");
+  EXPECT_FALSE(exists(shm_path_of(id)));
+}
+
+class StaleSegment : public ::testing::TestWithParam<int> {};
+
+// A job whose processes were all SIGKILLed leaves its segment; the next job with the same
+// identity (and GetParam() processes) replaces it, and removes it when done.
+TEST_P(StaleSegment, FromAKilledJobIsReplaced) {
+  std::string id = unique_job_id("stale");
+  auto killed = run_ranks(Job::of(3, id), [](int) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    ::raise(SIGKILL);
+  });
+  for (const auto& end : killed) {
+    ASSERT_TRUE(end.killed_by(SIGKILL)) << end.describe();
+  }
+  ASSERT_TRUE(exists(shm_path_of(id))) << "the killed job should have left its segment";
+  auto* counter = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(Job::of(GetParam(), id), [&](int) { barriers(counter, 1000); });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_FALSE(exists(shm_path_of(id)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Processes, StaleSegment, ::testing::Values(2, 3, 4));
+
+TEST(NodeSegment, AnEmptySegmentFromACreatorThatDiedIsLaidOut) {
+  std::string id = unique_job_id("torn");
+  int fd = ::open(shm_path_of(id).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto* counter = shared_array<std::atomic<int>>(1);
+  EXPECT_EQ(failures(run_ranks(Job::of(2, id), [&](int) { barriers(counter, 100); })), "");
+  EXPECT_FALSE(exists(shm_path_of(id)));
+}
+
+TEST(NodeSegment, ASegmentOthersCanOpenIsRefused) {
+  std::string id = unique_job_id("open");
+  std::string path = shm_path_of(id);
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::fchmod(fd, 0644);
+  ::close(fd);
+  auto ends = run_ranks(Job::of(2, id), [](int) {
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::ConfigError& error) {
+      RANK_CHECK(contains(error.what(), "mode 0644"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_TRUE(exists(path)) << "a segment lockstep does not own must not be removed";
+  ::unlink(path.c_str());
+}
+
+TEST(NodeSegment, ProcessesThatDisagreeOnTheShapeAreRefused) {
+  std::string id = unique_job_id("shape");
+  auto* joined = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(Job::of(2, id), [&](int rank) {
+    if (rank == 1) {
+      while (joined->load() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      ::setenv("WORLD_SIZE", "3", 1);
+      ::setenv("LOCAL_WORLD_SIZE", "3", 1);
+      try {
+        lockstep::State state;
+        RANK_CHECK(false);
+      } catch (const lockstep::ConfigError& error) {
+        RANK_CHECK(contains(error.what(), "disagree"));
+      }
+      joined->store(2);
+      return;
+    }
+    ::setenv("LOCKSTEP_JOIN_TIMEOUT", "2", 1);
+    try {
+      std::thread signal([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        joined->store(1);
+      });
+      signal.detach();
+      lockstep::State state;  // rank 1 never joins this shape
+      RANK_CHECK(false);
+    } catch (const lockstep::TimeoutError& error) {
+      RANK_CHECK(contains(error.what(), "never joined"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_FALSE(exists(shm_path_of(id)));
+}
+
+TEST(NodeSegment, TwoProcessesWithOneLocalRankAreRefused) {
+  std::string id = unique_job_id("dup");
+  Job job = Job::of(2, id);
+  job.env["LOCKSTEP_JOIN_TIMEOUT"] = "2";
+  auto* errors = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job, [&](int rank) {
+    if (rank == 1) {
+      ::setenv("LOCAL_RANK", "0", 1);
+      ::setenv("RANK", "0", 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    try {
+      lockstep::State state;
+    } catch (const lockstep::ConfigError& error) {
+      RANK_CHECK(contains(error.what(), "same local rank"));
+      (*errors)++;
+    } catch (const lockstep::TimeoutError&) {
+      // the first process waits for a local process 1 that never comes
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(errors->load(), 1);
+}
+
+TEST(NodeSegment, LocalIndicesAreElectedWhenNotGiven) {
+  Job job = Job::of(4);
+  job.env["LOCAL_RANK"] = "";  // unset: the node elects
+  job.env["LOCAL_WORLD_SIZE"] = "";
+  job.env["GROUP_RANK"] = "";
+  job.env["LOCKSTEP_NNODES"] = "";
+  job.env["MASTER_PORT"] = "29999";
+  auto ends = run_ranks(job, [](int rank) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * (3 - rank)));  // join in reverse
+    lockstep::State state;
+    RANK_CHECK(state.environment_source() == "torchrun");
+    RANK_CHECK(state.local_process_index() == rank);  // rank order, not arrival order
+    RANK_CHECK(state.num_local_processes() == 4);
+    RANK_CHECK(state.is_local_main_process() == (rank == 0));
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(Environment, AMalformedVariableIsAConfigErrorInARealProcess) {
+  Job job = Job::of(1);
+  job.env["RANK"] = "abc";
+  auto ends = run_ranks(job, [](int) {
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::ConfigError& error) {
+      RANK_CHECK(contains(error.what(), "RANK=\"abc\" is not an integer"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(Environment, MultiNodeWithoutABackendIsAConfigError) {
+  Job job = Job::of(1);
+  job.env["WORLD_SIZE"] = "2";
+  job.env["LOCAL_WORLD_SIZE"] = "1";
+  job.env["LOCKSTEP_NNODES"] = "2";
+  auto ends = run_ranks(job, [](int) {
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::ConfigError& error) {
+      RANK_CHECK(contains(error.what(), "no cross-node backend"));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
+  std::string id = unique_job_id("abandon");
+  auto* flags = shared_array<std::atomic<int>>(2);
+  auto running = start_ranks(Job::of(2, id), [&](int) {
+    lockstep::State state;
+    flags[0]++;
+    while (flags[1].load() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    state.wait_for_everyone();
+  });
+  while (flags[0].load() < 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_FALSE(lockstep::detail::remove_abandoned_segment(segment_name("job=" + id, 0)));
+  EXPECT_TRUE(exists(shm_path_of(id)));
+  flags[1] = 1;
+  EXPECT_EQ(failures(wait_ranks(running)), "");
+}
+
+}  // namespace

@@ -1,0 +1,248 @@
+// lockstep-run, run as a user runs it: flags, environment, failures, signals, clean-up.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shm/segment.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string tool(const char* variable) {
+  const char* path = std::getenv(variable);  // NOLINT(concurrency-mt-unsafe)
+  if (path == nullptr) {
+    ADD_FAILURE() << variable << " is not set (meson test sets it)";
+    return "/nonexistent";
+  }
+  return path;
+}
+
+struct Result {
+  int status = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+  [[nodiscard]] int code() const {
+    if (WIFEXITED(status)) {
+      return WEXITSTATUS(status);
+    }
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+  }
+};
+
+// Runs `args`; sends `signal_to_send` to it after `signal_after` when given; kills it after 60 s.
+Result run(const std::vector<std::string>& args, int signal_to_send = 0,
+           std::chrono::milliseconds signal_after = std::chrono::milliseconds(0)) {
+  int out[2];
+  int err[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  auto start = Clock::now();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    std::vector<char*> argv;
+    for (const auto& arg : args) {
+      argv.push_back(const_cast<char*>(arg.c_str()));
+    }
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(126);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Result result;
+  bool signalled = signal_to_send == 0;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_streams = 2;
+  while (open_streams > 0) {
+    auto elapsed = Clock::now() - start;
+    if (!signalled && elapsed >= signal_after) {
+      ::kill(pid, signal_to_send);
+      signalled = true;
+    }
+    if (elapsed > std::chrono::seconds(60)) {
+      ::kill(pid, SIGKILL);
+    }
+    ::poll(fds, 2, 20);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP)) != 0) {
+        char buffer[4096];
+        ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+        if (n <= 0) {
+          ::close(fds[i].fd);
+          fds[i].fd = -1;
+          --open_streams;
+        } else {
+          (i == 0 ? result.out : result.err).append(buffer, static_cast<std::size_t>(n));
+        }
+      }
+    }
+  }
+  ::waitpid(pid, &result.status, 0);
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(Launcher, RunsTheExampleWithFourProcesses) {
+  std::string result_file = "/tmp/lockstep-launcher-test-" + std::to_string(::getpid());
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "4", tool("LOCKSTEP_EXAMPLE"),
+                     result_file});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_EQ(count(result.out, "job of 4 processes on 1 machine(s)"), 1) << result.out;
+  EXPECT_EQ(count(result.out, "machine 0 runs 4 processes"), 1) << result.out;
+  EXPECT_EQ(count(result.out, "only process 0 of 4 runs this"), 1) << result.out;
+  EXPECT_EQ(count(result.out, "the last process (3) says goodbye"), 1) << result.out;
+  std::ifstream file(result_file);
+  std::stringstream content;
+  content << file.rdbuf();
+  EXPECT_EQ(content.str(), "processes 4\nsum 2100\n");
+  ::unlink(result_file.c_str());
+}
+
+TEST(Launcher, GivesEachProcessTorchrunsVariables) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc_per_node=3", "--master-port", "4321",
+                     "--tag-output", "/bin/sh", "-c",
+                     "echo $RANK/$LOCAL_RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE/$GROUP_RANK/"
+                     "$MASTER_ADDR/$MASTER_PORT/${LOCKSTEP_JOB_ID:+id}"});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string line = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + "/" +
+                       std::to_string(rank) + "/3/3/0/127.0.0.1/4321/id\n";
+    EXPECT_TRUE(contains(result.out, line)) << result.out;
+  }
+}
+
+TEST(Launcher, TagsEveryLineWithItsRank) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--tag-output",
+                     tool("LOCKSTEP_WORKER"), "print"});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string r = std::to_string(rank);
+    EXPECT_TRUE(contains(result.out, "[rank " + r + "] hello from " + r + "\n")) << result.out;
+    EXPECT_TRUE(contains(result.out, "[rank " + r + "] partial line from " + r + "\n"))
+        << result.out;
+    EXPECT_TRUE(contains(result.err, "[rank " + r + "] error line from " + r + "\n"))
+        << result.err;
+  }
+}
+
+TEST(Launcher, AFailedRankStopsTheOthersAndIsReported) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", "--grace-period", "2",
+                     tool("LOCKSTEP_WORKER"), "fail", "1", "3"});
+  EXPECT_EQ(result.code(), 3) << result.err;
+  EXPECT_TRUE(contains(result.err, "rank 1 (pid ")) << result.err;
+  EXPECT_TRUE(contains(result.err, "exited with status 3")) << result.err;
+  EXPECT_LT(result.seconds, 10) << "the sleeping ranks were not stopped";
+}
+
+TEST(Launcher, AKilledRankIsReportedWithItsSignal) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", tool("LOCKSTEP_WORKER"),
+                     "killself", "2"});
+  EXPECT_EQ(result.code(), 128 + SIGKILL) << result.err;
+  EXPECT_TRUE(contains(result.err, "rank 2 (pid ")) << result.err;
+  EXPECT_TRUE(contains(result.err, "was killed by signal 9 (SIGKILL)")) << result.err;
+  EXPECT_LT(result.seconds, 10);
+}
+
+TEST(Launcher, ForwardsSigintToTheRanks) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_WORKER"),
+                     "sleep"},
+                    SIGINT, std::chrono::milliseconds(500));
+  EXPECT_EQ(result.code(), 128 + SIGINT) << result.err;
+  EXPECT_TRUE(contains(result.err, "received SIGINT; forwarding it to 2 rank(s)")) << result.err;
+  EXPECT_LT(result.seconds, 5);
+}
+
+TEST(Launcher, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--grace-period", "0.5",
+                     tool("LOCKSTEP_WORKER"), "ignore-term"},
+                    SIGTERM, std::chrono::milliseconds(500));
+  EXPECT_EQ(result.code(), 128 + SIGTERM) << result.err;
+  EXPECT_TRUE(contains(result.err, "grace period of 0.5 s over")) << result.err;
+  EXPECT_LT(result.seconds, 5);
+}
+
+TEST(Launcher, RemovesTheSegmentOfAJobWhoseRanksWereKilled) {
+  std::string id = "launcher-test-" + std::to_string(::getpid());
+  std::string path =
+      "/dev/shm/" + lockstep::detail::segment_name("job=" + id + "@127.0.0.1:29500", 0);
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--job-id", id,
+                     tool("LOCKSTEP_WORKER"), "allkill"});
+  EXPECT_EQ(result.code(), 128 + SIGKILL) << result.err;
+  struct stat st {};
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " was left behind";
+}
+
+struct BadFlags {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+class LauncherFlags : public ::testing::TestWithParam<BadFlags> {};
+
+TEST_P(LauncherFlags, AreRefusedWithAClearMessage) {
+  std::vector<std::string> args{tool("LOCKSTEP_RUN")};
+  for (const auto& arg : GetParam().args) {
+    args.push_back(arg);
+  }
+  auto result = run(args);
+  EXPECT_EQ(result.code(), 2) << result.err;
+  EXPECT_TRUE(contains(result.err, GetParam().message)) << result.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bad, LauncherFlags,
+    ::testing::Values(BadFlags{{"--nproc-per-node", "0", "true"}, "--nproc-per-node"},
+                      BadFlags{{"--nproc-per-node", "two", "true"}, "--nproc-per-node"},
+                      BadFlags{{"--bogus", "true"}, "unknown option '--bogus'"},
+                      BadFlags{{"--nproc-per-node", "2"}, "no program given"},
+                      BadFlags{{"--node-rank", "1", "true"}, "must be below --nnodes"},
+                      BadFlags{{"--master-port", "70000", "true"}, "--master-port"},
+                      BadFlags{{"--wait-policy", "fast", "true"}, "--wait-policy"},
+                      BadFlags{{"--nnodes", "2", "true"}, "cross-node backend"}));
+
+TEST(Launcher, HelpDocumentsEveryFlag) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--help"});
+  EXPECT_EQ(result.code(), 0);
+  for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
+                           "--master-port", "--job-id", "--tag-output", "--grace-period",
+                           "--wait-policy", "--standalone", "--version"}) {
+    EXPECT_TRUE(contains(result.out, flag)) << flag;
+  }
+}
+
+TEST(Launcher, AProgramThatCannotRunIsReported) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "no-such-program-x"});
+  EXPECT_EQ(result.code(), 127);
+  EXPECT_TRUE(contains(result.err, "cannot run 'no-such-program-x': not found in PATH"))
+      << result.err;
+}
+
+}  // namespace

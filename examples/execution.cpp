@@ -33,17 +33,18 @@ int main(int argc, char** argv) {
   // Once overall, and once per machine.
   state.on_main_process([&] {
     std::cout << "job of " << state.num_processes() << " processes on " << state.num_nodes()
-              << " machine(s)\n";
+              << " machine(s)" << std::endl;
   })();
   state.on_local_main_process([&] {
     std::cout << "machine " << state.node_index() << " runs " << state.num_local_processes()
-              << " processes\n";
+              << " processes" << std::endl;
   })();
 
   // The main process prepares something (say, a dataset) before the others read it.
   {
     auto guard = state.main_process_first();
-    state.on_main_process([] { std::cout << "main process prepares the data first\n"; })();
+    state.on_main_process(
+        [] { std::cout << "main process prepares the data first" << std::endl; })();
   }
 
   // Every process works; only the local main process draws the progress bar.
@@ -58,19 +59,22 @@ int main(int argc, char** argv) {
     total += work(state.process_index(), step);
     draw(step);
   }
-  state.on_local_main_process([] { std::printf("\n"); })();
+  state.on_local_main_process([] {
+    std::printf("\n");
+    std::fflush(stdout);
+  })();
   state.wait_for_everyone();
 
   // Functions that run on one process only; a value comes back as std::optional.
   auto greeting = state.on_process(0, [](int n) { return "process 0 of " + std::to_string(n); });
   if (auto text = greeting(state.num_processes())) {
-    std::cout << "only " << *text << " runs this\n";
+    std::cout << "only " << *text << " runs this" << std::endl;
   }
   state.on_local_process(0, [&] {
-    std::cout << "local process 0 of machine " << state.node_index() << " runs this\n";
+    std::cout << "local process 0 of machine " << state.node_index() << " runs this" << std::endl;
   })();
   state.on_last_process([&] {
-    std::cout << "the last process (" << state.process_index() << ") says goodbye\n";
+    std::cout << "the last process (" << state.process_index() << ") says goodbye" << std::endl;
   })();
 
   // Everyone finishes before the main process writes the result.
@@ -86,7 +90,7 @@ int main(int argc, char** argv) {
       std::remove(part.c_str());
     }
     std::ofstream(result_path) << "processes " << state.num_processes() << "\nsum " << sum << "\n";
-    std::cout << "main process wrote " << result_path << " (sum " << sum << ")\n";
+    std::cout << "main process wrote " << result_path << " (sum " << sum << ")" << std::endl;
   })();
   return 0;
 }

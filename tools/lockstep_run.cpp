@@ -80,7 +80,8 @@ std::string describe_status(int status) {
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     const char* name = ::sigabbrev_np(sig);
-    return "was killed by signal " + std::to_string(sig) + (name ? " (SIG" + std::string(name) + ")" : "");
+    return "was killed by signal " + std::to_string(sig) +
+           (name ? " (SIG" + std::string(name) + ")" : "");
   }
   return "ended with wait status " + std::to_string(status);
 }
@@ -142,7 +143,8 @@ std::optional<std::string> cannot_execute(const std::string& program) {
   std::size_t start = 0;
   while (start <= dirs.size()) {
     auto end = dirs.find(':', start);
-    std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string dir =
+        dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (!check((dir.empty() ? "." : dir) + "/" + program)) {
       return std::nullopt;
     }

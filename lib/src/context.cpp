@@ -19,7 +19,9 @@ namespace {
 // inherited without a system call on the fast path.
 std::atomic<std::uint32_t> fork_epoch{0};
 
-void on_fork_child() { fork_epoch.fetch_add(1, std::memory_order_relaxed); }
+void on_fork_child() {
+  fork_epoch.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::once_flag fork_hook_once;
 
@@ -85,8 +87,8 @@ Context::Context(JobConfig config)
   }
   segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
-  barrier_.emplace(*segment_, make_wait_plan(config_.wait_policy, config_.local_size,
-                                             usable_cpus()));
+  barrier_.emplace(*segment_,
+                   make_wait_plan(config_.wait_policy, config_.local_size, usable_cpus()));
 }
 
 Context::~Context() {

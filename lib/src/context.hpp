@@ -37,8 +37,8 @@ class Context {
  private:
   JobConfig config_;
   int local_index_ = 0;
-  pid_t owner_;                 // the process that joined; a forked child must not leave for it
-  std::uint32_t fork_epoch_;    // forks seen when joining
+  pid_t owner_;               // the process that joined; a forked child must not leave for it
+  std::uint32_t fork_epoch_;  // forks seen when joining
   std::unique_ptr<NodeSegment> segment_;
   std::optional<NodeBarrier> barrier_;
   std::atomic<bool> busy_{false};

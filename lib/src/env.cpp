@@ -60,8 +60,8 @@ struct Family {
     return true;
   }
   [[nodiscard]] bool partial() const {
-    return !complete() && (rank.present() || size.present() || local_rank.present() ||
-                           local_size.present());
+    return !complete() &&
+           (rank.present() || size.present() || local_rank.present() || local_size.present());
   }
   [[nodiscard]] std::string missing() const {
     std::string out;
@@ -79,7 +79,9 @@ struct Family {
   }
 };
 
-Var lookup(const EnvLookup& env, const std::string& name) { return Var{name, env(name)}; }
+Var lookup(const EnvLookup& env, const std::string& name) {
+  return Var{name, env(name)};
+}
 
 Var first_of(const EnvLookup& env, std::initializer_list<const char*> names) {
   for (const char* name : names) {
@@ -160,8 +162,8 @@ JobConfig validate(const Family& family) {
   if (family.local_rank.present()) {
     local_rank = integer(family.local_rank, 0);
     if (local_size && *local_rank >= *local_size) {
-      bad(family.local_rank, "is not below " + family.local_size.name + "=" +
-                                 *family.local_size.value);
+      bad(family.local_rank,
+          "is not below " + family.local_size.name + "=" + *family.local_size.value);
     }
     if (*local_rank >= config.world_size) {
       bad(family.local_rank, "is not below " + family.size.name + "=" + *family.size.value);
@@ -198,8 +200,8 @@ JobConfig validate(const Family& family) {
     local_size = config.world_size / *nnodes;
   }
   if (local_rank && *local_rank >= *local_size) {
-    bad(family.local_rank, "is not below the " + std::to_string(*local_size) +
-                               " processes of its node");
+    bad(family.local_rank,
+        "is not below the " + std::to_string(*local_size) + " processes of its node");
   }
   if (!node) {
     if (*nnodes == 1) {
@@ -211,14 +213,13 @@ JobConfig validate(const Family& family) {
     }
   }
   if (*node >= *nnodes) {
-    bad(family.node.present() ? family.node : family.rank,
-        "places the process on node " + std::to_string(*node) + " of only " +
-            std::to_string(*nnodes));
+    bad(family.node.present() ? family.node : family.rank, "places the process on node " +
+                                                               std::to_string(*node) + " of only " +
+                                                               std::to_string(*nnodes));
   }
   if (*nnodes == 1 && *local_size != config.world_size) {
     bad(family.local_size.present() ? family.local_size : family.size,
-        "disagrees with a single-node job of " + std::to_string(config.world_size) +
-            " processes");
+        "disagrees with a single-node job of " + std::to_string(config.world_size) + " processes");
   }
   if (family.rank_is_node_major && local_rank && family.node.present() &&
       config.world_size == *nnodes * *local_size &&
@@ -305,8 +306,8 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   torchrun.node = launcher.node;
   torchrun.nnodes = Var{"GROUP_WORLD_SIZE", env("GROUP_WORLD_SIZE")};
   torchrun.rank_is_node_major = true;
-  torchrun.identity = join_identity(env, {"TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
-                                          "TORCHELASTIC_RESTART_COUNT"});
+  torchrun.identity = join_identity(
+      env, {"TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"});
   families.push_back(torchrun);
 
   Family openmpi;

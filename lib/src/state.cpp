@@ -25,16 +25,34 @@ SystemError::~SystemError() = default;
 State::State() : context_(detail::Context::instance()) {}
 State::~State() = default;
 
-int State::process_index() const noexcept { return context_->config().rank; }
-int State::local_process_index() const noexcept { return context_->local_index(); }
-int State::num_processes() const noexcept { return context_->config().world_size; }
-int State::num_local_processes() const noexcept { return context_->config().local_size; }
-int State::node_index() const noexcept { return context_->config().node_index; }
-int State::num_nodes() const noexcept { return context_->config().num_nodes; }
-WaitPolicy State::wait_policy() const noexcept { return context_->config().wait_policy; }
-std::string State::environment_source() const { return context_->config().source; }
+int State::process_index() const noexcept {
+  return context_->config().rank;
+}
+int State::local_process_index() const noexcept {
+  return context_->local_index();
+}
+int State::num_processes() const noexcept {
+  return context_->config().world_size;
+}
+int State::num_local_processes() const noexcept {
+  return context_->config().local_size;
+}
+int State::node_index() const noexcept {
+  return context_->config().node_index;
+}
+int State::num_nodes() const noexcept {
+  return context_->config().num_nodes;
+}
+WaitPolicy State::wait_policy() const noexcept {
+  return context_->config().wait_policy;
+}
+std::string State::environment_source() const {
+  return context_->config().source;
+}
 
-void State::wait_for_everyone() { context_->wait(std::nullopt, "wait_for_everyone"); }
+void State::wait_for_everyone() {
+  context_->wait(std::nullopt, "wait_for_everyone");
+}
 
 void State::wait_for_everyone(std::chrono::milliseconds timeout) {
   std::string what = "wait_for_everyone(" + std::to_string(timeout.count()) + " ms)";

@@ -112,8 +112,8 @@ int count(const std::string& text, const std::string& part) {
 
 TEST(Launcher, RunsTheExampleWithFourProcesses) {
   std::string result_file = "/tmp/lockstep-launcher-test-" + std::to_string(::getpid());
-  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "4", tool("LOCKSTEP_EXAMPLE"),
-                     result_file});
+  auto result =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "4", tool("LOCKSTEP_EXAMPLE"), result_file});
   EXPECT_EQ(result.code(), 0) << result.err;
   EXPECT_EQ(count(result.out, "job of 4 processes on 1 machine(s)"), 1) << result.out;
   EXPECT_EQ(count(result.out, "machine 0 runs 4 processes"), 1) << result.out;
@@ -148,8 +148,7 @@ TEST(Launcher, TagsEveryLineWithItsRank) {
     EXPECT_TRUE(contains(result.out, "[rank " + r + "] hello from " + r + "\n")) << result.out;
     EXPECT_TRUE(contains(result.out, "[rank " + r + "] partial line from " + r + "\n"))
         << result.out;
-    EXPECT_TRUE(contains(result.err, "[rank " + r + "] error line from " + r + "\n"))
-        << result.err;
+    EXPECT_TRUE(contains(result.err, "[rank " + r + "] error line from " + r + "\n")) << result.err;
   }
 }
 
@@ -163,8 +162,8 @@ TEST(Launcher, AFailedRankStopsTheOthersAndIsReported) {
 }
 
 TEST(Launcher, AKilledRankIsReportedWithItsSignal) {
-  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", tool("LOCKSTEP_WORKER"),
-                     "killself", "2"});
+  auto result = run(
+      {tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", tool("LOCKSTEP_WORKER"), "killself", "2"});
   EXPECT_EQ(result.code(), 128 + SIGKILL) << result.err;
   EXPECT_TRUE(contains(result.err, "rank 2 (pid ")) << result.err;
   EXPECT_TRUE(contains(result.err, "was killed by signal 9 (SIGKILL)")) << result.err;
@@ -172,9 +171,9 @@ TEST(Launcher, AKilledRankIsReportedWithItsSignal) {
 }
 
 TEST(Launcher, ForwardsSigintToTheRanks) {
-  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_WORKER"),
-                     "sleep"},
-                    SIGINT, std::chrono::milliseconds(500));
+  auto result =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_WORKER"), "sleep"}, SIGINT,
+          std::chrono::milliseconds(500));
   EXPECT_EQ(result.code(), 128 + SIGINT) << result.err;
   EXPECT_TRUE(contains(result.err, "received SIGINT; forwarding it to 2 rank(s)")) << result.err;
   EXPECT_LT(result.seconds, 5);
@@ -231,9 +230,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Launcher, HelpDocumentsEveryFlag) {
   auto result = run({tool("LOCKSTEP_RUN"), "--help"});
   EXPECT_EQ(result.code(), 0);
-  for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
-                           "--master-port", "--job-id", "--tag-output", "--grace-period",
-                           "--wait-policy", "--standalone", "--version"}) {
+  for (const char* flag :
+       {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id",
+        "--tag-output", "--grace-period", "--wait-policy", "--standalone", "--version"}) {
     EXPECT_TRUE(contains(result.out, flag)) << flag;
   }
 }

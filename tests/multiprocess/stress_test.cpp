@@ -81,13 +81,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(StressCase{2, "adaptive", 100'000, false},
                       StressCase{4, "adaptive", 100'000, false},
                       StressCase{8, "adaptive", 100'000, false},
-                      StressCase{2, "spin", 100'000, false},
-                      StressCase{2, "block", 20'000, false},
-                      StressCase{4, "block", 20'000, false},
-                      StressCase{4, "adaptive", 5'000, true},
+                      StressCase{2, "spin", 100'000, false}, StressCase{2, "block", 20'000, false},
+                      StressCase{4, "block", 20'000, false}, StressCase{4, "adaptive", 5'000, true},
                       StressCase{8, "adaptive", 3'000, true},
-                      StressCase{16, "adaptive", 3'000, true},
-                      StressCase{8, "block", 3'000, true}),
+                      StressCase{16, "adaptive", 3'000, true}, StressCase{8, "block", 3'000, true}),
     [](const auto& info) {
       return "N" + std::to_string(info.param.processes) + "_" + info.param.policy +
              (info.param.random_delays ? "_random_delays" : "");

@@ -14,7 +14,9 @@
 
 namespace lockstep::testing {
 
-bool RankEnd::ok() const { return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+bool RankEnd::ok() const {
+  return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
 
 bool RankEnd::killed_by(int sig) const {
   return !timed_out && WIFSIGNALED(status) && WTERMSIG(status) == sig;
@@ -54,12 +56,24 @@ void* shared_bytes(std::size_t size) {
 
 namespace {
 
-constexpr const char* kJobVariables[] = {
-    "RANK",          "LOCAL_RANK",        "WORLD_SIZE",         "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",    "GROUP_WORLD_SIZE",  "LOCKSTEP_JOB_ID",    "LOCKSTEP_NNODES",
-    "MASTER_ADDR",   "MASTER_PORT",       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",      "PMI_SIZE",          "SLURM_PROCID",       "SLURM_NTASKS",
-    "SLURM_STEP_ID", "LOCKSTEP_WAIT_POLICY"};
+constexpr const char* kJobVariables[] = {"RANK",
+                                         "LOCAL_RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK",
+                                         "GROUP_WORLD_SIZE",
+                                         "LOCKSTEP_JOB_ID",
+                                         "LOCKSTEP_NNODES",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "PMI_RANK",
+                                         "PMI_SIZE",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_STEP_ID",
+                                         "LOCKSTEP_WAIT_POLICY"};
 
 [[noreturn]] void child(const Job& job, const std::string& id, int rank,
                         const std::function<void(int)>& body) {

@@ -14,12 +14,12 @@
 namespace lockstep::testing {
 
 // Throws (in a child rank) when `condition` is false; the rank then exits 1 naming the line.
-#define RANK_CHECK(condition)                                                               \
-  do {                                                                                      \
-    if (!(condition)) {                                                                     \
-      throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +       \
-                             ": check failed: " #condition);                                \
-    }                                                                                       \
+#define RANK_CHECK(condition)                                                         \
+  do {                                                                                \
+    if (!(condition)) {                                                               \
+      throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                             ": check failed: " #condition);                          \
+    }                                                                                 \
   } while (0)
 
 struct Job {

@@ -108,10 +108,8 @@ TEST(Environment, OpenMpi) {
 }
 
 TEST(Environment, Mpich) {
-  auto config = read({{"PMI_RANK", "1"},
-                      {"PMI_SIZE", "2"},
-                      {"MPI_LOCALRANKID", "1"},
-                      {"MPI_LOCALNRANKS", "2"}});
+  auto config = read(
+      {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}});
   EXPECT_EQ(config.source, "mpich");
   EXPECT_EQ(config.rank, 1);
   EXPECT_EQ(config.local_rank, 1);

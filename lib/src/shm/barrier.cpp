@@ -84,10 +84,9 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
           missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
         }
       }
-      std::string message = std::string(what) + ": timed out: " +
-                            (missing.size() == 1 ? "process " : "processes ") +
-                            ranks_text(missing) + " of " + std::to_string(header.world_size) +
-                            " had not arrived";
+      std::string message =
+          std::string(what) + ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
+          ranks_text(missing) + " of " + std::to_string(header.world_size) + " had not arrived";
       throw TimeoutError(message, std::move(missing));
     }
   }
@@ -129,7 +128,8 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
   }
   const auto start = Clock::now();
   const auto forever = Clock::time_point::max();
-  const auto spin_end = plan_.spin == std::chrono::nanoseconds::max() ? forever : start + plan_.spin;
+  const auto spin_end =
+      plan_.spin == std::chrono::nanoseconds::max() ? forever : start + plan_.spin;
   const auto yield_end = spin_end == forever ? forever : spin_end + plan_.yield;
   auto next_check = start + kPollInterval;
   for (;;) {

@@ -34,8 +34,12 @@ enum class LostHow : std::uint32_t { died = 1, left = 2 };
 inline constexpr std::uint32_t lost_word(int slot, LostHow how) {
   return static_cast<std::uint32_t>(slot + 1) | (static_cast<std::uint32_t>(how) << 24);
 }
-inline constexpr int lost_slot(std::uint32_t word) { return static_cast<int>(word & 0xffffff) - 1; }
-inline constexpr LostHow lost_how(std::uint32_t word) { return static_cast<LostHow>(word >> 24); }
+inline constexpr int lost_slot(std::uint32_t word) {
+  return static_cast<int>(word & 0xffffff) - 1;
+}
+inline constexpr LostHow lost_how(std::uint32_t word) {
+  return static_cast<LostHow>(word >> 24);
+}
 inline constexpr const char* describe(LostHow how) {
   return how == LostHow::died ? "died" : "left the job";
 }

@@ -29,7 +29,9 @@ using Clock = std::chrono::steady_clock;
 // How often a waiter looks at its peers' pids: a dead peer is noticed within this.
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
-std::string shm_path(const std::string& name) { return "/dev/shm/" + name; }
+std::string shm_path(const std::string& name) {
+  return "/dev/shm/" + name;
+}
 
 // Holds flock(LOCK_EX) on a descriptor. The kernel drops it if the process dies.
 class FileLock {
@@ -74,8 +76,7 @@ std::optional<bip::shared_memory_object> open_segment(const std::string& name) {
   bip::permissions owner_only;
   owner_only.set_permissions(0600);
   try {
-    return bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
-                                     owner_only);
+    return bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write, owner_only);
   } catch (const bip::interprocess_exception& created) {
     if (created.get_native_error() != EEXIST) {
       throw SystemError("lockstep: creating shared-memory segment " + shm_path(name) + ": " +
@@ -94,9 +95,9 @@ std::optional<bip::shared_memory_object> open_segment(const std::string& name) {
       throw ConfigError("lockstep: shared-memory segment " + shm_path(name) +
                         " exists but belongs to another user; refusing to use it");
     }
-    throw SystemError("lockstep: opening shared-memory segment " + shm_path(name) + ": " +
-                          error_text(error),
-                      error);
+    throw SystemError(
+        "lockstep: opening shared-memory segment " + shm_path(name) + ": " + error_text(error),
+        error);
   }
 }
 
@@ -116,11 +117,11 @@ std::string list(const std::vector<int>& items) {
 bool any_peer_alive(const Slot* slots, int num_slots, int except) {
   for (int i = 0; i < num_slots; ++i) {
     // Relaxed: read under the segment's lock, which orders them against their writers.
-    if (i != except && slots[i].status.load(std::memory_order_relaxed) ==
-                           static_cast<std::uint32_t>(SlotStatus::joined) &&
+    if (i != except &&
+        slots[i].status.load(std::memory_order_relaxed) ==
+            static_cast<std::uint32_t>(SlotStatus::joined) &&
         process_liveness(slots[i].pid.load(std::memory_order_relaxed),
-                         slots[i].start_time.load(std::memory_order_relaxed)) ==
-            Liveness::alive) {
+                         slots[i].start_time.load(std::memory_order_relaxed)) == Liveness::alive) {
       return true;
     }
   }
@@ -136,8 +137,7 @@ std::string segment_name(const std::string& identity, int node_index) {
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-  return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-n" +
-         std::to_string(node_index);
+  return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-n" + std::to_string(node_index);
 }
 
 bool remove_abandoned_segment(const std::string& name) {
@@ -236,9 +236,9 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
           // ended (or failed): its survivors keep their mapping, new joiners get a fresh one.
           stale = header->left.value.load() > 0;
           for (int i = 0; i < n && !stale; ++i) {
-            stale = slots[i].status.load() == static_cast<std::uint32_t>(SlotStatus::joined) &&
-                    process_liveness(slots[i].pid.load(), slots[i].start_time.load()) ==
-                        Liveness::dead;
+            stale =
+                slots[i].status.load() == static_cast<std::uint32_t>(SlotStatus::joined) &&
+                process_liveness(slots[i].pid.load(), slots[i].start_time.load()) == Liveness::dead;
           }
           if (!stale) {
             if (header->num_slots != local_size || header->world_size != world_size) {
@@ -373,7 +373,9 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
   return segment;
 }
 
-NodeSegment::~NodeSegment() { leave(); }
+NodeSegment::~NodeSegment() {
+  leave();
+}
 
 void NodeSegment::abandon() noexcept {
   region_.reset();

@@ -314,9 +314,12 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       }
       auto lost = segment->recorded_lost();
       if (!lost) {
+        // A peer that left while joining gave up (its own join timed out a moment before
+        // ours, or it saw a dead peer): only the dead count here, and the timeout below names
+        // the processes that never came.
         lost = segment->find_lost([&](int slot) {
-          return segment->slots_[slot].status.load() ==
-                 static_cast<std::uint32_t>(SlotStatus::empty);
+          return segment->slots_[slot].status.load() !=
+                 static_cast<std::uint32_t>(SlotStatus::joined);
         });
       }
       if (lost) {

@@ -8,7 +8,7 @@
 #include <lockstep/lockstep.hpp>
 
 #include <chrono>
-#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -50,19 +50,15 @@ int main(int argc, char** argv) {
   // Every process works; only the local main process draws the progress bar.
   long long total = 0;
   auto draw = state.on_local_main_process([](int step) {
-    int filled = (step + 1) * 30 / kSteps;
-    std::printf("\r[%-30s] %d/%d", std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                step + 1, kSteps);
-    std::fflush(stdout);
+    auto filled = static_cast<std::size_t>((step + 1) * 30 / kSteps);
+    std::cout << "\r[" << std::string(filled, '#') << std::string(30 - filled, ' ') << "] "
+              << step + 1 << "/" << kSteps << std::flush;
   });
   for (int step = 0; step < kSteps; ++step) {
     total += work(state.process_index(), step);
     draw(step);
   }
-  state.on_local_main_process([] {
-    std::printf("\n");
-    std::fflush(stdout);
-  })();
+  state.on_local_main_process([] { std::cout << std::endl; })();
   state.wait_for_everyone();
 
   // Functions that run on one process only; a value comes back as std::optional.
@@ -87,7 +83,7 @@ int main(int argc, char** argv) {
       long long value = 0;
       std::ifstream(part) >> value;
       sum += value;
-      std::remove(part.c_str());
+      std::filesystem::remove(part);
     }
     std::ofstream(result_path) << "processes " << state.num_processes() << "\nsum " << sum << "\n";
     std::cout << "main process wrote " << result_path << " (sum " << sum << ")" << std::endl;

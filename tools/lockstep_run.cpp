@@ -1,7 +1,6 @@
 // lockstep-run: starts N processes of a program as one lockstep job, as torchrun does.
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -11,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,11 +54,6 @@ struct Child {
   Stream streams[2];
 };
 
-void say(const std::string& text) {
-  std::string line = "lockstep-run: " + text + "\n";
-  (void)!::write(STDERR_FILENO, line.data(), line.size());
-}
-
 void write_all(int fd, const std::string& text) {
   std::size_t done = 0;
   while (done < text.size()) {
@@ -71,6 +66,11 @@ void write_all(int fd, const std::string& text) {
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+void say(const std::string& text) {
+  std::string line = "lockstep-run: " + text + "\n";
+  write_all(STDERR_FILENO, line);
 }
 
 std::string describe_status(int status) {
@@ -114,7 +114,7 @@ std::string random_job_id() {
   std::string out;
   char hex[3];
   for (unsigned char byte : bytes) {
-    std::snprintf(hex, sizeof hex, "%02x", byte);
+    (void)std::snprintf(hex, sizeof hex, "%02x", byte);
     out += hex;
   }
   return out;
@@ -215,7 +215,7 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     // (and can stop everything it starts); stdin from /dev/null, since a background process
     // group that reads the terminal would be stopped.
     ::setpgid(0, 0);
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) {
       ::dup2(null, STDIN_FILENO);
@@ -225,7 +225,7 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
       ::dup2(pipes[1][1], STDERR_FILENO);
     }
     for (const auto& [name, value] : env) {
-      ::setenv(name.c_str(), value.c_str(), 1);
+      ::setenv(name.c_str(), value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): one thread
     }
     std::vector<char*> argv;
     for (auto& arg : options_.command) {
@@ -234,8 +234,8 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
     std::string message = "lockstep-run: rank " + std::to_string(child.rank) + ": cannot run '" +
-                          options_.command[0] + "': " + std::strerror(errno) + "\n";
-    (void)!::write(STDERR_FILENO, message.data(), message.size());
+                          options_.command[0] + "': " + lockstep::detail::error_text(errno) + "\n";
+    write_all(STDERR_FILENO, message);
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here, so that no signal can find the child outside its group
@@ -271,8 +271,8 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) {
   std::string tag = "[rank " + std::to_string(rank) + "] ";
   std::string out;
   std::size_t start = 0;
-  for (std::size_t nl; (nl = stream.pending.find('\n', start)) != std::string::npos;
-       start = nl + 1) {
+  for (std::size_t nl = stream.pending.find('\n'); nl != std::string::npos;
+       start = nl + 1, nl = stream.pending.find('\n', start)) {
     out += tag + stream.pending.substr(start, nl + 1 - start);
   }
   stream.pending.erase(0, start);
@@ -342,7 +342,7 @@ int Launcher::run() {
   for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     sigaddset(&mask, sig);
   }
-  ::sigprocmask(SIG_BLOCK, &mask, &old_mask);
+  ::pthread_sigmask(SIG_BLOCK, &mask, &old_mask);
   int signals = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signals < 0) {
     lockstep::detail::throw_errno("lockstep-run", "signalfd");
@@ -394,7 +394,7 @@ int Launcher::run() {
         pump(*owners[i].second, owners[i].first->rank, false);
       }
     }
-    if (fds[0].revents & POLLIN) {
+    if ((fds[0].revents & POLLIN) != 0) {
       signalfd_siginfo info{};
       while (::read(signals, &info, sizeof info) == sizeof info) {
         int sig = static_cast<int>(info.ssi_signo);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -398,7 +399,7 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
         !(seconds > 0) || seconds > 1e7) {
       bad(timeout, "is not a positive number of seconds");
     }
-    config.join_timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000 + 0.5));
+    config.join_timeout = std::chrono::milliseconds(std::llround(seconds * 1000));
   }
   return config;
 }

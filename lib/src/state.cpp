@@ -67,11 +67,11 @@ void State::check_index(const char* what, int index) {
 }
 
 FirstGuard State::main_process_first() {
-  return FirstGuard(context_, is_main_process());
+  return {context_, is_main_process()};
 }
 
 FirstGuard State::local_main_process_first() {
-  return FirstGuard(context_, is_local_main_process());
+  return {context_, is_local_main_process()};
 }
 
 FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first)

@@ -63,7 +63,7 @@ bool still_named(int fd, const std::string& name, struct stat& by_fd) {
 void check_owner(const struct stat& st, const std::string& name) {
   if (st.st_uid != ::geteuid() || (st.st_mode & 0077) != 0) {
     char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    (void)std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     throw ConfigError("lockstep: shared-memory segment " + shm_path(name) + " is owned by uid " +
                       std::to_string(st.st_uid) + " with mode " + mode + "; refusing to use it " +
                       "(lockstep creates its segments owner-only, 0600, for uid " +
@@ -136,7 +136,7 @@ std::string segment_name(const std::string& identity, int node_index) {
     hash = (hash ^ c) * 0x100000001b3ULL;
   }
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  (void)std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
   return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-n" + std::to_string(node_index);
 }
 
@@ -251,6 +251,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
             }
             if (header->joined.value.load() >= header->num_slots) {
               std::vector<int> pids;
+              pids.reserve(static_cast<std::size_t>(n));
               for (int i = 0; i < n; ++i) {
                 pids.push_back(slots[i].pid.load());
               }
@@ -339,7 +340,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
         }
         auto seconds = std::chrono::duration<double>(config.join_timeout).count();
         char waited[32];
-        std::snprintf(waited, sizeof waited, "%g", seconds);
+        (void)std::snprintf(waited, sizeof waited, "%g", seconds);
         std::string who = config.local_rank >= 0
                               ? "local processes " + list(missing) + " of node " +
                                     std::to_string(config.node_index) + " never joined"

@@ -1,6 +1,7 @@
 // lockstep-run: starts N processes of a program as one lockstep job, as torchrun does.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -205,6 +206,7 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
   if (!options_.wait_policy.empty()) {
     env.emplace_back("LOCKSTEP_WAIT_POLICY", options_.wait_policy);
   }
+  const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
     lockstep::detail::throw_errno("lockstep-run: starting rank " + std::to_string(child.rank),
@@ -215,6 +217,11 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     // (and can stop everything it starts); stdin from /dev/null, since a background process
     // group that reads the terminal would be stopped.
     ::setpgid(0, 0);
+    // If the launcher itself is killed, nobody would stop the ranks: they get SIGTERM then.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != launcher) {
+      ::_exit(128 + SIGTERM);  // the launcher died before the line above
+    }
     ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
     int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) {
@@ -494,6 +501,14 @@ int main(int argc, char** argv) {
   }
   if (options.command.empty()) {
     say("no program given (usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...])");
+    return 2;
+  }
+  if (app.count("--job-id") > 0 && options.job_id.empty()) {
+    say("--job-id must not be empty");
+    return 2;
+  }
+  if (options.master_addr.empty()) {
+    say("--master-addr must not be empty");
     return 2;
   }
   if (options.node_rank >= options.nnodes) {

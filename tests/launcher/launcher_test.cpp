@@ -225,7 +225,49 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{{"--node-rank", "1", "true"}, "must be below --nnodes"},
                       BadFlags{{"--master-port", "70000", "true"}, "--master-port"},
                       BadFlags{{"--wait-policy", "fast", "true"}, "--wait-policy"},
+                      BadFlags{{"--job-id", "", "true"}, "--job-id must not be empty"},
+                      BadFlags{{"--master-addr", "", "true"}, "--master-addr must not be empty"},
                       BadFlags{{"--nnodes", "2", "true"}, "cross-node backend"}));
+
+TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
+  // The launcher is SIGKILLed: it cannot forward anything, so the ranks must learn it by
+  // themselves (PR_SET_PDEATHSIG) instead of running on as orphans.
+  std::string marker = "/tmp/lockstep-orphan-" + std::to_string(::getpid());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::string script = "echo $$ > " + marker + ".$RANK; exec sleep 60";
+    ::execl(tool("LOCKSTEP_RUN").c_str(), "lockstep-run", "--nproc-per-node", "2", "/bin/sh", "-c",
+            script.c_str(), nullptr);
+    ::_exit(126);
+  }
+  std::vector<pid_t> ranks;
+  for (int attempt = 0; attempt < 500 && ranks.size() < 2; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ranks.clear();
+    for (int rank = 0; rank < 2; ++rank) {
+      std::ifstream file(marker + "." + std::to_string(rank));
+      pid_t rank_pid = 0;
+      if (file >> rank_pid) {
+        ranks.push_back(rank_pid);
+      }
+    }
+  }
+  ASSERT_EQ(ranks.size(), 2U);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  for (pid_t rank_pid : ranks) {
+    bool gone = false;
+    for (int attempt = 0; attempt < 200 && !gone; ++attempt) {
+      gone = ::kill(rank_pid, 0) != 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(gone) << "rank pid " << rank_pid << " outlived its launcher";
+    ::kill(rank_pid, SIGKILL);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    ::unlink((marker + "." + std::to_string(rank)).c_str());
+  }
+}
 
 TEST(Launcher, HelpDocumentsEveryFlag) {
   auto result = run({tool("LOCKSTEP_RUN"), "--help"});

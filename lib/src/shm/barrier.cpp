@@ -120,7 +120,8 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
   SegmentHeader& header = segment_.header();
   auto& generation = header.generation.value;
   // Acquire on every read of `generation`: seeing the new value synchronizes with the completer.
-  for (int i = 0; i < kQuickSpins; ++i) {
+  const int quick_spins = plan_.spin.count() > 0 ? kQuickSpins : 0;  // block: sleep at once
+  for (int i = 0; i < quick_spins; ++i) {
     if (generation.load(std::memory_order_acquire) == target) {
       return Outcome::complete;
     }

@@ -15,11 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "ranks.hpp"
 #include "shm/segment.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using lockstep::testing::contains;
 
 std::string tool(const char* variable) {
   const char* path = std::getenv(variable);  // NOLINT(concurrency-mt-unsafe)
@@ -96,10 +98,6 @@ Result run(const std::vector<std::string>& args, int signal_to_send = 0,
   ::waitpid(pid, &result.status, 0);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 int count(const std::string& text, const std::string& part) {

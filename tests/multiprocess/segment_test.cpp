@@ -18,6 +18,8 @@
 namespace {
 
 using lockstep::detail::segment_name;
+using lockstep::testing::contains;
+using lockstep::testing::expect_join_error;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
 using lockstep::testing::run_ranks;
@@ -33,10 +35,6 @@ std::string shm_path_of(const std::string& id) {
 bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 // A job body: `rounds` barriers with the counter check of the stress test.
@@ -98,12 +96,7 @@ TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   auto second = run_ranks(Job::of(2, id), [&](int) {
-    try {
-      lockstep::State state;
-      RANK_CHECK(false);
-    } catch (const lockstep::ConfigError& error) {
-      RANK_CHECK(contains(error.what(), "already running"));
-    }
+    expect_join_error<lockstep::ConfigError>([] { lockstep::State state; }, "already running");
   });
   flags[1] = 1;
   EXPECT_EQ(failures(second), "");
@@ -152,12 +145,7 @@ TEST(NodeSegment, ASegmentOthersCanOpenIsRefused) {
   ::fchmod(fd, 0644);
   ::close(fd);
   auto ends = run_ranks(Job::of(2, id), [](int) {
-    try {
-      lockstep::State state;
-      RANK_CHECK(false);
-    } catch (const lockstep::ConfigError& error) {
-      RANK_CHECK(contains(error.what(), "mode 0644"));
-    }
+    expect_join_error<lockstep::ConfigError>([] { lockstep::State state; }, "mode 0644");
   });
   EXPECT_EQ(failures(ends), "");
   EXPECT_TRUE(exists(path)) << "a segment lockstep does not own must not be removed";
@@ -174,12 +162,7 @@ TEST(NodeSegment, ProcessesThatDisagreeOnTheShapeAreRefused) {
       }
       ::setenv("WORLD_SIZE", "3", 1);
       ::setenv("LOCAL_WORLD_SIZE", "3", 1);
-      try {
-        lockstep::State state;
-        RANK_CHECK(false);
-      } catch (const lockstep::ConfigError& error) {
-        RANK_CHECK(contains(error.what(), "disagree"));
-      }
+      expect_join_error<lockstep::ConfigError>([] { lockstep::State state; }, "disagree");
       joined->store(2);
       return;
     }
@@ -247,12 +230,8 @@ TEST(Environment, AMalformedVariableIsAConfigErrorInARealProcess) {
   Job job = Job::of(1);
   job.env["RANK"] = "abc";
   auto ends = run_ranks(job, [](int) {
-    try {
-      lockstep::State state;
-      RANK_CHECK(false);
-    } catch (const lockstep::ConfigError& error) {
-      RANK_CHECK(contains(error.what(), "RANK=\"abc\" is not an integer"));
-    }
+    expect_join_error<lockstep::ConfigError>([] { lockstep::State state; },
+                                             "RANK=\"abc\" is not an integer");
   });
   EXPECT_EQ(failures(ends), "");
 }
@@ -263,12 +242,8 @@ TEST(Environment, MultiNodeWithoutABackendIsAConfigError) {
   job.env["LOCAL_WORLD_SIZE"] = "1";
   job.env["LOCKSTEP_NNODES"] = "2";
   auto ends = run_ranks(job, [](int) {
-    try {
-      lockstep::State state;
-      RANK_CHECK(false);
-    } catch (const lockstep::ConfigError& error) {
-      RANK_CHECK(contains(error.what(), "no cross-node backend"));
-    }
+    expect_join_error<lockstep::ConfigError>([] { lockstep::State state; },
+                                             "no cross-node backend");
   });
   EXPECT_EQ(failures(ends), "");
 }

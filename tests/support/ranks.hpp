@@ -85,6 +85,26 @@ T* shared_array(std::size_t count) {
   return static_cast<T*>(shared_bytes(sizeof(T) * count));
 }
 
+// Whether `text` contains `part`.
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// In a rank: constructing a State must throw `E` whose message contains `part`.
+template <class E, class Make>
+void expect_join_error(Make make, const std::string& part) {
+  try {
+    make();
+  } catch (const E& error) {
+    if (!contains(error.what(), part)) {
+      throw std::logic_error(std::string("wrong message: ") + error.what() + " (wanted: " + part +
+                             ")");
+    }
+    return;
+  }
+  throw std::logic_error("joining succeeded; wanted an error containing: " + part);
+}
+
 // Names in /dev/shm that start with `prefix`.
 std::vector<std::string> shm_entries(const std::string& prefix);
 

@@ -119,7 +119,8 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   }
   BusyGuard busy(busy_, what);
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  if (timeout) {
+  // A timeout beyond a century is no deadline (and would overflow the clock's nanoseconds).
+  if (timeout && *timeout < std::chrono::hours(24 * 365 * 100)) {
     deadline = std::chrono::steady_clock::now() + *timeout;
   }
   barrier_->arrive_and_wait(deadline, what);

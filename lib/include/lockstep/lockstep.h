@@ -1,0 +1,69 @@
+/* lockstep's C API: the same job membership and barrier as lockstep::State, for C and for
+ * foreign-function interfaces (Python's ctypes, ...). */
+#ifndef LOCKSTEP_LOCKSTEP_H
+#define LOCKSTEP_LOCKSTEP_H
+
+#include <stdint.h>
+
+#if defined(LOCKSTEP_BUILDING) || defined(LOCKSTEP_STATIC)
+#define LOCKSTEP_C_API __attribute__((visibility("default")))
+#else
+#define LOCKSTEP_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a call returned. Every failing call also sets a one-line message for the calling thread,
+ * read with lockstep_last_error(). */
+typedef enum lockstep_status {
+  LOCKSTEP_OK = 0,
+  LOCKSTEP_ERROR = 1,            /* any other lockstep::Error */
+  LOCKSTEP_TIMEOUT = 2,          /* lockstep::TimeoutError */
+  LOCKSTEP_PEER_LOST = 3,        /* lockstep::PeerLostError */
+  LOCKSTEP_CONFIG_ERROR = 4,     /* lockstep::ConfigError */
+  LOCKSTEP_SYSTEM_ERROR = 5,     /* lockstep::SystemError */
+  LOCKSTEP_INVALID_ARGUMENT = 6, /* a null pointer or a negative timeout */
+} lockstep_status;
+
+/* A handle to this process's membership in the job (a lockstep::State). */
+typedef struct lockstep_state lockstep_state;
+
+/* Joins the job the environment describes (blocking until the node's processes have joined) and
+ * stores a new handle in *out; every handle of a process shares one membership. */
+LOCKSTEP_C_API lockstep_status lockstep_state_create(lockstep_state** out);
+/* Releases a handle (the process leaves the job at exit, not here). Null is ignored. */
+LOCKSTEP_C_API void lockstep_state_destroy(lockstep_state* state);
+
+/* Queries; -1 (or 0 for the is_ ones) for a null handle. */
+LOCKSTEP_C_API int lockstep_process_index(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_local_process_index(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_num_processes(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_num_local_processes(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_node_index(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_num_nodes(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_is_main_process(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_is_local_main_process(const lockstep_state* state);
+LOCKSTEP_C_API int lockstep_is_last_process(const lockstep_state* state);
+
+/* Returns once every process of the job has called it (see State::wait_for_everyone). */
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone(lockstep_state* state);
+/* As above; LOCKSTEP_TIMEOUT when the others have not all arrived within `timeout_ms`
+ * milliseconds (the message names them; this process's arrival is withdrawn). */
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state,
+                                                              int64_t timeout_ms);
+
+/* The message of the last failing call on this thread ("" if none). Valid until the thread's
+ * next failing call. */
+LOCKSTEP_C_API const char* lockstep_last_error(void);
+/* A name for `status`, such as "LOCKSTEP_TIMEOUT". */
+LOCKSTEP_C_API const char* lockstep_status_name(lockstep_status status);
+/* The library's version, such as "0.1.0". */
+LOCKSTEP_C_API const char* lockstep_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOCKSTEP_LOCKSTEP_H */

@@ -1,0 +1,155 @@
+#include <chrono>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "lockstep/lockstep.h"
+#include "lockstep/state.hpp"
+#include "lockstep/version.hpp"
+
+struct lockstep_state {
+  lockstep::State state;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+lockstep_status fail(lockstep_status status, const char* message) {
+  try {
+    last_error = message;
+  } catch (...) {
+    // Out of memory for the message: the status still says what failed.
+  }
+  return status;
+}
+
+// Runs `body`, turning what it throws into a status and a message (no exception crosses into C).
+template <class Body>
+lockstep_status guarded(Body&& body) noexcept {
+  try {
+    body();
+    return LOCKSTEP_OK;
+  } catch (const lockstep::TimeoutError& error) {
+    return fail(LOCKSTEP_TIMEOUT, error.what());
+  } catch (const lockstep::PeerLostError& error) {
+    return fail(LOCKSTEP_PEER_LOST, error.what());
+  } catch (const lockstep::ConfigError& error) {
+    return fail(LOCKSTEP_CONFIG_ERROR, error.what());
+  } catch (const lockstep::SystemError& error) {
+    return fail(LOCKSTEP_SYSTEM_ERROR, error.what());
+  } catch (const std::bad_alloc&) {
+    return fail(LOCKSTEP_SYSTEM_ERROR, "lockstep: out of memory");
+  } catch (const std::exception& error) {
+    return fail(LOCKSTEP_ERROR, error.what());
+  } catch (...) {
+    return fail(LOCKSTEP_ERROR, "lockstep: unknown error");
+  }
+}
+
+template <class Query>
+int query(const lockstep_state* state, Query query, int if_null) noexcept {
+  return state == nullptr ? if_null : query(state->state);
+}
+
+}  // namespace
+
+extern "C" {
+
+lockstep_status lockstep_state_create(lockstep_state** out) {
+  if (out == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_state_create: out is null");
+  }
+  *out = nullptr;
+  return guarded([&] { *out = new lockstep_state{lockstep::State()}; });
+}
+
+void lockstep_state_destroy(lockstep_state* state) {
+  delete state;
+}
+
+int lockstep_process_index(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.process_index(); }, -1);
+}
+int lockstep_local_process_index(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.local_process_index(); }, -1);
+}
+int lockstep_num_processes(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.num_processes(); }, -1);
+}
+int lockstep_num_local_processes(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.num_local_processes(); }, -1);
+}
+int lockstep_node_index(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.node_index(); }, -1);
+}
+int lockstep_num_nodes(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.num_nodes(); }, -1);
+}
+int lockstep_is_main_process(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.is_main_process() ? 1 : 0; }, 0);
+}
+int lockstep_is_local_main_process(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.is_local_main_process() ? 1 : 0; }, 0);
+}
+int lockstep_is_last_process(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.is_last_process() ? 1 : 0; }, 0);
+}
+
+lockstep_status lockstep_wait_for_everyone(lockstep_state* state) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone: state is null");
+  }
+  return guarded([&] { state->state.wait_for_everyone(); });
+}
+
+lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t timeout_ms) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone_for: state is null");
+  }
+  if (timeout_ms < 0) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, ("lockstep_wait_for_everyone_for: timeout_ms " +
+                                            std::to_string(timeout_ms) + " is negative")
+                                               .c_str());
+  }
+  return guarded([&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
+}
+
+const char* lockstep_last_error(void) {
+  return last_error.c_str();
+}
+
+const char* lockstep_status_name(lockstep_status status) {
+  switch (status) {
+    case LOCKSTEP_OK:
+      return "LOCKSTEP_OK";
+    case LOCKSTEP_ERROR:
+      return "LOCKSTEP_ERROR";
+    case LOCKSTEP_TIMEOUT:
+      return "LOCKSTEP_TIMEOUT";
+    case LOCKSTEP_PEER_LOST:
+      return "LOCKSTEP_PEER_LOST";
+    case LOCKSTEP_CONFIG_ERROR:
+      return "LOCKSTEP_CONFIG_ERROR";
+    case LOCKSTEP_SYSTEM_ERROR:
+      return "LOCKSTEP_SYSTEM_ERROR";
+    case LOCKSTEP_INVALID_ARGUMENT:
+      return "LOCKSTEP_INVALID_ARGUMENT";
+  }
+  return "LOCKSTEP_UNKNOWN_STATUS";
+}
+
+const char* lockstep_version(void) {
+  return LOCKSTEP_VERSION_STRING;
+}
+
+}  // extern "C"

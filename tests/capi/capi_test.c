@@ -1,0 +1,55 @@
+/* The C API from C, run under lockstep-run: `capi_test` checks queries, the barrier, a timeout
+ * that names the missing process, and argument errors. Exits non-zero naming the failed check. */
+#include <lockstep/lockstep.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(condition)                                                             \
+  do {                                                                               \
+    if (!(condition)) {                                                              \
+      fprintf(stderr, "capi_test: line %d: check failed: %s (last error: %s)\n", __LINE__, \
+              #condition, lockstep_last_error());                                    \
+      return 1;                                                                      \
+    }                                                                                \
+  } while (0)
+
+int main(void) {
+  lockstep_state* state = NULL;
+  CHECK(lockstep_state_create(NULL) == LOCKSTEP_INVALID_ARGUMENT);
+  CHECK(strstr(lockstep_last_error(), "out is null") != NULL);
+  CHECK(lockstep_state_create(&state) == LOCKSTEP_OK);
+  const int rank = lockstep_process_index(state);
+  const int n = lockstep_num_processes(state);
+  CHECK(n >= 2);
+  CHECK(rank >= 0 && rank < n);
+  CHECK(lockstep_local_process_index(state) == rank);
+  CHECK(lockstep_num_local_processes(state) == n);
+  CHECK(lockstep_node_index(state) == 0 && lockstep_num_nodes(state) == 1);
+  CHECK(lockstep_is_main_process(state) == (rank == 0));
+  CHECK(lockstep_is_local_main_process(state) == (rank == 0));
+  CHECK(lockstep_is_last_process(state) == (rank == n - 1));
+  CHECK(lockstep_process_index(NULL) == -1);
+  CHECK(lockstep_wait_for_everyone(NULL) == LOCKSTEP_INVALID_ARGUMENT);
+  CHECK(lockstep_wait_for_everyone_for(state, -5) == LOCKSTEP_INVALID_ARGUMENT);
+  CHECK(strstr(lockstep_last_error(), "-5 is negative") != NULL);
+  CHECK(strcmp(lockstep_status_name(LOCKSTEP_PEER_LOST), "LOCKSTEP_PEER_LOST") == 0);
+  CHECK(strlen(lockstep_version()) > 0);
+
+  for (int round = 0; round < 1000; ++round) {
+    CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
+  }
+  /* The last process comes late: the others time out, naming it, and carry on. */
+  if (rank == n - 1) {
+    usleep(800 * 1000);
+  } else {
+    char expected[64];
+    snprintf(expected, sizeof expected, "process %d of %d had not arrived", n - 1, n);
+    CHECK(lockstep_wait_for_everyone_for(state, 200) == LOCKSTEP_TIMEOUT);
+    CHECK(strstr(lockstep_last_error(), expected) != NULL);
+  }
+  CHECK(lockstep_wait_for_everyone_for(state, 30000) == LOCKSTEP_OK);
+  lockstep_state_destroy(state);
+  lockstep_state_destroy(NULL);
+  return 0;
+}

@@ -248,6 +248,24 @@ TEST(Environment, MultiNodeWithoutABackendIsAConfigError) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Processes that leave the moment they have joined (or passed a barrier) must not look dead to
+// peers that are still finishing the same join (or barrier).
+TEST(NodeSegment, ProcessesThatLeaveAtOnceAreNotLost) {
+  for (int round = 0; round < 150; ++round) {
+    std::string id = unique_job_id("quick");
+    EXPECT_EQ(failures(run_ranks(Job::of(8, id), [](int) { lockstep::State state; })), "")
+        << "join, round " << round;
+    EXPECT_EQ(failures(run_ranks(Job::of(8, id + "b"),
+                                 [](int) {
+                                   lockstep::State state;
+                                   state.wait_for_everyone();
+                                 })),
+              "")
+        << "barrier, round " << round;
+    EXPECT_FALSE(exists(shm_path_of(id)));
+  }
+}
+
 TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
   std::string id = unique_job_id("abandon");
   auto* flags = shared_array<std::atomic<int>>(2);

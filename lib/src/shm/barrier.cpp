@@ -169,7 +169,10 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
         publish();
         return Outcome::complete;
       }
-      check_peers(what);
+      if (check_peers(what)) {
+        publish();
+        return Outcome::complete;
+      }
       next_check = now + kPollInterval;
       if (deadline && now >= *deadline) {
         return Outcome::timed_out;
@@ -178,16 +181,22 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
   }
 }
 
-void NodeBarrier::check_peers(const char* what) {
-  if (auto lost = segment_.recorded_lost()) {
-    throw_lost(*lost, what);
+bool NodeBarrier::check_peers(const char* what) {
+  auto lost = segment_.recorded_lost();
+  if (!lost) {
+    lost = segment_.find_lost([&](int slot) {
+      return segment_.slot(slot).arrived.load(std::memory_order_relaxed) == episode_ + 1;
+    });
   }
-  auto lost = segment_.find_lost([&](int slot) {
-    return segment_.slot(slot).arrived.load(std::memory_order_relaxed) == episode_ + 1;
-  });
-  if (lost) {
-    throw_lost(segment_.mark_lost(*lost), what);
+  if (!lost) {
+    return false;
   }
+  // The last arrival may have completed the episode, and its process left or died, after this
+  // process last looked: a peer is lost only if the episode is still incomplete.
+  if (complete()) {
+    return true;
+  }
+  throw_lost(segment_.mark_lost(*lost), what);
 }
 
 void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {

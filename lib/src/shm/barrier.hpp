@@ -41,7 +41,9 @@ class NodeBarrier {
   // Publishes the completed episode (episode_ + 1) in `generation` and wakes sleepers.
   void publish() noexcept;
   [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
-  void check_peers(const char* what);
+  // Throws PeerLostError if a peer that has not arrived is gone; returns true if the episode
+  // turned out complete meanwhile.
+  [[nodiscard]] bool check_peers(const char* what);
 
   NodeSegment& segment_;
   WaitPlan plan_;

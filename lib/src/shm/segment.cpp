@@ -323,6 +323,9 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
                  static_cast<std::uint32_t>(SlotStatus::joined);
         });
       }
+      if (lost && header.joined.value.load(std::memory_order_acquire) >= local_size) {
+        break;  // everyone joined meanwhile; the peer finished joining, then left or died
+      }
       if (lost) {
         lost = segment->mark_lost(*lost);
         throw PeerLostError("lockstep: joining the job: " + segment->describe(lost->slot) + " " +
@@ -418,6 +421,11 @@ std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
   if (status == SlotStatus::joined &&
       process_liveness(peer.pid.load(std::memory_order_relaxed),
                        peer.start_time.load(std::memory_order_relaxed)) == Liveness::dead) {
+    // It may have left (and then exited) between the two reads: its last word wins.
+    if (peer.status.load(std::memory_order_acquire) ==
+        static_cast<std::uint32_t>(SlotStatus::left)) {
+      return LostPeer{slot, LostHow::left};
+    }
     return LostPeer{slot, LostHow::died};
   }
   return std::nullopt;

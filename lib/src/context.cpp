@@ -29,6 +29,17 @@ struct Registry {
   std::mutex mutex;
   std::shared_ptr<Context> context;
   pid_t owner = 0;
+
+  Registry() = default;
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+  // At exit the process leaves its job, even where a State outlives this (a local of a function
+  // that called std::exit, a static destroyed later): the segment must not be left behind.
+  ~Registry() {
+    if (context && owner == ::getpid()) {
+      context->leave();
+    }
+  }
 };
 
 Registry& registry() {
@@ -92,11 +103,16 @@ Context::Context(JobConfig config)
 }
 
 Context::~Context() {
+  leave();
+}
+
+void Context::leave() noexcept {
   barrier_.reset();
   if (segment_ && ::getpid() != owner_) {
     segment_->abandon();  // a forked child's copy: the parent still belongs to the job
   }
   segment_.reset();
+  left_ = true;
 }
 
 void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
@@ -113,6 +129,9 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
       has_deferred_.store(false, std::memory_order_relaxed);
       std::rethrow_exception(error);
     }
+  }
+  if (left_) {
+    throw Error(std::string(what) + ": this process has left the job (it is exiting)");
   }
   if (!barrier_) {
     return;  // a job of one

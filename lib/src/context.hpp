@@ -33,6 +33,8 @@ class Context {
   void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
   // Keeps an error that a destructor could not throw; the next wait() rethrows it.
   void defer(std::exception_ptr error) noexcept;
+  // Leaves the job (at process exit), whatever handles still exist; later waits throw.
+  void leave() noexcept;
 
  private:
   JobConfig config_;
@@ -42,6 +44,7 @@ class Context {
   std::unique_ptr<NodeSegment> segment_;
   std::optional<NodeBarrier> barrier_;
   std::atomic<bool> busy_{false};
+  bool left_ = false;
   std::atomic<bool> has_deferred_{false};
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;

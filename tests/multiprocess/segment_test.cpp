@@ -67,6 +67,17 @@ TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
   EXPECT_FALSE(exists(shm_path_of(id))) << "left behind after a clean exit";
 }
 
+TEST(NodeSegment, IsGoneAfterExitWhileAStateIsStillInScope) {
+  std::string id = unique_job_id("exit");
+  auto ends = run_ranks(Job::of(3, id), [](int) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    std::exit(0);  // NOLINT(concurrency-mt-unsafe): the local State is never destroyed
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_FALSE(exists(shm_path_of(id))) << "left behind by processes that called exit()";
+}
+
 TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
   auto* counters = shared_array<std::atomic<int>>(2);
   std::string a = unique_job_id("a");

@@ -53,7 +53,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   // acq_rel: the release publishes this process's writes to whoever completes the episode; the
   // acquire, on the completing arrival, takes in everyone's (all arrivals form one release
   // sequence on this counter).
-  const std::uint64_t ticket = header.arrivals.value.fetch_add(1, std::memory_order_acq_rel);
+  const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_acq_rel);
   if (ticket + 1 == full) {
     publish();
     ++episode_;
@@ -68,11 +68,11 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     return;
   }
   // Timed out: take the arrival back unless the episode completed meanwhile.
-  std::uint64_t seen = header.arrivals.value.load(std::memory_order_relaxed);
+  std::uint64_t seen = header.episode.arrivals.load(std::memory_order_relaxed);
   while (seen < full) {
     // acq_rel on success keeps the withdrawal in the counter's single modification order.
-    if (header.arrivals.value.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
-                                                    std::memory_order_relaxed)) {
+    if (header.episode.arrivals.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
+                                                      std::memory_order_relaxed)) {
       // Withdrawn, not arrived: the liveness checks watch this process again, while the
       // missing lists of peers that time out too do not count it as one that never came.
       segment_.slot(segment_.my_slot())
@@ -97,7 +97,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
 bool NodeBarrier::complete() const noexcept {
   const auto n = static_cast<std::uint64_t>(segment_.num_slots());
   // Acquire: reading the completing arrival's value synchronizes with every arrival.
-  return segment_.header().arrivals.value.load(std::memory_order_acquire) >= (episode_ + 1) * n;
+  return segment_.header().episode.arrivals.load(std::memory_order_acquire) >= (episode_ + 1) * n;
 }
 
 void NodeBarrier::publish() noexcept {
@@ -108,9 +108,9 @@ void NodeBarrier::publish() noexcept {
   // a sleeper and wakes it, or the sleeper sees the new generation and does not sleep. A CAS,
   // not a store, since a waiter may publish the episode for a completer that stalled (or died)
   // between its arrival and this line.
-  header.generation.value.compare_exchange_strong(previous, target, std::memory_order_seq_cst);
+  header.episode.generation.compare_exchange_strong(previous, target, std::memory_order_seq_cst);
   if (header.sleepers.value.load(std::memory_order_seq_cst) != 0) {
-    futex_wake_all(header.generation.value);
+    futex_wake_all(header.episode.generation);
   }
 }
 
@@ -118,7 +118,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
                                        std::optional<Clock::time_point> deadline,
                                        const char* what) {
   SegmentHeader& header = segment_.header();
-  auto& generation = header.generation.value;
+  auto& generation = header.episode.generation;
   // Acquire on every read of `generation`: seeing the new value synchronizes with the completer.
   const int quick_spins = plan_.spin.count() > 0 ? kQuickSpins : 0;  // block: sleep at once
   for (int i = 0; i < quick_spins; ++i) {
@@ -201,7 +201,7 @@ bool NodeBarrier::check_peers(const char* what) {
 
 void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   const auto n = static_cast<std::uint64_t>(segment_.num_slots());
-  std::uint64_t arrived = segment_.header().arrivals.value.load(std::memory_order_relaxed);
+  std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * n ? arrived - episode_ * n : 0;
   throw PeerLostError(std::string(what) + ": " + segment_.describe(peer.slot) + " " +
                           describe(peer.how) + " while " + std::to_string(waiting) + " process" +

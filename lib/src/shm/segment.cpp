@@ -400,7 +400,7 @@ void NodeSegment::leave() noexcept {
     FileLock lock(fd_);
     slots_[my_slot_].status.store(static_cast<std::uint32_t>(SlotStatus::left));
     header_->left.value.fetch_add(1);
-    futex_wake_all(header_->generation.value);
+    futex_wake_all(header_->episode.generation);
     futex_wake_all(header_->joined.value);
     struct stat st {};
     if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
@@ -445,7 +445,7 @@ LostPeer NodeSegment::mark_lost(LostPeer peer) noexcept {
                                                    std::memory_order_acq_rel)) {
     peer = LostPeer{lost_slot(seen), lost_how(seen)};
   }
-  futex_wake_all(header_->generation.value);
+  futex_wake_all(header_->episode.generation);
   futex_wake_all(header_->joined.value);
   return peer;
 }

@@ -1,0 +1,114 @@
+// Runs a barrier family in N forked processes for Google Benchmark (internal to bench/).
+//
+// Every rank is a child process; the parent only forks and reports. Rank 0 times the measured
+// loop (after a warm-up), every rank reports the CPU time its loop used, and the parent hands
+// Google Benchmark the time per episode through manual timing. Each rank being a fresh process
+// lets the lockstep family use the public lockstep::State, as a user would.
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace lockstep::bench {
+
+inline double cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+inline double wall_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// What the ranks report back, in memory shared with the parent.
+struct Report {
+  double elapsed;   // rank 0's wall time for the measured loop
+  double cpu[256];  // each rank's CPU time for it
+  int failed;       // a rank that could not run sets this
+};
+
+inline Report* shared_report() {
+  void* memory =
+      ::mmap(nullptr, sizeof(Report), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    std::perror("mmap");
+    std::abort();
+  }
+  return new (memory) Report{};
+}
+
+// A family: `Family f(ranks)` in the parent before fork (shared set-up); in each child,
+// `f.attach(rank)`, then `f.wait(rank)` per episode, then `f.detach(rank)`.
+constexpr std::int64_t kWarmup = 200;
+
+template <class Family>
+void run_episodes(benchmark::State& state, int ranks) {
+  const std::int64_t episodes = state.max_iterations;
+  Report* report = shared_report();
+  Family family(ranks);
+  std::vector<pid_t> children;
+  std::fflush(nullptr);
+  for (int rank = 0; rank < ranks; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        family.attach(rank);
+        for (std::int64_t i = 0; i < kWarmup; ++i) {
+          family.wait(rank);
+        }
+        double cpu0 = cpu_seconds();
+        double wall0 = wall_seconds();
+        for (std::int64_t i = 0; i < episodes; ++i) {
+          family.wait(rank);
+        }
+        double wall1 = wall_seconds();
+        report->cpu[rank] = cpu_seconds() - cpu0;
+        if (rank == 0) {
+          report->elapsed = wall1 - wall0;
+        }
+        family.detach(rank);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+        report->failed = 1;
+      }
+      std::fflush(nullptr);
+      // exit, not _exit: a lockstep rank leaves its job in static destructors.
+      std::exit(0);  // NOLINT(concurrency-mt-unsafe)
+    }
+    children.push_back(pid);
+  }
+  bool ok = report->failed == 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  if (!ok) {
+    state.SkipWithError("a rank failed");
+  }
+  double cpu = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    cpu += report->cpu[rank];
+  }
+  const double per_episode = report->elapsed / static_cast<double>(episodes);
+  for (auto _ : state) {
+    state.SetIterationTime(per_episode);
+  }
+  // CPU time per episode, summed over all processes: spinning shows here, sleeping does not.
+  state.counters["cpu_us"] = benchmark::Counter(cpu * 1e6 / static_cast<double>(episodes));
+  ::munmap(report, sizeof(Report));
+}
+
+}  // namespace lockstep::bench

@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--episodes=", 11) == 0) {
       episodes = std::atoll(argv[i] + 11);
+    } else if (rank != 0 && std::strncmp(argv[i], "--benchmark_out", 15) == 0) {
+      // Rank 0 alone writes the results file.
     } else {
       args.push_back(argv[i]);
     }
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
     benchmark::RunSpecifiedBenchmarks();
   } else {
     SilentReporter silent;
-    benchmark::RunSpecifiedBenchmarks(&silent, &silent);
+    benchmark::RunSpecifiedBenchmarks(&silent);
   }
   benchmark::Shutdown();
   MPI_Finalize();

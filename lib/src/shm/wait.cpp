@@ -20,7 +20,7 @@ WaitPlan make_wait_plan(WaitPolicy policy, int processes, int cpus) {
   if (processes <= cpus) {
     return WaitPlan{microseconds(20), microseconds(200), true};
   }
-  return WaitPlan{microseconds(1), milliseconds(2), true};
+  return WaitPlan{nanoseconds(0), milliseconds(2), true};
 }
 
 int usable_cpus() {

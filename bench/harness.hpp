@@ -7,6 +7,7 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -49,6 +50,30 @@ inline Report* shared_report() {
   return new (memory) Report{};
 }
 
+// With LOCKSTEP_BENCH_PIN=1, rank r runs on CPU r mod (usable CPUs) only (an option of the
+// suite: tools/bench-report --pin).
+inline void pin_if_asked(int rank) {
+  const char* pin = std::getenv("LOCKSTEP_BENCH_PIN");  // NOLINT(concurrency-mt-unsafe)
+  if (pin == nullptr || std::string(pin) != "1") {
+    return;
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    return;
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      cpus.push_back(cpu);
+    }
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[static_cast<std::size_t>(rank) % cpus.size()], &one);
+  ::sched_setaffinity(0, sizeof one, &one);
+}
+
 // A family: `Family f(ranks)` in the parent before fork (shared set-up); in each child,
 // `f.attach(rank)`, then `f.wait(rank)` per episode, then `f.detach(rank)`.
 constexpr std::int64_t kWarmup = 200;
@@ -63,6 +88,7 @@ void run_episodes(benchmark::State& state, int ranks) {
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
+      pin_if_asked(rank);
       try {
         family.attach(rank);
         for (std::int64_t i = 0; i < kWarmup; ++i) {

@@ -19,6 +19,9 @@ constexpr auto kPollInterval = std::chrono::milliseconds(100);
 constexpr int kQuickSpins = 64;
 // Spins between clock reads in the spin phase (a clock read costs ~25 ns here, a pause ~10-40).
 constexpr int kSpinsPerClockRead = 64;
+// How long an oversubscribed waiter may spin (rather than yield) per wait while no late peer was
+// last seen on its CPU: bounds the cost of a stale record to about this.
+constexpr auto kYieldlessSpin = std::chrono::microseconds(50);
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,7 +64,12 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   }
   // Relaxed: read only by peers' diagnostics (timeouts, lost peers), never for correctness.
   // Stored after the arrival so that a process that dies in between is never taken as arrived.
-  segment_.slot(segment_.my_slot()).arrived.store(episode_ + 1, std::memory_order_relaxed);
+  Slot& me = segment_.slot(segment_.my_slot());
+  me.arrived.store(episode_ + 1, std::memory_order_relaxed);
+  if (plan_.yield.count() > 0) {
+    // Relaxed: a scheduling hint for the peers, never needed for correctness.
+    me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+  }
   const auto target = static_cast<std::uint32_t>(episode_ + 1);
   if (wait(target, deadline, what) == Outcome::complete) {
     ++episode_;
@@ -92,6 +100,22 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   }
   publish();  // complete after all; help publish it
   ++episode_;
+}
+
+bool NodeBarrier::late_peer_here() const noexcept {
+  const int here = ::sched_getcpu();
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    const Slot& peer = segment_.slot(slot);
+    // Relaxed: hints (see Slot::cpu).
+    if (slot != segment_.my_slot() &&
+        (peer.arrived.load(std::memory_order_relaxed) & ~kWithdrawn) != episode_ + 1) {
+      int cpu = peer.cpu.load(std::memory_order_relaxed);
+      if (cpu == here || cpu < 0) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 bool NodeBarrier::complete() const noexcept {
@@ -143,6 +167,18 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
         cpu_relax();
       }
     } else if (now < yield_end || !plan_.sleep) {
+      // Yield only to a late peer that was last seen on this CPU; while every late peer runs
+      // elsewhere, a short spin steals nothing from them. A record can be stale (the peer moved
+      // here since), so spinning instead of yielding is bounded per wait.
+      if (now - spin_end < kYieldlessSpin && !late_peer_here()) {
+        for (int i = 0; i < kSpinsPerClockRead; ++i) {
+          if (generation.load(std::memory_order_acquire) == target) {
+            return Outcome::complete;
+          }
+          cpu_relax();
+        }
+        continue;
+      }
       ::sched_yield();
       if (generation.load(std::memory_order_acquire) == target) {
         return Outcome::complete;

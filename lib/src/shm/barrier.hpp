@@ -38,6 +38,8 @@ class NodeBarrier {
   Outcome wait(std::uint32_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
                const char* what);
   [[nodiscard]] bool complete() const noexcept;
+  // Whether a peer that has not arrived was last seen on this process's CPU.
+  [[nodiscard]] bool late_peer_here() const noexcept;
   // Publishes the completed episode (episode_ + 1) in `generation` and wakes sleepers.
   void publish() noexcept;
   [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);

@@ -15,7 +15,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kMaxIdentity = 480;
 
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared words must be lock-free");
@@ -56,6 +56,9 @@ struct alignas(kCacheLine) Slot {
   // The episode number + 1 of the barrier this process has arrived at (0: none yet), with
   // kWithdrawn set when it gave up on that episode (timed out) and took its arrival back.
   alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
+  // The CPU the owner ran on when it last arrived (-1: unknown). Oversubscribed waiters yield
+  // their CPU only to a late peer that was last seen on it.
+  std::atomic<std::int32_t> cpu;
 };
 
 struct SegmentHeader {

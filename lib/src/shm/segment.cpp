@@ -292,6 +292,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     slot.rank.store(config.rank);
     slot.start_time.store(start_time);
     slot.arrived.store(0);
+    slot.cpu.store(-1);
     slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
     header->joined.value.fetch_add(1);
     futex_wake_all(header->joined.value);

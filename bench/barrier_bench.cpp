@@ -236,7 +236,7 @@ void BM_StateJoin(benchmark::State& state) {
       int status = 0;
       ::waitpid(pid, &status, 0);
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        state.SkipWithError("a rank failed to join");
+        lockstep::bench::fail_run(state, "a rank failed to join");
       }
     }
     state.SetIterationTime(lockstep::bench::wall_seconds() - start);
@@ -264,25 +264,39 @@ void BM_LongWaitCpu(benchmark::State& state) {
     for (int rank = 0; rank < ranks; ++rank) {
       pid_t pid = ::fork();
       if (pid == 0) {
-        set_job_environment(id, rank, ranks, kAdaptive);
-        lockstep::State joined;
-        joined.wait_for_everyone();
-        double cpu0 = lockstep::bench::cpu_seconds();
-        double wall0 = lockstep::bench::wall_seconds();
-        if (rank == ranks - 1) {
-          std::this_thread::sleep_for(std::chrono::seconds(1));
+        int code = 0;
+        try {
+          set_job_environment(id, rank, ranks, kAdaptive);
+          lockstep::State joined;
+          joined.wait_for_everyone();
+          double cpu0 = lockstep::bench::cpu_seconds();
+          double wall0 = lockstep::bench::wall_seconds();
+          if (rank == ranks - 1) {
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+          }
+          joined.wait_for_everyone();
+          report->cpu[rank] = lockstep::bench::cpu_seconds() - cpu0;
+          if (rank == 0) {
+            report->elapsed = lockstep::bench::wall_seconds() - wall0;
+          }
+        } catch (const std::exception& error) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+          code = 1;
         }
-        joined.wait_for_everyone();
-        report->cpu[rank] = lockstep::bench::cpu_seconds() - cpu0;
-        if (rank == 0) {
-          report->elapsed = lockstep::bench::wall_seconds() - wall0;
-        }
-        std::exit(0);  // NOLINT(concurrency-mt-unsafe)
+        std::exit(code);  // NOLINT(concurrency-mt-unsafe)
       }
       children.push_back(pid);
     }
+    bool ok = true;
     for (pid_t pid : children) {
-      ::waitpid(pid, nullptr, 0);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    if (!ok) {
+      lockstep::bench::fail_run(state, "a rank failed");
+      ::munmap(report, sizeof(lockstep::bench::Report));
+      break;
     }
     double waiters_cpu = 0;
     for (int rank = 0; rank < ranks - 1; ++rank) {
@@ -303,4 +317,12 @@ BENCHMARK(BM_LongWaitCpu)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 2;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return lockstep::bench::failed_runs() == 0 ? 0 : 1;
+}

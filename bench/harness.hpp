@@ -21,6 +21,18 @@
 
 namespace lockstep::bench {
 
+// Runs that failed (a rank that could not run); main() exits non-zero when any did, so that a
+// smoke run of the suite can fail.
+inline int& failed_runs() {
+  static int count = 0;
+  return count;
+}
+
+inline void fail_run(benchmark::State& state, const char* why) {
+  ++failed_runs();
+  state.SkipWithError(why);
+}
+
 inline double cpu_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -122,7 +134,7 @@ void run_episodes(benchmark::State& state, int ranks) {
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
   if (!ok) {
-    state.SkipWithError("a rank failed");
+    fail_run(state, "a rank failed");
   }
   double cpu = 0;
   for (int rank = 0; rank < ranks; ++rank) {

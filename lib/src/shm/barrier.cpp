@@ -53,12 +53,13 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     throw_lost(*segment_.recorded_lost(), what);
   }
   const std::uint64_t full = (episode_ + 1) * n;
-  // acq_rel: the release publishes this process's writes to whoever completes the episode; the
-  // acquire, on the completing arrival, takes in everyone's (all arrivals form one release
-  // sequence on this counter).
-  const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_acq_rel);
+  // seq_cst (acq_rel and more): the release publishes this process's writes to every process
+  // that later reads a count at or past `full` (all arrivals form one release sequence on the
+  // counter); the single total order pairs the completer's arrival with a sleeper's increment
+  // (see wake_sleepers).
+  const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
   if (ticket + 1 == full) {
-    publish();
+    wake_sleepers();
     ++episode_;
     return;
   }
@@ -70,8 +71,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     // Relaxed: a scheduling hint for the peers, never needed for correctness.
     me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   }
-  const auto target = static_cast<std::uint32_t>(episode_ + 1);
-  if (wait(target, deadline, what) == Outcome::complete) {
+  if (wait(deadline, what) == Outcome::complete) {
     ++episode_;
     return;
   }
@@ -98,8 +98,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
       throw TimeoutError(message, std::move(missing));
     }
   }
-  publish();  // complete after all; help publish it
-  ++episode_;
+  ++episode_;  // complete after all
 }
 
 bool NodeBarrier::late_peer_here() const noexcept {
@@ -124,29 +123,32 @@ bool NodeBarrier::complete() const noexcept {
   return segment_.header().episode.arrivals.load(std::memory_order_acquire) >= (episode_ + 1) * n;
 }
 
-void NodeBarrier::publish() noexcept {
+void NodeBarrier::wake_sleepers() noexcept {
   SegmentHeader& header = segment_.header();
-  const auto target = static_cast<std::uint32_t>(episode_ + 1);
-  std::uint32_t previous = target - 1;
-  // seq_cst, paired with the sleepers' seq_cst increment then re-check: either this process sees
-  // a sleeper and wakes it, or the sleeper sees the new generation and does not sleep. A CAS,
-  // not a store, since a waiter may publish the episode for a completer that stalled (or died)
-  // between its arrival and this line.
-  header.episode.generation.compare_exchange_strong(previous, target, std::memory_order_seq_cst);
+  // seq_cst, after the completing seq_cst arrival: either this sees a sleeper's increment, or
+  // that sleeper's seq_cst re-read of the counter (after its increment) sees the episode
+  // complete and does not sleep. With nobody asleep, completing an episode is the arrival
+  // alone: one atomic read-modify-write.
   if (header.sleepers.value.load(std::memory_order_seq_cst) != 0) {
+    // Any new value wakes a futex_wait on the old one; the sleeper then reads the counter.
+    header.episode.generation.store(static_cast<std::uint32_t>(episode_ + 1),
+                                    std::memory_order_release);
     futex_wake_all(header.episode.generation);
   }
 }
 
-NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
-                                       std::optional<Clock::time_point> deadline,
+NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline,
                                        const char* what) {
   SegmentHeader& header = segment_.header();
+  auto& arrivals = header.episode.arrivals;
   auto& generation = header.episode.generation;
-  // Acquire on every read of `generation`: seeing the new value synchronizes with the completer.
+  const std::uint64_t full = (episode_ + 1) * static_cast<std::uint64_t>(segment_.num_slots());
+  // Acquire on every read of the counter: reading a count at or past `full` synchronizes with
+  // every arrival of the episode.
+  auto done = [&] { return arrivals.load(std::memory_order_acquire) >= full; };
   const int quick_spins = plan_.spin.count() > 0 ? kQuickSpins : 0;  // block: sleep at once
   for (int i = 0; i < quick_spins; ++i) {
-    if (generation.load(std::memory_order_acquire) == target) {
+    if (done()) {
       return Outcome::complete;
     }
     cpu_relax();
@@ -161,7 +163,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
     auto now = Clock::now();
     if (now < spin_end) {
       for (int i = 0; i < kSpinsPerClockRead; ++i) {
-        if (generation.load(std::memory_order_acquire) == target) {
+        if (done()) {
           return Outcome::complete;
         }
         cpu_relax();
@@ -172,7 +174,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
       // here since), so spinning instead of yielding is bounded per wait.
       if (now - spin_end < kYieldlessSpin && !late_peer_here()) {
         for (int i = 0; i < kSpinsPerClockRead; ++i) {
-          if (generation.load(std::memory_order_acquire) == target) {
+          if (done()) {
             return Outcome::complete;
           }
           cpu_relax();
@@ -180,33 +182,34 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint32_t target,
         continue;
       }
       ::sched_yield();
-      if (generation.load(std::memory_order_acquire) == target) {
+      if (done()) {
         return Outcome::complete;
       }
     } else {
+      // Read the futex word before announcing the sleep: a completer that sees the announcement
+      // changes the word, so the futex call below cannot miss it.
+      const std::uint32_t seen = generation.load(std::memory_order_acquire);
       header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
-      if (generation.load(std::memory_order_seq_cst) != target) {
+      if (arrivals.load(std::memory_order_seq_cst) < full) {
         auto limit = next_check - now;
         if (deadline) {
           limit = std::min(limit, *deadline - now);
         }
-        futex_wait(generation, target - 1, limit);
+        futex_wait(generation, seen, limit);
       }
       // Relaxed: the count only decides whether a completer calls futex_wake; a stale high value
       // costs one needless wake.
       header.sleepers.value.fetch_sub(1, std::memory_order_relaxed);
-      if (generation.load(std::memory_order_acquire) == target) {
+      if (done()) {
         return Outcome::complete;
       }
       now = Clock::now();
     }
     if (now >= next_check || (deadline && now >= *deadline)) {
       if (complete()) {
-        publish();
         return Outcome::complete;
       }
       if (check_peers(what)) {
-        publish();
         return Outcome::complete;
       }
       next_check = now + kPollInterval;

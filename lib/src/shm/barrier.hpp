@@ -12,10 +12,11 @@
 namespace lockstep::detail {
 
 // Each process counts its own episodes. Arriving is one fetch_add on the shared `arrivals`
-// counter; the arrival that brings it to (episode + 1) * n completes the episode and publishes it
-// by bumping `generation`, the word the others spin on and sleep on. Nothing is ever reset, so
-// there is no reset race, and a timed-out process can withdraw its arrival with a CAS as long as
-// the episode is not complete.
+// counter, and episode e is complete once the counter reaches (e + 1) * n: waiters spin on the
+// counter itself, so the completing arrival publishes the episode by arriving. Only when a
+// waiter sleeps does the completer also change `generation` (the futex word) and wake it.
+// Nothing is ever reset, so there is no reset race, and a timed-out process can withdraw its
+// arrival with a CAS as long as the episode is not complete.
 //
 // A node barrier for the hierarchical (multi-node) case keeps this shape: the node leader waits
 // for the others' arrivals, meets the other leaders through the backend, then completes.
@@ -35,13 +36,12 @@ class NodeBarrier {
 
  private:
   enum class Outcome { complete, timed_out };
-  Outcome wait(std::uint32_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
-               const char* what);
+  Outcome wait(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
   [[nodiscard]] bool complete() const noexcept;
   // Whether a peer that has not arrived was last seen on this process's CPU.
   [[nodiscard]] bool late_peer_here() const noexcept;
-  // Publishes the completed episode (episode_ + 1) in `generation` and wakes sleepers.
-  void publish() noexcept;
+  // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
+  void wake_sleepers() noexcept;
   [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
   // Throws PeerLostError if a peer that has not arrived is gone; returns true if the episode
   // turned out complete meanwhile.

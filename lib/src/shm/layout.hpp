@@ -15,7 +15,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr std::size_t kMaxIdentity = 480;
 
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared words must be lock-free");
@@ -74,11 +74,12 @@ struct SegmentHeader {
   Line<std::uint32_t> left;    // slots whose process left the job
   Line<std::uint32_t> lost;    // 0, or lost_word() of the first peer found dead or gone mid-wait
   // The barrier's hot line. `arrivals` is the monotonic count of arrivals: episode e is complete
-  // once it reaches (e + 1) * num_slots. `generation` is the number of completed episodes mod
-  // 2^32, the word waiters spin and sleep on. They share one cache line on purpose: the arrival
-  // that completes an episode already owns the line when it publishes, and a waiter's next
-  // arrival finds it already fetched, so consecutive episodes cost one line transfer instead of
-  // two (bench/barrier_bench, N=2: see README's Performance section).
+  // once it reaches (e + 1) * num_slots; waiters spin on it. `generation` is the futex word of
+  // sleeping waiters, changed (to the completed episode's number mod 2^32) only when someone
+  // sleeps. One cache line on purpose: the arrival that completes an episode publishes it by
+  // arriving, and a waiter's next arrival finds the line already fetched, so consecutive
+  // episodes cost one line transfer instead of two (bench/barrier_bench, N=2: see README's
+  // Performance section).
   struct alignas(kCacheLine) Episode {
     std::atomic<std::uint64_t> arrivals;
     std::atomic<std::uint32_t> generation;

@@ -39,6 +39,8 @@ std::string fresh_id(const char* family) {
 }
 
 // Sets the variables lockstep-run would set for `rank` of `ranks`.
+// Runs in a freshly forked, single-threaded child.
+// NOLINTBEGIN(concurrency-mt-unsafe)
 void set_job_environment(const std::string& id, int rank, int ranks, const char* policy) {
   ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -49,6 +51,7 @@ void set_job_environment(const std::string& id, int rank, int ranks, const char*
   ::setenv("LOCKSTEP_NNODES", "1", 1);
   ::setenv("LOCKSTEP_WAIT_POLICY", policy, 1);
 }
+// NOLINTEND(concurrency-mt-unsafe)
 
 template <const char* Policy>
 class LockstepFamily {
@@ -225,7 +228,7 @@ void BM_StateJoin(benchmark::State& state) {
         try {
           lockstep::State joined;
         } catch (const std::exception& error) {
-          std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+          (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
           code = 1;
         }
         std::exit(code);  // NOLINT(concurrency-mt-unsafe): leaves the job in static destructors
@@ -280,7 +283,7 @@ void BM_LongWaitCpu(benchmark::State& state) {
             report->elapsed = lockstep::bench::wall_seconds() - wall0;
           }
         } catch (const std::exception& error) {
-          std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+          (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
           code = 1;
         }
         std::exit(code);  // NOLINT(concurrency-mt-unsafe)

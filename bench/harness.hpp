@@ -10,8 +10,8 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+#include <ctime>
 
 #include <cstdint>
 #include <cstdio>
@@ -96,7 +96,7 @@ void run_episodes(benchmark::State& state, int ranks) {
   Report* report = shared_report();
   Family family(ranks);
   std::vector<pid_t> children;
-  std::fflush(nullptr);
+  (void)std::fflush(nullptr);
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
@@ -118,10 +118,10 @@ void run_episodes(benchmark::State& state, int ranks) {
         }
         family.detach(rank);
       } catch (const std::exception& error) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+        (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
         report->failed = 1;
       }
-      std::fflush(nullptr);
+      (void)std::fflush(nullptr);
       // exit, not _exit: a lockstep rank leaves its job in static destructors.
       std::exit(0);  // NOLINT(concurrency-mt-unsafe)
     }

@@ -10,7 +10,7 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
-#include <time.h>
+#include <ctime>
 
 #include <cstdlib>
 #include <cstring>

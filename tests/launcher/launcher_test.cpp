@@ -2,10 +2,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <chrono>
 #include <cstdlib>
@@ -125,10 +125,11 @@ TEST(Launcher, RunsTheExampleWithFourProcesses) {
 }
 
 TEST(Launcher, GivesEachProcessTorchrunsVariables) {
+  const std::string script =
+      "echo $RANK/$LOCAL_RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE/$GROUP_RANK/"
+      "$MASTER_ADDR/$MASTER_PORT/${LOCKSTEP_JOB_ID:+id}";
   auto result = run({tool("LOCKSTEP_RUN"), "--nproc_per_node=3", "--master-port", "4321",
-                     "--tag-output", "/bin/sh", "-c",
-                     "echo $RANK/$LOCAL_RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE/$GROUP_RANK/"
-                     "$MASTER_ADDR/$MASTER_PORT/${LOCKSTEP_JOB_ID:+id}"});
+                     "--tag-output", "/bin/sh", "-c", script});
   EXPECT_EQ(result.code(), 0) << result.err;
   for (int rank = 0; rank < 3; ++rank) {
     std::string line = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + "/" +

@@ -1,6 +1,6 @@
 // A program for the launcher tests: `worker MODE [ARGS]`, run under lockstep-run.
-#include <signal.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <chrono>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // Failures in a barrier: timeouts name who is missing, a dead or departed peer never hangs anyone.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <atomic>
 #include <chrono>

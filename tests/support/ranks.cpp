@@ -1,10 +1,10 @@
 #include "ranks.hpp"
 
 #include <dirent.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>

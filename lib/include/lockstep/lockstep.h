@@ -3,7 +3,7 @@
 #ifndef LOCKSTEP_LOCKSTEP_H
 #define LOCKSTEP_LOCKSTEP_H
 
-#include <stdint.h>
+#include <stdint.h> /* NOLINT(modernize-deprecated-headers): a C header */
 
 #if defined(LOCKSTEP_BUILDING) || defined(LOCKSTEP_STATIC)
 #define LOCKSTEP_C_API __attribute__((visibility("default")))
@@ -17,6 +17,7 @@ extern "C" {
 
 /* What a call returned. Every failing call also sets a one-line message for the calling thread,
  * read with lockstep_last_error(). */
+/* NOLINTNEXTLINE(modernize-use-using): this header is C */
 typedef enum lockstep_status {
   LOCKSTEP_OK = 0,
   LOCKSTEP_ERROR = 1,            /* any other lockstep::Error */
@@ -28,6 +29,7 @@ typedef enum lockstep_status {
 } lockstep_status;
 
 /* A handle to this process's membership in the job (a lockstep::State). */
+/* NOLINTNEXTLINE(modernize-use-using): this header is C */
 typedef struct lockstep_state lockstep_state;
 
 /* Joins the job the environment describes (blocking until the node's processes have joined) and

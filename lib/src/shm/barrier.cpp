@@ -12,9 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often a waiter looks at its peers' pids and the lost flag: a dead peer is noticed within
-// this (the issue asks for about a second).
-constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // Spins before the first clock read, so that the common, immediate case reads no clock.
 constexpr int kQuickSpins = 64;
 // Spins between clock reads in the spin phase (a clock read costs ~25 ns here, a pause ~10-40).
@@ -29,14 +26,6 @@ inline void cpu_relax() noexcept {
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
 #endif
-}
-
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out;
-  for (int rank : ranks) {
-    out += (out.empty() ? "" : ", ") + std::to_string(rank);
-  }
-  return out;
 }
 
 }  // namespace
@@ -87,28 +76,31 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
           .arrived.store((episode_ + 1) | kWithdrawn, std::memory_order_relaxed);
       std::vector<int> missing;
       for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-        std::uint64_t mark = segment_.slot(slot).arrived.load(std::memory_order_relaxed);
-        if (slot != segment_.my_slot() && (mark & ~kWithdrawn) != episode_ + 1) {
+        if (slot != segment_.my_slot() && !came(slot)) {
           missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
         }
       }
       std::string message =
           std::string(what) + ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
-          ranks_text(missing) + " of " + std::to_string(header.world_size) + " had not arrived";
+          comma_list(missing) + " of " + std::to_string(header.world_size) + " had not arrived";
       throw TimeoutError(message, std::move(missing));
     }
   }
   ++episode_;  // complete after all
 }
 
+bool NodeBarrier::came(int slot) const noexcept {
+  // Relaxed: the mark is a diagnostic and a hint, never needed for correctness.
+  return (segment_.slot(slot).arrived.load(std::memory_order_relaxed) & ~kWithdrawn) ==
+         episode_ + 1;
+}
+
 bool NodeBarrier::late_peer_here() const noexcept {
   const int here = ::sched_getcpu();
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    const Slot& peer = segment_.slot(slot);
-    // Relaxed: hints (see Slot::cpu).
-    if (slot != segment_.my_slot() &&
-        (peer.arrived.load(std::memory_order_relaxed) & ~kWithdrawn) != episode_ + 1) {
-      int cpu = peer.cpu.load(std::memory_order_relaxed);
+    if (slot != segment_.my_slot() && !came(slot)) {
+      // Relaxed: a hint (see Slot::cpu).
+      int cpu = segment_.slot(slot).cpu.load(std::memory_order_relaxed);
       if (cpu == here || cpu < 0) {
         return true;
       }
@@ -119,7 +111,8 @@ bool NodeBarrier::late_peer_here() const noexcept {
 
 bool NodeBarrier::complete() const noexcept {
   const auto n = static_cast<std::uint64_t>(segment_.num_slots());
-  // Acquire: reading the completing arrival's value synchronizes with every arrival.
+  // Acquire: reading a count at or past the episode's end synchronizes with every arrival of
+  // the episode.
   return segment_.header().episode.arrivals.load(std::memory_order_acquire) >= (episode_ + 1) * n;
 }
 
@@ -143,12 +136,9 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
   auto& arrivals = header.episode.arrivals;
   auto& generation = header.episode.generation;
   const std::uint64_t full = (episode_ + 1) * static_cast<std::uint64_t>(segment_.num_slots());
-  // Acquire on every read of the counter: reading a count at or past `full` synchronizes with
-  // every arrival of the episode.
-  auto done = [&] { return arrivals.load(std::memory_order_acquire) >= full; };
   const int quick_spins = plan_.spin.count() > 0 ? kQuickSpins : 0;  // block: sleep at once
   for (int i = 0; i < quick_spins; ++i) {
-    if (done()) {
+    if (complete()) {
       return Outcome::complete;
     }
     cpu_relax();
@@ -163,7 +153,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
     auto now = Clock::now();
     if (now < spin_end) {
       for (int i = 0; i < kSpinsPerClockRead; ++i) {
-        if (done()) {
+        if (complete()) {
           return Outcome::complete;
         }
         cpu_relax();
@@ -174,7 +164,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
       // here since), so spinning instead of yielding is bounded per wait.
       if (now - spin_end < kYieldlessSpin && !late_peer_here()) {
         for (int i = 0; i < kSpinsPerClockRead; ++i) {
-          if (done()) {
+          if (complete()) {
             return Outcome::complete;
           }
           cpu_relax();
@@ -182,7 +172,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
         continue;
       }
       ::sched_yield();
-      if (done()) {
+      if (complete()) {
         return Outcome::complete;
       }
     } else {
@@ -200,16 +190,13 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
       // Relaxed: the count only decides whether a completer calls futex_wake; a stale high value
       // costs one needless wake.
       header.sleepers.value.fetch_sub(1, std::memory_order_relaxed);
-      if (done()) {
+      if (complete()) {
         return Outcome::complete;
       }
       now = Clock::now();
     }
     if (now >= next_check || (deadline && now >= *deadline)) {
-      if (complete()) {
-        return Outcome::complete;
-      }
-      if (check_peers(what)) {
+      if (complete() || check_peers(what)) {
         return Outcome::complete;
       }
       next_check = now + kPollInterval;

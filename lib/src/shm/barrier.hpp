@@ -38,6 +38,8 @@ class NodeBarrier {
   enum class Outcome { complete, timed_out };
   Outcome wait(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
   [[nodiscard]] bool complete() const noexcept;
+  // Whether `slot` has arrived at the current episode (or arrived and withdrew on a timeout).
+  [[nodiscard]] bool came(int slot) const noexcept;
   // Whether a peer that has not arrived was last seen on this process's CPU.
   [[nodiscard]] bool late_peer_here() const noexcept;
   // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.

@@ -26,9 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often a waiter looks at its peers' pids: a dead peer is noticed within this.
-constexpr auto kPollInterval = std::chrono::milliseconds(100);
-
 std::string shm_path(const std::string& name) {
   return "/dev/shm/" + name;
 }
@@ -106,14 +103,6 @@ std::string shape(std::uint32_t local, std::uint32_t world) {
          std::to_string(world);
 }
 
-std::string list(const std::vector<int>& items) {
-  std::string out;
-  for (int item : items) {
-    out += (out.empty() ? "" : ", ") + std::to_string(item);
-  }
-  return out;
-}
-
 bool any_peer_alive(const Slot* slots, int num_slots, int except) {
   for (int i = 0; i < num_slots; ++i) {
     // Relaxed: read under the segment's lock, which orders them against their writers.
@@ -129,6 +118,14 @@ bool any_peer_alive(const Slot* slots, int num_slots, int except) {
 }
 
 }  // namespace
+
+std::string comma_list(const std::vector<int>& numbers) {
+  std::string out;
+  for (int number : numbers) {
+    out += (out.empty() ? "" : ", ") + std::to_string(number);
+  }
+  return out;
+}
 
 std::string segment_name(const std::string& identity, int node_index) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64-bit
@@ -256,7 +253,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
                 pids.push_back(slots[i].pid.load());
               }
               throw ConfigError("lockstep: a job with identity '" + config.identity +
-                                "' is already running on this node (pids " + list(pids) +
+                                "' is already running on this node (pids " + comma_list(pids) +
                                 "): give this job its own LOCKSTEP_JOB_ID or MASTER_PORT");
             }
           }
@@ -346,7 +343,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
         char waited[32];
         (void)std::snprintf(waited, sizeof waited, "%g", seconds);
         std::string who = config.local_rank >= 0
-                              ? "local processes " + list(missing) + " of node " +
+                              ? "local processes " + comma_list(missing) + " of node " +
                                     std::to_string(config.node_index) + " never joined"
                               : std::to_string(missing.size()) + " of the node's " +
                                     std::to_string(local_size) + " processes never joined";

@@ -28,15 +28,15 @@ std::once_flag fork_hook_once;
 struct Registry {
   std::mutex mutex;
   std::shared_ptr<Context> context;
-  pid_t owner = 0;
 
   Registry() = default;
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
   // At exit the process leaves its job, even where a State outlives this (a local of a function
   // that called std::exit, a static destroyed later): the segment must not be left behind.
+  // (A forked child's inherited context only forgets the segment: see Context::leave.)
   ~Registry() {
-    if (context && owner == ::getpid()) {
+    if (context) {
       context->leave();
     }
   }
@@ -71,14 +71,12 @@ std::shared_ptr<Context> Context::instance() {
   std::call_once(fork_hook_once, [] { ::pthread_atfork(nullptr, nullptr, on_fork_child); });
   Registry& reg = registry();
   std::lock_guard lock(reg.mutex);
-  const pid_t self = ::getpid();
-  if (reg.context && reg.owner == self) {
+  if (reg.context && reg.context->owner() == ::getpid()) {
     return reg.context;
   }
   // First use, or a forked child holding its parent's context: join from this environment.
   auto config = read_job_config(process_environment(), WaitPolicy::LOCKSTEP_DEFAULT_WAIT_POLICY);
   reg.context = std::make_shared<Context>(std::move(config));
-  reg.owner = self;
   return reg.context;
 }
 
@@ -93,7 +91,6 @@ Context::Context(JobConfig config)
                       "run one node per job");
   }
   if (config_.world_size == 1) {
-    local_index_ = 0;
     return;
   }
   segment_ = NodeSegment::join(config_);

@@ -28,6 +28,8 @@ class Context {
 
   [[nodiscard]] const JobConfig& config() const noexcept { return config_; }
   [[nodiscard]] int local_index() const noexcept { return local_index_; }
+  // The process that joined (a forked child inherits the context but not the membership).
+  [[nodiscard]] pid_t owner() const noexcept { return owner_; }
 
   // The job-wide barrier; `what` names the caller in messages.
   void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);

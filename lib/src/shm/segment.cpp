@@ -98,23 +98,101 @@ std::optional<bip::shared_memory_object> open_segment(const std::string& name) {
   }
 }
 
+SlotStatus status_of(const Slot& slot) {
+  // Acquire: the status is stored last, so a reader that sees it also sees the slot's pid,
+  // start time and rank.
+  return static_cast<SlotStatus>(slot.status.load(std::memory_order_acquire));
+}
+
+// Whether the slot's process has joined and is (or is no longer) running. A zombie, or another
+// process that now has the pid, is not running.
+bool joined_and(const Slot& slot, Liveness liveness) {
+  // Relaxed: ordered by status_of's acquire.
+  return status_of(slot) == SlotStatus::joined &&
+         process_liveness(slot.pid.load(std::memory_order_relaxed),
+                          slot.start_time.load(std::memory_order_relaxed)) == liveness;
+}
+
+bool any_peer_alive(const Slot* slots, int num_slots, int except) {
+  for (int i = 0; i < num_slots; ++i) {
+    if (i != except && joined_and(slots[i], Liveness::alive)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Slot* slots_of(SegmentHeader* header) {
+  return reinterpret_cast<Slot*>(header + 1);
+}
+
+// Maps `shm` (of `size` bytes) into `region` and returns its header if it holds a segment laid
+// out by this library version; null for a torn layout (its creator died mid-way) or another
+// version's segment.
+SegmentHeader* map_laid_out(bip::shared_memory_object& shm, std::size_t size,
+                            std::optional<bip::mapped_region>& region) {
+  if (size < sizeof(SegmentHeader)) {
+    return nullptr;
+  }
+  region.emplace(shm, bip::read_write);
+  auto* header = static_cast<SegmentHeader*>(region->get_address());
+  const bool ours = header->magic == kSegmentMagic && header->layout_version == kLayoutVersion &&
+                    size >= segment_size(header->num_slots);
+  return ours ? header : nullptr;
+}
+
+// A segment that a process has left, or whose member died, belongs to a job that has ended (or
+// failed): its survivors keep their mapping, new joiners get a fresh one.
+bool job_ended(SegmentHeader& header) {
+  if (header.left.value.load() > 0) {
+    return true;
+  }
+  const Slot* slots = slots_of(&header);
+  for (std::uint32_t i = 0; i < header.num_slots; ++i) {
+    if (joined_and(slots[i], Liveness::dead)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void check_identity(const SegmentHeader& header, const JobConfig& config, const std::string& name) {
+  std::string_view theirs(header.identity,
+                          std::min<std::size_t>(header.identity_length, kMaxIdentity));
+  if (theirs != config.identity) {
+    throw ConfigError("lockstep: shared-memory segment " + shm_path(name) + " belongs to job '" +
+                      std::string(theirs) + "', not to '" + config.identity +
+                      "' (identity hash collision): set LOCKSTEP_JOB_ID");
+  }
+}
+
 std::string shape(std::uint32_t local, std::uint32_t world) {
   return std::to_string(local) + " local process" + (local == 1 ? "" : "es") + " of " +
          std::to_string(world);
 }
 
-bool any_peer_alive(const Slot* slots, int num_slots, int except) {
-  for (int i = 0; i < num_slots; ++i) {
-    // Relaxed: read under the segment's lock, which orders them against their writers.
-    if (i != except &&
-        slots[i].status.load(std::memory_order_relaxed) ==
-            static_cast<std::uint32_t>(SlotStatus::joined) &&
-        process_liveness(slots[i].pid.load(std::memory_order_relaxed),
-                         slots[i].start_time.load(std::memory_order_relaxed)) == Liveness::alive) {
-      return true;
-    }
+// Throws ConfigError when a live job's segment cannot take this process: another shape, or full.
+void check_joinable(SegmentHeader& header, const JobConfig& config, const std::string& name) {
+  const auto local_size = static_cast<std::uint32_t>(config.local_size);
+  const auto world_size = static_cast<std::uint32_t>(config.world_size);
+  if (header.num_slots != local_size || header.world_size != world_size) {
+    throw ConfigError("lockstep: the processes of node " + std::to_string(config.node_index) +
+                      " disagree on the job's shape: segment " + shm_path(name) +
+                      " was set up for " + shape(header.num_slots, header.world_size) +
+                      ", this process (rank " + std::to_string(config.rank) + ") expects " +
+                      shape(local_size, world_size));
   }
-  return false;
+  if (header.joined.value.load() >= header.num_slots) {
+    std::vector<int> pids;
+    pids.reserve(header.num_slots);
+    const Slot* slots = slots_of(&header);
+    for (std::uint32_t i = 0; i < header.num_slots; ++i) {
+      pids.push_back(slots[i].pid.load());
+    }
+    throw ConfigError("lockstep: a job with identity '" + config.identity +
+                      "' is already running on this node (pids " + comma_list(pids) +
+                      "): give this job its own LOCKSTEP_JOB_ID or MASTER_PORT");
+  }
 }
 
 }  // namespace
@@ -150,16 +228,11 @@ bool remove_abandoned_segment(const std::string& name) {
   if (!still_named(fd, name, st) || st.st_uid != ::geteuid()) {
     return false;
   }
-  if (static_cast<std::size_t>(st.st_size) >= sizeof(SegmentHeader)) {
-    bip::mapped_region region(*shm, bip::read_write);
-    auto* header = static_cast<SegmentHeader*>(region.get_address());
-    if (header->magic == kSegmentMagic && header->layout_version == kLayoutVersion &&
-        static_cast<std::size_t>(st.st_size) >= segment_size(header->num_slots)) {
-      auto* slots = reinterpret_cast<Slot*>(header + 1);
-      if (any_peer_alive(slots, static_cast<int>(header->num_slots), -1)) {
-        return false;
-      }
-    }
+  std::optional<bip::mapped_region> region;
+  if (SegmentHeader* header = map_laid_out(*shm, static_cast<std::size_t>(st.st_size), region);
+      header != nullptr &&
+      any_peer_alive(slots_of(header), static_cast<int>(header->num_slots), -1)) {
+    return false;
   }
   return bip::shared_memory_object::remove(name.c_str());
 }
@@ -212,65 +285,23 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       new (header + 1) Slot[local_size]{};
       header->magic = kSegmentMagic;
     } else {
-      bool stale = size < sizeof(SegmentHeader);
-      if (!stale) {
-        region.emplace(*shm, bip::read_write);
-        auto* header = static_cast<SegmentHeader*>(region->get_address());
-        // A torn layout (its creator died mid-way) or another library version's segment.
-        stale = header->magic != kSegmentMagic || header->layout_version != kLayoutVersion ||
-                size < segment_size(header->num_slots);
-        if (!stale) {
-          std::string_view theirs(header->identity,
-                                  std::min<std::size_t>(header->identity_length, kMaxIdentity));
-          if (theirs != config.identity) {
-            throw ConfigError("lockstep: shared-memory segment " + shm_path(name) +
-                              " belongs to job '" + std::string(theirs) + "', not to '" +
-                              config.identity + "' (identity hash collision): set LOCKSTEP_JOB_ID");
-          }
-          auto* slots = reinterpret_cast<Slot*>(header + 1);
-          const int n = static_cast<int>(header->num_slots);
-          // A segment that a process has left, or whose member died, belongs to a job that has
-          // ended (or failed): its survivors keep their mapping, new joiners get a fresh one.
-          stale = header->left.value.load() > 0;
-          for (int i = 0; i < n && !stale; ++i) {
-            stale =
-                slots[i].status.load() == static_cast<std::uint32_t>(SlotStatus::joined) &&
-                process_liveness(slots[i].pid.load(), slots[i].start_time.load()) == Liveness::dead;
-          }
-          if (!stale) {
-            if (header->num_slots != local_size || header->world_size != world_size) {
-              throw ConfigError("lockstep: the processes of node " +
-                                std::to_string(config.node_index) + " disagree on the job's " +
-                                "shape: segment " + shm_path(name) + " was set up for " +
-                                shape(header->num_slots, header->world_size) +
-                                ", this process (rank " + std::to_string(config.rank) +
-                                ") expects " + shape(local_size, world_size));
-            }
-            if (header->joined.value.load() >= header->num_slots) {
-              std::vector<int> pids;
-              pids.reserve(static_cast<std::size_t>(n));
-              for (int i = 0; i < n; ++i) {
-                pids.push_back(slots[i].pid.load());
-              }
-              throw ConfigError("lockstep: a job with identity '" + config.identity +
-                                "' is already running on this node (pids " + comma_list(pids) +
-                                "): give this job its own LOCKSTEP_JOB_ID or MASTER_PORT");
-            }
-          }
-        }
+      SegmentHeader* header = map_laid_out(*shm, size, region);
+      if (header != nullptr) {
+        check_identity(*header, config, name);
       }
-      if (stale) {
+      if (header == nullptr || job_ended(*header)) {
         region.reset();
         bip::shared_memory_object::remove(name.c_str());
         continue;
       }
+      check_joinable(*header, config, name);
     }
 
     auto* header = static_cast<SegmentHeader*>(region->get_address());
-    auto* slots = reinterpret_cast<Slot*>(header + 1);
+    Slot* slots = slots_of(header);
     int mine = config.local_rank;
     if (mine >= 0) {
-      if (slots[mine].status.load() != static_cast<std::uint32_t>(SlotStatus::empty)) {
+      if (status_of(slots[mine]) != SlotStatus::empty) {
         throw ConfigError("lockstep: local process " + std::to_string(mine) + " of job '" +
                           config.identity + "' has already joined (pid " +
                           std::to_string(slots[mine].pid.load()) +
@@ -280,7 +311,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       // Local-main election: the ticket is the first free slot; the local index is decided by
       // rank once every process has joined.
       mine = 0;
-      while (slots[mine].status.load() != static_cast<std::uint32_t>(SlotStatus::empty)) {
+      while (status_of(slots[mine]) != SlotStatus::empty) {
         ++mine;
       }
     }
@@ -316,10 +347,8 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
         // A peer that left while joining gave up (its own join timed out a moment before
         // ours, or it saw a dead peer): only the dead count here, and the timeout below names
         // the processes that never came.
-        lost = segment->find_lost([&](int slot) {
-          return segment->slots_[slot].status.load() !=
-                 static_cast<std::uint32_t>(SlotStatus::joined);
-        });
+        lost = segment->find_lost(
+            [&](int slot) { return status_of(segment->slots_[slot]) != SlotStatus::joined; });
       }
       if (lost && header.joined.value.load(std::memory_order_acquire) >= local_size) {
         break;  // everyone joined meanwhile; the peer finished joining, then left or died
@@ -335,7 +364,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       if (now >= deadline) {
         std::vector<int> missing;
         for (int i = 0; i < segment->num_slots_; ++i) {
-          if (segment->slots_[i].status.load() == static_cast<std::uint32_t>(SlotStatus::empty)) {
+          if (status_of(segment->slots_[i]) == SlotStatus::empty) {
             missing.push_back(i);
           }
         }
@@ -412,19 +441,12 @@ void NodeSegment::leave() noexcept {
 
 std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
   const Slot& peer = slots_[slot];
-  auto status = static_cast<SlotStatus>(peer.status.load(std::memory_order_acquire));
-  if (status == SlotStatus::left) {
+  if (status_of(peer) == SlotStatus::left) {
     return LostPeer{slot, LostHow::left};
   }
-  if (status == SlotStatus::joined &&
-      process_liveness(peer.pid.load(std::memory_order_relaxed),
-                       peer.start_time.load(std::memory_order_relaxed)) == Liveness::dead) {
+  if (joined_and(peer, Liveness::dead)) {
     // It may have left (and then exited) between the two reads: its last word wins.
-    if (peer.status.load(std::memory_order_acquire) ==
-        static_cast<std::uint32_t>(SlotStatus::left)) {
-      return LostPeer{slot, LostHow::left};
-    }
-    return LostPeer{slot, LostHow::died};
+    return LostPeer{slot, status_of(peer) == SlotStatus::left ? LostHow::left : LostHow::died};
   }
   return std::nullopt;
 }

@@ -167,6 +167,9 @@ class Launcher {
   void reap();
   void pump(Stream& stream, int rank, bool flush_all);
   void stop_all(int sig);
+  // Stops the job: `sig` to every rank now, SIGKILL after the grace period; the launcher will
+  // exit with `exit_code`.
+  void stop_job(int sig, int exit_code);
   [[nodiscard]] bool any_running() const;
 
   Options options_;
@@ -298,6 +301,13 @@ void Launcher::stop_all(int sig) {
   }
 }
 
+void Launcher::stop_job(int sig, int exit_code) {
+  exit_code_ = exit_code;
+  stop_all(sig);
+  kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(options_.grace_period));
+}
+
 bool Launcher::any_running() const {
   for (const Child& child : children_) {
     if (child.running) {
@@ -324,10 +334,7 @@ void Launcher::reap() {
       if (status != 0 && !exit_code_) {
         say("rank " + std::to_string(child.rank) + " (pid " + std::to_string(pid) + ") " +
             describe_status(status) + "; stopping the other ranks");
-        exit_code_ = exit_code_for(status);
-        stop_all(SIGTERM);
-        kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(options_.grace_period));
+        stop_job(SIGTERM, exit_code_for(status));
       }
       // The child's own group may hold its children still: stop them too.
       ::kill(-pid, status != 0 ? SIGKILL : SIGTERM);
@@ -411,10 +418,7 @@ int Launcher::run() {
         if (!exit_code_) {
           say("received SIG" + std::string(::sigabbrev_np(sig)) + "; forwarding it to " +
               std::to_string(options_.nproc_per_node) + " rank(s)");
-          exit_code_ = 128 + sig;
-          stop_all(sig);
-          kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(options_.grace_period));
+          stop_job(sig, 128 + sig);
         } else {
           stop_all(SIGKILL);  // a second signal: the user insists
         }

@@ -219,28 +219,11 @@ void BM_StateJoin(benchmark::State& state) {
   for (auto _ : state) {
     std::string id = fresh_id("join");
     double start = lockstep::bench::wall_seconds();
-    std::vector<pid_t> children;
-    for (int rank = 0; rank < ranks; ++rank) {
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        set_job_environment(id, rank, ranks, kAdaptive);
-        int code = 0;
-        try {
+    if (!lockstep::bench::fork_ranks(ranks, [&](int rank) {
+          set_job_environment(id, rank, ranks, kAdaptive);
           lockstep::State joined;
-        } catch (const std::exception& error) {
-          (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
-          code = 1;
-        }
-        std::exit(code);  // NOLINT(concurrency-mt-unsafe): leaves the job in static destructors
-      }
-      children.push_back(pid);
-    }
-    for (pid_t pid : children) {
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        lockstep::bench::fail_run(state, "a rank failed to join");
-      }
+        })) {
+      lockstep::bench::fail_run(state, "a rank failed to join");
     }
     state.SetIterationTime(lockstep::bench::wall_seconds() - start);
   }
@@ -263,39 +246,21 @@ void BM_LongWaitCpu(benchmark::State& state) {
   for (auto _ : state) {
     auto* report = lockstep::bench::shared_report();
     std::string id = fresh_id("late");
-    std::vector<pid_t> children;
-    for (int rank = 0; rank < ranks; ++rank) {
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        int code = 0;
-        try {
-          set_job_environment(id, rank, ranks, kAdaptive);
-          lockstep::State joined;
-          joined.wait_for_everyone();
-          double cpu0 = lockstep::bench::cpu_seconds();
-          double wall0 = lockstep::bench::wall_seconds();
-          if (rank == ranks - 1) {
-            std::this_thread::sleep_for(std::chrono::seconds(1));
-          }
-          joined.wait_for_everyone();
-          report->cpu[rank] = lockstep::bench::cpu_seconds() - cpu0;
-          if (rank == 0) {
-            report->elapsed = lockstep::bench::wall_seconds() - wall0;
-          }
-        } catch (const std::exception& error) {
-          (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
-          code = 1;
-        }
-        std::exit(code);  // NOLINT(concurrency-mt-unsafe)
+    const bool ok = lockstep::bench::fork_ranks(ranks, [&](int rank) {
+      set_job_environment(id, rank, ranks, kAdaptive);
+      lockstep::State joined;
+      joined.wait_for_everyone();
+      double cpu0 = lockstep::bench::cpu_seconds();
+      double wall0 = lockstep::bench::wall_seconds();
+      if (rank == ranks - 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
       }
-      children.push_back(pid);
-    }
-    bool ok = true;
-    for (pid_t pid : children) {
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    }
+      joined.wait_for_everyone();
+      report->cpu[rank] = lockstep::bench::cpu_seconds() - cpu0;
+      if (rank == 0) {
+        report->elapsed = lockstep::bench::wall_seconds() - wall0;
+      }
+    });
     if (!ok) {
       lockstep::bench::fail_run(state, "a rank failed");
       ::munmap(report, sizeof(lockstep::bench::Report));

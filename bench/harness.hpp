@@ -49,7 +49,6 @@ inline double wall_seconds() {
 struct Report {
   double elapsed;   // rank 0's wall time for the measured loop
   double cpu[256];  // each rank's CPU time for it
-  int failed;       // a rank that could not run sets this
 };
 
 inline Report* shared_report() {
@@ -90,49 +89,63 @@ inline void pin_if_asked(int rank) {
 // `f.attach(rank)`, then `f.wait(rank)` per episode, then `f.detach(rank)`.
 constexpr std::int64_t kWarmup = 200;
 
-template <class Family>
-void run_episodes(benchmark::State& state, int ranks) {
-  const std::int64_t episodes = state.max_iterations;
-  Report* report = shared_report();
-  Family family(ranks);
+// Forks `ranks` processes; each runs `body(rank)`, then exits 0, or 1 (saying why) if it
+// threw. exit, not _exit: a lockstep rank leaves its job in static destructors. Returns whether
+// every rank exited 0.
+template <class Body>
+bool fork_ranks(int ranks, Body body) {
   std::vector<pid_t> children;
+  bool ok = true;
   (void)std::fflush(nullptr);
-  for (int rank = 0; rank < ranks; ++rank) {
+  for (int rank = 0; rank < ranks && ok; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
-      pin_if_asked(rank);
+      int code = 0;
       try {
-        family.attach(rank);
-        for (std::int64_t i = 0; i < kWarmup; ++i) {
-          family.wait(rank);
-        }
-        double cpu0 = cpu_seconds();
-        double wall0 = wall_seconds();
-        for (std::int64_t i = 0; i < episodes; ++i) {
-          family.wait(rank);
-        }
-        double wall1 = wall_seconds();
-        report->cpu[rank] = cpu_seconds() - cpu0;
-        if (rank == 0) {
-          report->elapsed = wall1 - wall0;
-        }
-        family.detach(rank);
+        body(rank);
       } catch (const std::exception& error) {
         (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
-        report->failed = 1;
+        code = 1;
       }
       (void)std::fflush(nullptr);
-      // exit, not _exit: a lockstep rank leaves its job in static destructors.
-      std::exit(0);  // NOLINT(concurrency-mt-unsafe)
+      std::exit(code);  // NOLINT(concurrency-mt-unsafe): a fresh single-threaded child
     }
-    children.push_back(pid);
+    ok = pid > 0;
+    if (ok) {
+      children.push_back(pid);
+    }
   }
-  bool ok = report->failed == 0;
   for (pid_t pid : children) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
+  return ok;
+}
+
+template <class Family>
+void run_episodes(benchmark::State& state, int ranks) {
+  const std::int64_t episodes = state.max_iterations;
+  Report* report = shared_report();
+  Family family(ranks);
+  const bool ok = fork_ranks(ranks, [&](int rank) {
+    pin_if_asked(rank);
+    family.attach(rank);
+    for (std::int64_t i = 0; i < kWarmup; ++i) {
+      family.wait(rank);
+    }
+    double cpu0 = cpu_seconds();
+    double wall0 = wall_seconds();
+    for (std::int64_t i = 0; i < episodes; ++i) {
+      family.wait(rank);
+    }
+    double wall1 = wall_seconds();
+    report->cpu[rank] = cpu_seconds() - cpu0;
+    if (rank == 0) {
+      report->elapsed = wall1 - wall0;
+    }
+    family.detach(rank);
+  });
   if (!ok) {
     fail_run(state, "a rank failed");
   }

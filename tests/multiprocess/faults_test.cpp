@@ -98,13 +98,7 @@ TEST_P(PeerLost, KilledPeerIsNamed) {
     }
     RANK_CHECK(threw);
   });
-  for (const auto& end : ends) {
-    if (end.rank == 2) {
-      EXPECT_TRUE(end.killed_by(SIGKILL)) << end.describe();
-    } else {
-      EXPECT_TRUE(end.ok()) << end.describe();
-    }
-  }
+  EXPECT_EQ(failures(ends, /*killed=*/2), "");
 }
 
 // Killed from outside while it sleeps mid-work (as the OOM killer would).
@@ -126,14 +120,7 @@ TEST_P(PeerLost, PeerKilledFromOutsideMidWait) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   ::kill(running.pids[1], SIGKILL);
-  auto ends = wait_ranks(running);
-  for (const auto& end : ends) {
-    if (end.rank == 1) {
-      EXPECT_TRUE(end.killed_by(SIGKILL)) << end.describe();
-    } else {
-      EXPECT_TRUE(end.ok()) << end.describe();
-    }
-  }
+  EXPECT_EQ(failures(wait_ranks(running), /*killed=*/1), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PeerLost, ::testing::Values("adaptive", "spin", "block"));

@@ -49,6 +49,51 @@ void barriers(std::atomic<int>* counter, int rounds) {
   }
 }
 
+// A job of two processes that have joined `id` and hold their last barrier until finish().
+class HeldJob {
+ public:
+  explicit HeldJob(const std::string& id)
+      : flags_(shared_array<std::atomic<int>>(2)),
+        running_(start_ranks(Job::of(2, id), [flags = flags_](int) {
+          lockstep::State state;
+          flags[0]++;
+          while (flags[1].load() == 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          state.wait_for_everyone();
+        })) {}
+
+  // Whether both processes joined before the job's time limit.
+  bool joined() const {
+    while (flags_[0].load() < 2) {
+      if (std::chrono::steady_clock::now() > running_.deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+  // Lets the processes finish; "" when both ended well (see failures()).
+  std::string finish() {
+    finished_ = true;
+    flags_[1] = 1;
+    return failures(wait_ranks(running_));
+  }
+  // A test that stopped early still releases (and, past the limit, kills) its processes.
+  ~HeldJob() {
+    if (!finished_) {
+      (void)finish();
+    }
+  }
+  HeldJob(const HeldJob&) = delete;
+  HeldJob& operator=(const HeldJob&) = delete;
+
+ private:
+  std::atomic<int>* flags_;  // [0]: processes joined, [1]: released
+  lockstep::testing::Running running_;
+  bool finished_ = false;
+};
+
 TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
   std::string id = unique_job_id("mode");
   auto* mode = shared_array<std::atomic<unsigned>>(1);
@@ -94,24 +139,13 @@ TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
 
 TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
   std::string id = unique_job_id("same");
-  auto* flags = shared_array<std::atomic<int>>(2);  // [0]: first job joined, [1]: second done
-  auto first = start_ranks(Job::of(2, id), [&](int) {
-    lockstep::State state;
-    flags[0]++;
-    while (flags[1].load() == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    state.wait_for_everyone();
-  });
-  while (flags[0].load() < 2) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  HeldJob first(id);
+  ASSERT_TRUE(first.joined());
   auto second = run_ranks(Job::of(2, id), [&](int) {
     expect_join_error<lockstep::ConfigError>([] { lockstep::State state; }, "already running");
   });
-  flags[1] = 1;
+  EXPECT_EQ(first.finish(), "");
   EXPECT_EQ(failures(second), "");
-  EXPECT_EQ(failures(wait_ranks(first)), "");
   EXPECT_FALSE(exists(shm_path_of(id)));
 }
 
@@ -279,22 +313,11 @@ TEST(NodeSegment, ProcessesThatLeaveAtOnceAreNotLost) {
 
 TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
   std::string id = unique_job_id("abandon");
-  auto* flags = shared_array<std::atomic<int>>(2);
-  auto running = start_ranks(Job::of(2, id), [&](int) {
-    lockstep::State state;
-    flags[0]++;
-    while (flags[1].load() == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    state.wait_for_everyone();
-  });
-  while (flags[0].load() < 2) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  HeldJob running(id);
+  ASSERT_TRUE(running.joined());
   EXPECT_FALSE(lockstep::detail::remove_abandoned_segment(segment_name("job=" + id, 0)));
   EXPECT_TRUE(exists(shm_path_of(id)));
-  flags[1] = 1;
-  EXPECT_EQ(failures(wait_ranks(running)), "");
+  EXPECT_EQ(running.finish(), "");
 }
 
 }  // namespace

@@ -168,11 +168,11 @@ std::vector<RankEnd> run_ranks(const Job& job, const std::function<void(int)>& b
   return wait_ranks(start_ranks(job, body));
 }
 
-std::string failures(const std::vector<RankEnd>& ends) {
+std::string failures(const std::vector<RankEnd>& ends, int killed) {
   std::string out;
   for (const auto& end : ends) {
-    if (!end.ok()) {
-      out += end.describe() + "\n";
+    if (end.rank == killed ? !end.killed_by(SIGKILL) : !end.ok()) {
+      out += end.describe() + (end.rank == killed ? " (expected: killed by SIGKILL)" : "") + "\n";
     }
   }
   return out;

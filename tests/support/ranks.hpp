@@ -70,8 +70,9 @@ struct Running {
 Running start_ranks(const Job& job, const std::function<void(int)>& body);
 std::vector<RankEnd> wait_ranks(const Running& running);
 
-// "" when every rank ended with status 0, else one line per rank that did not.
-std::string failures(const std::vector<RankEnd>& ends);
+// "" when every rank ended with status 0 (rank `killed`, if given, by SIGKILL instead), else
+// one line per rank that did not.
+std::string failures(const std::vector<RankEnd>& ends, int killed = -1);
 
 // A unique job id for this test process.
 std::string unique_job_id(const std::string& hint);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "lockstep/version.hpp"
+#include "backend.hpp"
 #include "proc.hpp"
 #include "shm/segment.hpp"
 
@@ -37,6 +39,7 @@ struct Options {
   bool tag_output = false;
   double grace_period = 5.0;
   std::string wait_policy;
+  std::string backend;
   std::vector<std::string> command;
 };
 
@@ -206,6 +209,9 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
       {"LOCKSTEP_JOB_ID", identity_},
       {"LOCKSTEP_NNODES", std::to_string(options_.nnodes)},
   };
+  if (!options_.backend.empty()) {
+    env.emplace_back("LOCKSTEP_BACKEND", options_.backend);
+  }
   if (!options_.wait_policy.empty()) {
     env.emplace_back("LOCKSTEP_WAIT_POLICY", options_.wait_policy);
   }
@@ -347,7 +353,14 @@ int Launcher::run() {
     say("cannot run '" + options_.command[0] + "': " + *why);
     return 127;
   }
-  identity_ = (options_.job_id.empty() ? random_job_id() : options_.job_id) + "@" +
+  // One node: a random identity, so two jobs never meet. Several: every node's launcher must
+  // name the same job, so the default is a fixed one (the address and port still tell jobs
+  // apart; --job-id tells apart two jobs that reuse them).
+  std::string job_id = options_.job_id;
+  if (job_id.empty()) {
+    job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
+  }
+  identity_ = job_id + "@" +
               options_.master_addr + ":" + std::to_string(options_.master_port);
 
   sigset_t mask;
@@ -453,6 +466,8 @@ int main(int argc, char** argv) {
       "lockstep-run: start a program as a lockstep job of N processes on this machine.\n"
       "Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
       "GROUP_RANK, MASTER_ADDR, MASTER_PORT) and a job identity of its own (LOCKSTEP_JOB_ID).\n"
+      "A job of several nodes runs one lockstep-run per node, each with the same --nnodes,\n"
+      "--master-addr, --master-port and --job-id, and its own --node-rank.\n"
       "When a process fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
       "period) and lockstep-run exits with the failed process's status.",
       "lockstep-run"};
@@ -475,7 +490,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   app.add_option("--job-id,--job_id,--rdzv-id,--rdzv_id", options.job_id,
-                 "Job identity (default: random, so two jobs never meet)");
+                 "Job identity (default: random on one node, so two jobs never meet; "
+                 "'lockstep-run' across nodes, where every node must give the same)");
   app.add_flag("--tag-output,--tag_output", options.tag_output,
                "Prefix every line a process prints with \"[rank N] \"");
   app.add_option("--grace-period,--grace_period", options.grace_period,
@@ -485,6 +501,10 @@ int main(int argc, char** argv) {
   app.add_option("--wait-policy,--wait_policy", options.wait_policy,
                  "Barrier wait policy for the processes (sets LOCKSTEP_WAIT_POLICY)")
       ->check(CLI::IsMember({"adaptive", "spin", "block"}));
+  app.add_option("--backend", options.backend,
+                 "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
+                 "the first built)")
+      ->check(CLI::IsMember({"ucx", "nccl"}));
   bool standalone = false;
   app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
@@ -520,10 +540,18 @@ int main(int argc, char** argv) {
         std::to_string(options.nnodes));
     return 2;
   }
-  if (options.nnodes > 1) {
+  if (options.nnodes > 1 && lockstep::detail::built_backends().empty()) {
     say("--nnodes " + std::to_string(options.nnodes) +
-        ": a multi-node job needs a cross-node backend, and this build of lockstep has none");
+        ": a multi-node job needs a cross-node backend, and this build of lockstep has none "
+        "(rebuild with UCX: install libucx-dev and configure with -Ducx=enabled)");
     return 2;
+  }
+  if (!options.backend.empty()) {
+    auto built = lockstep::detail::built_backends();
+    if (std::find(built.begin(), built.end(), options.backend) == built.end()) {
+      say("--backend " + options.backend + ": this build of lockstep has no such backend");
+      return 2;
+    }
   }
   try {
     return Launcher(std::move(options)).run();

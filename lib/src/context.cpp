@@ -84,19 +84,36 @@ Context::Context(JobConfig config)
     : config_(std::move(config)),
       owner_(::getpid()),
       fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
-  if (config_.num_nodes > 1) {
-    throw ConfigError("lockstep: this job spans " + std::to_string(config_.num_nodes) +
-                      " nodes (from the " + config_.source +
-                      " variables), but this build of lockstep has no cross-node backend; "
-                      "run one node per job");
+  const bool hierarchical = config_.num_nodes > 1;
+  if (hierarchical) {
+    check_backend_built(config_);
   }
   if (config_.world_size == 1) {
     return;
   }
+  const auto deadline = std::chrono::steady_clock::now() + config_.join_timeout;
   segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
-  barrier_.emplace(*segment_,
-                   make_wait_plan(config_.wait_policy, config_.local_size, usable_cpus()));
+  const WaitPlan plan = make_wait_plan(config_.wait_policy, config_.local_size, usable_cpus());
+  if (!hierarchical) {
+    barrier_.emplace(*segment_, plan, nullptr, false);
+    return;
+  }
+  // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
+  // State exists only when every process of every node has joined (and a leader's failure to
+  // join reaches its node's processes).
+  if (local_index_ == 0) {
+    try {
+      backend_ = make_backend(LeaderConfig{config_, segment_->ranks(), plan, deadline});
+    } catch (const Error& error) {
+      segment_->record_failure(failure_of(error));
+      throw;
+    }
+  }
+  barrier_.emplace(*segment_, plan, backend_.get(), true);
+  // The others wait a little longer than the leader, whose error says more than theirs would.
+  barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
+                            "lockstep: joining the job");
 }
 
 Context::~Context() {
@@ -105,6 +122,11 @@ Context::~Context() {
 
 void Context::leave() noexcept {
   barrier_.reset();
+  if (::getpid() == owner_) {
+    backend_.reset();
+  } else {
+    (void)backend_.release();  // NOLINT: a forked child must not close its parent's connections
+  }
   if (segment_ && ::getpid() != owner_) {
     segment_->abandon();  // a forked child's copy: the parent still belongs to the job
   }

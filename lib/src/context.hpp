@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 
+#include "backend.hpp"
 #include "env.hpp"
 #include "shm/barrier.hpp"
 #include "shm/segment.hpp"
@@ -44,6 +45,7 @@ class Context {
   pid_t owner_;               // the process that joined; a forked child must not leave for it
   std::uint32_t fork_epoch_;  // forks seen when joining
   std::unique_ptr<NodeSegment> segment_;
+  std::unique_ptr<Backend> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;
   std::atomic<bool> busy_{false};
   bool left_ = false;

@@ -145,6 +145,32 @@ std::string fallback_identity() {
   return "parent=" + std::to_string(parent) + ":" + std::to_string(start.value_or(0));
 }
 
+// Where node 0's main process listens: LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT (the
+// lockstep ones exist for jobs whose MASTER_PORT another service holds, as torchrun's store does).
+void read_master(const EnvLookup& env, JobConfig& config) {
+  auto addr = first_of(env, {"LOCKSTEP_MASTER_ADDR", "MASTER_ADDR"});
+  auto port = first_of(env, {"LOCKSTEP_MASTER_PORT", "MASTER_PORT"});
+  const std::string shape = "this job spans " + std::to_string(config.num_nodes) + " nodes";
+  if (!addr.present()) {
+    throw ConfigError("lockstep: " + shape +
+                      " and needs the address of node 0: set MASTER_ADDR (or "
+                      "LOCKSTEP_MASTER_ADDR)");
+  }
+  if (addr.value->empty()) {
+    bad(addr, "is empty");
+  }
+  if (!port.present()) {
+    throw ConfigError("lockstep: " + shape +
+                      " and needs a port on node 0: set MASTER_PORT (or LOCKSTEP_MASTER_PORT)");
+  }
+  int number = integer(port, 1);
+  if (number > 65535) {
+    bad(port, "is not a port number (1-65535)");
+  }
+  config.master_addr = *addr.value;
+  config.master_port = number;
+}
+
 JobConfig validate(const Family& family) {
   JobConfig config;
   config.source = family.source;
@@ -400,6 +426,15 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
       bad(timeout, "is not a positive number of seconds");
     }
     config.join_timeout = std::chrono::milliseconds(std::llround(seconds * 1000));
+  }
+  if (auto backend = lookup(env, "LOCKSTEP_BACKEND"); backend.present()) {
+    if (*backend.value != "ucx" && *backend.value != "nccl") {
+      bad(backend, "is not one of ucx, nccl");
+    }
+    config.backend = *backend.value;
+  }
+  if (config.num_nodes > 1) {
+    read_master(env, config);
   }
   return config;
 }

@@ -29,6 +29,12 @@ struct JobConfig {
   std::string identity;  // unique per job (and per attempt); names the node's segment
   WaitPolicy wait_policy = WaitPolicy::adaptive;
   std::chrono::milliseconds join_timeout{300'000};
+  // Cross-node jobs only (num_nodes > 1): where node 0's main process listens for the others
+  // (LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT), and the backend that connects the nodes
+  // (LOCKSTEP_BACKEND; empty: the first one built).
+  std::string master_addr;
+  int master_port = 0;
+  std::string backend;
 };
 
 // Reads the first complete set of variables (lockstep-run, torchrun, Open MPI, MPICH/Hydra,

@@ -32,16 +32,19 @@ inline void cpu_relax() noexcept {
 
 void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
   SegmentHeader& header = segment_.header();
-  const auto n = static_cast<std::uint64_t>(segment_.num_slots());
-  if (n == 1) {
-    ++episode_;
-    return;
-  }
   // Relaxed: the flag is only a fast refusal; recorded_lost re-reads it with acquire.
   if (header.lost.value.load(std::memory_order_relaxed) != 0) {
     throw_lost(*segment_.recorded_lost(), what);
   }
-  const std::uint64_t full = (episode_ + 1) * n;
+  if (tokens_ == 1) {
+    ++episode_;  // a job of one on one node
+    return;
+  }
+  if (segment_.num_slots() == 1) {
+    lead(0, deadline, what);  // the node's only process: nobody local to wait for
+    return;
+  }
+  const std::uint64_t full = (episode_ + 1) * tokens_;
   // seq_cst (acq_rel and more): the release publishes this process's writes to every process
   // that later reads a count at or past `full` (all arrivals form one release sequence on the
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
@@ -60,33 +63,82 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     // Relaxed: a scheduling hint for the peers, never needed for correctness.
     me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   }
-  if (wait(deadline, what) == Outcome::complete) {
+  if (hierarchical_) {
+    if (leader_) {
+      lead(ticket, deadline, what);
+      return;
+    }
+    if (ticket + 2 == full) {
+      wake_sleepers();  // the last local arrival: the leader may be asleep waiting for it
+    }
+  }
+  if (wait(full, deadline, what) == Outcome::complete) {
     ++episode_;
     return;
   }
-  // Timed out: take the arrival back unless the episode completed meanwhile.
-  std::uint64_t seen = header.episode.arrivals.load(std::memory_order_relaxed);
-  while (seen < full) {
+  // Timed out: take the arrival back unless the episode completed meanwhile, or, across nodes,
+  // the leader may already have counted it.
+  if (withdraw(hierarchical_ ? full - 1 : full)) {
+    throw_timeout(what);
+  }
+  if (!reached(full)) {
+    (void)wait(full, std::nullopt, what);  // committed: the leader's outcome decides
+  }
+  ++episode_;  // complete after all
+}
+
+void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> deadline,
+                       const char* what) {
+  const std::uint64_t full = (episode_ + 1) * tokens_;
+  if (segment_.num_slots() > 1 && ticket + 2 < full &&
+      wait(full - 1, deadline, what) == Outcome::timed_out && withdraw(full - 1)) {
+    throw_timeout(what);  // the node's own processes are late: retrying is still possible
+  }
+  try {
+    backend_->barrier(deadline, what);
+  } catch (const Error& error) {
+    // The other nodes' processes may already be through: this node's are told why not.
+    segment_.record_failure(failure_of(error));
+    throw;
+  }
+  if (segment_.num_slots() > 1) {
+    // seq_cst, as an arrival: the release publishes everything the other nodes' leaders made
+    // visible to this one (the backend's messages) to every process of the node.
+    segment_.header().episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
+    wake_sleepers();
+  }
+  ++episode_;
+}
+
+bool NodeBarrier::withdraw(std::uint64_t limit) noexcept {
+  auto& arrivals = segment_.header().episode.arrivals;
+  std::uint64_t seen = arrivals.load(std::memory_order_relaxed);
+  while (seen < limit) {
     // acq_rel on success keeps the withdrawal in the counter's single modification order.
-    if (header.episode.arrivals.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
-                                                      std::memory_order_relaxed)) {
+    if (arrivals.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
       // Withdrawn, not arrived: the liveness checks watch this process again, while the
       // missing lists of peers that time out too do not count it as one that never came.
       segment_.slot(segment_.my_slot())
           .arrived.store((episode_ + 1) | kWithdrawn, std::memory_order_relaxed);
-      std::vector<int> missing;
-      for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-        if (slot != segment_.my_slot() && !came(slot)) {
-          missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
-        }
-      }
-      std::string message =
-          std::string(what) + ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
-          comma_list(missing) + " of " + std::to_string(header.world_size) + " had not arrived";
-      throw TimeoutError(message, std::move(missing));
+      return true;
     }
   }
-  ++episode_;  // complete after all
+  return false;
+}
+
+void NodeBarrier::throw_timeout(const char* what) {
+  std::vector<int> missing;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    if (slot != segment_.my_slot() && !came(slot)) {
+      missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
+    }
+  }
+  std::string message =
+      std::string(what) + ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
+      comma_list(missing) + " of " + std::to_string(segment_.header().world_size) +
+      " had not arrived";
+  throw TimeoutError(message, std::move(missing));
 }
 
 bool NodeBarrier::came(int slot) const noexcept {
@@ -109,11 +161,10 @@ bool NodeBarrier::late_peer_here() const noexcept {
   return false;
 }
 
-bool NodeBarrier::complete() const noexcept {
-  const auto n = static_cast<std::uint64_t>(segment_.num_slots());
+bool NodeBarrier::reached(std::uint64_t target) const noexcept {
   // Acquire: reading a count at or past the episode's end synchronizes with every arrival of
   // the episode.
-  return segment_.header().episode.arrivals.load(std::memory_order_acquire) >= (episode_ + 1) * n;
+  return segment_.header().episode.arrivals.load(std::memory_order_acquire) >= target;
 }
 
 void NodeBarrier::wake_sleepers() noexcept {
@@ -130,12 +181,13 @@ void NodeBarrier::wake_sleepers() noexcept {
   }
 }
 
-NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline,
+NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
+                                       std::optional<Clock::time_point> deadline,
                                        const char* what) {
   SegmentHeader& header = segment_.header();
   auto& arrivals = header.episode.arrivals;
   auto& generation = header.episode.generation;
-  const std::uint64_t full = (episode_ + 1) * static_cast<std::uint64_t>(segment_.num_slots());
+  auto complete = [&] { return reached(target); };
   const int quick_spins = plan_.spin.count() > 0 ? kQuickSpins : 0;  // block: sleep at once
   for (int i = 0; i < quick_spins; ++i) {
     if (complete()) {
@@ -180,7 +232,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
       // changes the word, so the futex call below cannot miss it.
       const std::uint32_t seen = generation.load(std::memory_order_acquire);
       header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
-      if (arrivals.load(std::memory_order_seq_cst) < full) {
+      if (arrivals.load(std::memory_order_seq_cst) < target) {
         auto limit = next_check - now;
         if (deadline) {
           limit = std::min(limit, *deadline - now);
@@ -196,7 +248,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
       now = Clock::now();
     }
     if (now >= next_check || (deadline && now >= *deadline)) {
-      if (complete() || check_peers(what)) {
+      if (complete() || check_peers(target, what)) {
         return Outcome::complete;
       }
       next_check = now + kPollInterval;
@@ -207,11 +259,13 @@ NodeBarrier::Outcome NodeBarrier::wait(std::optional<Clock::time_point> deadline
   }
 }
 
-bool NodeBarrier::check_peers(const char* what) {
+bool NodeBarrier::check_peers(std::uint64_t target, const char* what) {
   auto lost = segment_.recorded_lost();
   if (!lost) {
     lost = segment_.find_lost([&](int slot) {
-      return segment_.slot(slot).arrived.load(std::memory_order_relaxed) == episode_ + 1;
+      // Across nodes the leader owes the release even after it arrived.
+      return segment_.slot(slot).arrived.load(std::memory_order_relaxed) == episode_ + 1 &&
+             !(hierarchical_ && slot == segment_.leader_slot());
     });
   }
   if (!lost) {
@@ -219,20 +273,30 @@ bool NodeBarrier::check_peers(const char* what) {
   }
   // The last arrival may have completed the episode, and its process left or died, after this
   // process last looked: a peer is lost only if the episode is still incomplete.
-  if (complete()) {
+  if (reached(target)) {
     return true;
   }
   throw_lost(segment_.mark_lost(*lost), what);
 }
 
 void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
-  const auto n = static_cast<std::uint64_t>(segment_.num_slots());
+  if (peer.how == LostHow::elsewhere) {
+    if (peer.slot == segment_.my_slot()) {
+      backend_->barrier(std::nullopt, what);  // broken: throws its failure again
+    }
+    throw_failure(segment_.recorded_failure(), std::string(what) + ": the node's main process (" +
+                                                   segment_.describe(peer.slot) + ") gave up: ");
+  }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
-  std::uint64_t waiting = arrived > episode_ * n ? arrived - episode_ * n : 0;
-  throw PeerLostError(std::string(what) + ": " + segment_.describe(peer.slot) + " " +
+  std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;
+  PeerLostError error(std::string(what) + ": " + segment_.describe(peer.slot) + " " +
                           describe(peer.how) + " while " + std::to_string(waiting) + " process" +
                           (waiting == 1 ? "" : "es") + " waited",
                       segment_.slot(peer.slot).rank.load(std::memory_order_relaxed));
+  if (backend_ != nullptr) {
+    backend_->abort(failure_of(error));  // the other nodes cannot go on without this one
+  }
+  throw error;
 }
 
 }  // namespace lockstep::detail

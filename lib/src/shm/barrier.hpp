@@ -18,11 +18,23 @@ namespace lockstep::detail {
 // Nothing is ever reset, so there is no reset race, and a timed-out process can withdraw its
 // arrival with a CAS as long as the episode is not complete.
 //
-// A node barrier for the hierarchical (multi-node) case keeps this shape: the node leader waits
-// for the others' arrivals, meets the other leaders through the backend, then completes.
+// Hierarchical (multi-node) jobs keep this shape with one more arrival per episode, the
+// release: episode e completes at (e + 1) * (n + 1). The node's leader arrives, waits for the
+// count to reach (e + 1) * (n + 1) - 1 (every local process is in), meets the other nodes'
+// leaders through the backend, then adds the release, which completes the episode for everyone.
+// A local process may withdraw on a timeout only while the count is below that mark, so once the
+// leader has gone to the other nodes, no arrival it counted on can be taken back.
 class NodeBarrier {
  public:
-  NodeBarrier(NodeSegment& segment, WaitPlan plan) noexcept : segment_(segment), plan_(plan) {}
+  // `backend`: the cross-node backend, for the node's leader in a multi-node job (else null).
+  // `hierarchical`: whether the job spans nodes (true on every process of such a job).
+  NodeBarrier(NodeSegment& segment, WaitPlan plan, Backend* backend, bool hierarchical) noexcept
+      : segment_(segment),
+        plan_(plan),
+        backend_(backend),
+        hierarchical_(hierarchical),
+        leader_(segment.my_slot() == segment.leader_slot()),
+        tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)) {}
 
   // Arrives and waits until all the node's processes have arrived at this episode.
   // Throws TimeoutError (arrival withdrawn) when `deadline` passes first, PeerLostError when a
@@ -36,8 +48,16 @@ class NodeBarrier {
 
  private:
   enum class Outcome { complete, timed_out };
-  Outcome wait(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
-  [[nodiscard]] bool complete() const noexcept;
+  // Waits until the arrival count reaches `target`.
+  Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
+               const char* what);
+  [[nodiscard]] bool reached(std::uint64_t target) const noexcept;
+  // Takes this process's arrival back while the count is below `limit`; false if it is not.
+  bool withdraw(std::uint64_t limit) noexcept;
+  [[noreturn]] void throw_timeout(const char* what);
+  // The leader's part of a hierarchical episode, after its own arrival (`ticket`).
+  void lead(std::uint64_t ticket, std::optional<std::chrono::steady_clock::time_point> deadline,
+            const char* what);
   // Whether `slot` has arrived at the current episode (or arrived and withdrew on a timeout).
   [[nodiscard]] bool came(int slot) const noexcept;
   // Whether a peer that has not arrived was last seen on this process's CPU.
@@ -45,12 +65,16 @@ class NodeBarrier {
   // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
   void wake_sleepers() noexcept;
   [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
-  // Throws PeerLostError if a peer that has not arrived is gone; returns true if the episode
-  // turned out complete meanwhile.
-  [[nodiscard]] bool check_peers(const char* what);
+  // Throws PeerLostError if a peer that has not arrived is gone; returns true if the count
+  // reached `target` meanwhile.
+  [[nodiscard]] bool check_peers(std::uint64_t target, const char* what);
 
   NodeSegment& segment_;
   WaitPlan plan_;
+  Backend* backend_;
+  bool hierarchical_;
+  bool leader_;
+  std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)
   std::uint64_t episode_ = 0;  // episodes this process has completed
 };
 

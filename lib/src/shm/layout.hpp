@@ -15,8 +15,10 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 4;
+inline constexpr std::uint32_t kLayoutVersion = 5;
 inline constexpr std::size_t kMaxIdentity = 480;
+inline constexpr std::size_t kMaxFailureMissing = 64;
+inline constexpr std::size_t kMaxFailureMessage = 768;
 
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared words must be lock-free");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared words must be lock-free");
@@ -29,8 +31,9 @@ struct alignas(kCacheLine) Line {
 
 inline constexpr std::uint64_t kWithdrawn = 1ULL << 63;
 
-// How a peer was lost, kept in SegmentHeader::lost beside its slot.
-enum class LostHow : std::uint32_t { died = 1, left = 2 };
+// How a peer was lost, kept in SegmentHeader::lost beside its slot. `elsewhere`: the slot is the
+// node's leader, which gave up on a cross-node barrier for the reason in SegmentHeader::failure.
+enum class LostHow : std::uint32_t { died = 1, left = 2, elsewhere = 3 };
 inline constexpr std::uint32_t lost_word(int slot, LostHow how) {
   return static_cast<std::uint32_t>(slot + 1) | (static_cast<std::uint32_t>(how) << 24);
 }
@@ -41,7 +44,15 @@ inline constexpr LostHow lost_how(std::uint32_t word) {
   return static_cast<LostHow>(word >> 24);
 }
 inline constexpr const char* describe(LostHow how) {
-  return how == LostHow::died ? "died" : "left the job";
+  switch (how) {
+    case LostHow::died:
+      return "died";
+    case LostHow::left:
+      return "left the job";
+    case LostHow::elsewhere:
+      break;
+  }
+  return "gave up on the job";
 }
 
 enum class SlotStatus : std::uint32_t { empty = 0, joined = 1, left = 2 };
@@ -53,6 +64,7 @@ struct alignas(kCacheLine) Slot {
   std::atomic<std::int32_t> rank;
   std::atomic<std::uint32_t> status;  // SlotStatus
   std::atomic<std::uint64_t> start_time;
+  std::atomic<std::int32_t> local_rank;  // as given (LOCAL_RANK), or -1: elected by rank order
   // The episode number + 1 of the barrier this process has arrived at (0: none yet), with
   // kWithdrawn set when it gave up on that episode (timed out) and took its arrival back.
   alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
@@ -85,6 +97,17 @@ struct SegmentHeader {
     std::atomic<std::uint32_t> generation;
   } episode;
   Line<std::uint32_t> sleepers;  // waiters in (or entering) futex_wait on `generation`
+  // Multi-node jobs: why the node's leader gave up on a cross-node barrier. Written once, by the
+  // leader alone, before it sets `lost` to lost_word(its slot, LostHow::elsewhere) (acq_rel);
+  // read only after reading that word (acquire).
+  struct alignas(kCacheLine) Failure {
+    std::uint32_t kind;  // FailureKind
+    std::int32_t rank;
+    std::uint32_t num_missing;
+    std::uint32_t message_length;
+    std::int32_t missing[kMaxFailureMissing];
+    char message[kMaxFailureMessage];
+  } failure;
 };
 
 static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");

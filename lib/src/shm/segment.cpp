@@ -319,6 +319,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     slot.pid.store(pid);
     slot.rank.store(config.rank);
     slot.start_time.store(start_time);
+    slot.local_rank.store(config.local_rank);
     slot.arrived.store(0);
     slot.cpu.store(-1);
     slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
@@ -400,6 +401,16 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       below += rank < my_rank ? 1 : 0;
     }
     segment->local_index_ = config.local_rank >= 0 ? config.local_rank : below;
+    // The leader (local index 0): local rank 0 where local ranks were given, else the lowest rank.
+    int leader = 0;
+    for (int i = 0; i < segment->num_slots_; ++i) {
+      if (segment->slots_[i].local_rank.load() == 0 ||
+          (segment->slots_[i].local_rank.load() < 0 &&
+           segment->slots_[i].rank.load() < segment->slots_[leader].rank.load())) {
+        leader = i;
+      }
+    }
+    segment->leader_slot_ = leader;
   } catch (...) {
     segment.reset();  // leaves: the peers see this slot as gone
     throw;
@@ -468,6 +479,44 @@ LostPeer NodeSegment::mark_lost(LostPeer peer) noexcept {
   futex_wake_all(header_->episode.generation);
   futex_wake_all(header_->joined.value);
   return peer;
+}
+
+std::vector<int> NodeSegment::ranks() const {
+  std::vector<int> ranks;
+  for (int i = 0; i < num_slots_; ++i) {
+    ranks.push_back(slots_[i].rank.load(std::memory_order_relaxed));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+void NodeSegment::record_failure(const Failure& failure) noexcept {
+  if (header_->lost.value.load(std::memory_order_acquire) != 0) {
+    return;  // the node already knows why it cannot go on
+  }
+  auto& record = header_->failure;
+  record.kind = static_cast<std::uint32_t>(failure.kind);
+  record.rank = failure.rank;
+  record.num_missing =
+      static_cast<std::uint32_t>(std::min(failure.missing.size(), kMaxFailureMissing));
+  std::copy_n(failure.missing.begin(), record.num_missing, record.missing);
+  record.message_length =
+      static_cast<std::uint32_t>(std::min(failure.message.size(), kMaxFailureMessage));
+  std::memcpy(record.message, failure.message.data(), record.message_length);
+  mark_lost(LostPeer{my_slot_, LostHow::elsewhere});
+}
+
+Failure NodeSegment::recorded_failure() const {
+  const auto& record = header_->failure;
+  Failure failure;
+  failure.kind = static_cast<FailureKind>(record.kind);
+  failure.rank = record.rank;
+  failure.missing.assign(record.missing,
+                         record.missing + std::min<std::size_t>(record.num_missing,
+                                                                kMaxFailureMissing));
+  failure.message.assign(record.message,
+                         std::min<std::size_t>(record.message_length, kMaxFailureMessage));
+  return failure;
 }
 
 std::optional<LostPeer> NodeSegment::recorded_lost() const noexcept {

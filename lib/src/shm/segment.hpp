@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "env.hpp"
 #include "shm/layout.hpp"
 
@@ -58,6 +59,9 @@ class NodeSegment {
   // This process's node-local index: the given LOCAL_RANK, or its rank's order on the node.
   [[nodiscard]] int local_index() const noexcept { return local_index_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  // The slot of the node's leader (local index 0), and the ranks of the node's processes.
+  [[nodiscard]] int leader_slot() const noexcept { return leader_slot_; }
+  [[nodiscard]] std::vector<int> ranks() const;
 
   // The first peer (other than this process) that is neither `arrived` nor alive, if any.
   // `arrived(slot)` says which peers have no more obligations in the current wait.
@@ -70,6 +74,11 @@ class NodeSegment {
   LostPeer mark_lost(LostPeer peer) noexcept;
   // The peer recorded by mark_lost, if any.
   [[nodiscard]] std::optional<LostPeer> recorded_lost() const noexcept;
+  // The leader's record of why it gave up on a cross-node barrier: the node's other processes
+  // throw it (marks this slot lost `elsewhere`, unless a loss is already recorded).
+  void record_failure(const Failure& failure) noexcept;
+  // What record_failure stored; only after recorded_lost() returned LostHow::elsewhere.
+  [[nodiscard]] Failure recorded_failure() const;
   // Called in a forked child: forget the segment without leaving (the parent still owns it).
   void abandon() noexcept;
 
@@ -87,6 +96,7 @@ class NodeSegment {
   int num_slots_ = 0;
   int my_slot_ = -1;
   int local_index_ = -1;
+  int leader_slot_ = 0;
 };
 
 template <class Arrived>

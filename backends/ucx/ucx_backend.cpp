@@ -1,0 +1,919 @@
+#include "ucx/ucx_backend.hpp"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <random>
+#include <ucp/api/ucp.h>
+
+#include "lockstep/error.hpp"
+#include "shm/segment.hpp"  // comma_list
+#include "ucx/wire.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr unsigned kAmId = 0x4c;  // every lockstep message travels as this active message
+// Between attempts to reach node 0 while it is not listening yet.
+constexpr auto kRetryDelay = 100ms;
+// How long a waiting leader sleeps on the worker's event fd before it looks at the clock again.
+constexpr auto kSleepSlice = 100ms;
+// How long closing the endpoints may take (flushing what was sent) before the worker goes.
+constexpr auto kCloseBound = 1s;
+// How long abort() keeps progressing so that its messages leave.
+constexpr auto kAbortFlush = 200ms;
+// Messages kept from other nodes before node 0's welcome names the job's token.
+constexpr std::size_t kMaxEarly = 4096;
+constexpr int kMaxRounds = 16;  // ceil(log2(wire::kMaxNodes))
+
+std::string where(const JobConfig& job) {
+  return job.master_addr + ":" + std::to_string(job.master_port);
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks);
+}
+
+class UcxBackend;
+
+// One UCP endpoint and what UCX's error callback said about it.
+struct Endpoint {
+  UcxBackend* owner = nullptr;
+  int node = -1;  // the leader of this node; -1 while it is an unvalidated connection
+  bool bootstrap = false;  // a client-server connection: its errors count only while joining
+  ucp_ep_h ep = nullptr;
+  ucs_status_t error = UCS_OK;
+};
+
+struct Received {
+  std::vector<std::byte> bytes;
+  ucp_ep_h reply_ep = nullptr;
+};
+
+// A barrier message waiting for its round.
+struct RoundSlot {
+  bool present = false;
+  std::uint64_t episode = 0;
+  std::vector<std::uint64_t> known;
+};
+
+class UcxBackend final : public Backend {
+ public:
+  explicit UcxBackend(const LeaderConfig& config);
+  ~UcxBackend() override;
+  UcxBackend(const UcxBackend&) = delete;
+  UcxBackend& operator=(const UcxBackend&) = delete;
+
+  [[nodiscard]] const char* name() const noexcept override { return "ucx"; }
+  [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept override { return nodes_; }
+  void barrier(std::optional<Clock::time_point> deadline, const char* what) override;
+  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
+                                   std::optional<Clock::time_point> deadline,
+                                   const char* what) override;
+  void abort(const Failure& failure) noexcept override;
+
+ private:
+  static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
+                                 void* data, std::size_t length, const ucp_am_recv_param_t* param);
+  static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void on_connection(ucp_conn_request_h request, void* arg);
+
+  void start_ucx();
+  // Closes every endpoint (flushing what was sent, for a bounded time) and releases UCX.
+  void shutdown() noexcept;
+  void serve();
+  void connect();
+  void connect_mesh();
+  Endpoint& add_endpoint(ucp_ep_params_t params, int node, bool bootstrap);
+  void close_endpoint(Endpoint& endpoint, bool force) noexcept;
+  void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
+  // Runs UCX until nothing more happens, then handles what arrived.
+  void progress();
+  void handle(const wire::Message& message, ucp_ep_h reply_ep);
+  void handle_hello(const wire::Hello& hello, ucp_ep_h reply_ep);
+  void handle_member(const wire::Message& message);
+  void refuse(ucp_ep_h ep, const std::string& reason);
+  // Polls (per the node's wait plan), then sleeps on the worker's event fd, until done();
+  // throws the job's failure, or calls on_deadline() when `deadline` passes.
+  template <class Done, class OnDeadline>
+  void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
+                  OnDeadline on_deadline);
+  // Throws (and keeps) the job's failure, if a leader aborted or disconnected.
+  void check_members(const char* what);
+  [[noreturn]] void fail(Failure failure, const char* what);
+  [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
+  [[nodiscard]] std::string node_text(int node) const;
+
+  LeaderConfig config_;
+  int me_ = 0;
+  int num_nodes_ = 0;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_listener_h listener_ = nullptr;
+  int event_fd_ = -1;
+  std::vector<std::byte> address_;  // this worker's address
+  std::uint64_t token_ = 0;
+  bool joined_ = false;
+
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;  // owns every endpoint
+  std::vector<Endpoint*> members_;                    // by node index (nullptr: this node)
+  std::deque<Received> received_;                     // from on_message, handled by progress()
+  std::deque<ucp_conn_request_h> connections_;        // from on_connection (node 0)
+  std::vector<std::pair<void*, std::vector<std::byte>>> sending_;  // requests in flight
+
+  // Joining.
+  std::vector<NodeInfo> nodes_;
+  std::vector<std::vector<std::byte>> addresses_;  // by node index
+  std::vector<Endpoint*> joiners_;                 // node 0: by node index, accepted hellos
+  std::optional<wire::Welcome> welcome_;
+  std::optional<std::string> refused_;
+  std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
+  std::size_t dropped_ = 0;                    // foreign or malformed messages ignored
+  std::string last_drop_;
+
+  // The barrier and broadcasts.
+  std::uint64_t episode_ = 0;
+  int rounds_ = 0;
+  std::array<std::array<RoundSlot, kMaxRounds>, 2> inbox_{};
+  std::uint64_t blob_sequence_ = 0;
+  std::map<std::uint64_t, std::vector<std::byte>> blobs_;
+  std::optional<Failure> aborted_;  // an abort received from another leader
+  std::optional<Failure> broken_;   // why this backend cannot go on
+};
+
+void check(ucs_status_t status, const std::string& what) {
+  if (status != UCS_OK) {
+    throw Error("lockstep: UCX backend: " + what + ": " + ucs_status_string(status));
+  }
+}
+
+UcxBackend::UcxBackend(const LeaderConfig& config)
+    : config_(config), me_(config.job.node_index), num_nodes_(config.job.num_nodes) {
+  while ((1 << rounds_) < num_nodes_) {
+    ++rounds_;
+  }
+  members_.assign(static_cast<std::size_t>(num_nodes_), nullptr);
+  start_ucx();
+  try {
+    if (me_ == 0) {
+      serve();
+    } else {
+      connect();
+    }
+    connect_mesh();
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+UcxBackend::~UcxBackend() {
+  shutdown();
+}
+
+void UcxBackend::start_ucx() {
+  ucp_config_t* ucx_config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &ucx_config), "reading UCX's configuration (UCX_*)");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  ucs_status_t status = ucp_init(&params, ucx_config, &context_);
+  ucp_config_release(ucx_config);
+  check(status, "ucp_init");
+
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  check(ucp_worker_create(context_, &worker_params, &worker_), "ucp_worker_create");
+  check(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
+
+  ucp_am_handler_param_t handler{};
+  handler.field_mask =
+      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.id = kAmId;
+  handler.cb = &UcxBackend::on_message;
+  handler.arg = this;
+  check(ucp_worker_set_am_recv_handler(worker_, &handler), "ucp_worker_set_am_recv_handler");
+
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  check(ucp_worker_query(worker_, &attr), "ucp_worker_query");
+  const auto* begin = reinterpret_cast<const std::byte*>(attr.address);
+  address_.assign(begin, begin + attr.address_length);
+  ucp_worker_release_address(worker_, attr.address);
+}
+
+void UcxBackend::shutdown() noexcept {
+  if (worker_ == nullptr) {
+    if (context_ != nullptr) {
+      ucp_cleanup(context_);
+      context_ = nullptr;
+    }
+    return;
+  }
+  if (listener_ != nullptr) {
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+  }
+  std::vector<void*> closing;
+  for (auto& endpoint : endpoints_) {
+    if (endpoint->ep == nullptr) {
+      continue;
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = endpoint->error != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* request = ucp_ep_close_nbx(endpoint->ep, &param);
+    endpoint->ep = nullptr;
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      closing.push_back(request);
+    }
+  }
+  const auto until = Clock::now() + kCloseBound;
+  while (!closing.empty() && Clock::now() < until) {
+    ucp_worker_progress(worker_);
+    std::erase_if(closing, [](void* request) {
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+        return false;
+      }
+      ucp_request_free(request);
+      return true;
+    });
+  }
+  for (auto& [request, buffer] : sending_) {
+    if (ucp_request_check_status(request) != UCS_INPROGRESS) {
+      ucp_request_free(request);
+    }
+  }
+  sending_.clear();
+  ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  ucp_cleanup(context_);
+  context_ = nullptr;
+}
+
+ucs_status_t UcxBackend::on_message(void* arg, const void* /*header*/,
+                                    std::size_t /*header_length*/, void* data, std::size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxBackend*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    // Larger than any lockstep message: not ours. (The data is never fetched.)
+    ++self->dropped_;
+    self->last_drop_ = "a message of " + std::to_string(length) + " bytes";
+    return UCS_OK;
+  }
+  Received received;
+  const auto* begin = static_cast<const std::byte*>(data);
+  received.bytes.assign(begin, begin + length);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
+    received.reply_ep = param->reply_ep;
+  }
+  self->received_.push_back(std::move(received));
+  return UCS_OK;
+}
+
+void UcxBackend::on_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* endpoint = static_cast<Endpoint*>(arg);
+  if (endpoint->error == UCS_OK) {
+    endpoint->error = status;
+  }
+}
+
+void UcxBackend::on_connection(ucp_conn_request_h request, void* arg) {
+  static_cast<UcxBackend*>(arg)->connections_.push_back(request);
+}
+
+Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node, bool bootstrap) {
+  auto endpoint = std::make_unique<Endpoint>();
+  endpoint->owner = this;
+  endpoint->node = node;
+  endpoint->bootstrap = bootstrap;
+  params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead peer is an error, never a hang
+  params.err_handler.cb = &UcxBackend::on_error;
+  params.err_handler.arg = endpoint.get();
+  ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint->ep);
+  if (status != UCS_OK) {
+    endpoint->ep = nullptr;
+    endpoint->error = status;
+  }
+  endpoints_.push_back(std::move(endpoint));
+  return *endpoints_.back();
+}
+
+void UcxBackend::close_endpoint(Endpoint& endpoint, bool force) noexcept {
+  if (endpoint.ep == nullptr) {
+    return;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* request = ucp_ep_close_nbx(endpoint.ep, &param);
+  endpoint.ep = nullptr;
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+    sending_.emplace_back(request, std::vector<std::byte>{});  // freed once complete
+  }
+}
+
+void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
+  if (ep == nullptr) {
+    return;  // a failed endpoint: its error is reported by check_members()
+  }
+  std::vector<std::byte> bytes = wire::encode(message);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+  void* request = ucp_am_send_nbx(ep, kAmId, nullptr, 0, bytes.data(), bytes.size(), &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    return;  // sent at once, or failed: a failed endpoint also reports through on_error
+  }
+  sending_.emplace_back(request, std::move(bytes));  // the buffer lives until the send completes
+}
+
+void UcxBackend::progress() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  while (!received_.empty()) {
+    Received received = std::move(received_.front());
+    received_.pop_front();
+    try {
+      handle(wire::decode(received.bytes), received.reply_ep);
+    } catch (const wire::WireError& error) {
+      ++dropped_;
+      last_drop_ = error.what();
+      if (received.reply_ep != nullptr && me_ == 0 && !joined_) {
+        refuse(received.reply_ep, std::string("malformed hello: ") + error.what());
+      }
+    }
+  }
+  if (me_ == 0) {
+    while (!connections_.empty()) {
+      ucp_ep_params_t params{};
+      params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+      params.conn_request = connections_.front();
+      connections_.pop_front();
+      if (joined_) {
+        ucp_listener_reject(listener_, params.conn_request);
+        continue;
+      }
+      add_endpoint(params, -1, true);
+    }
+  }
+  std::erase_if(sending_, [](auto& entry) {
+    if (ucp_request_check_status(entry.first) == UCS_INPROGRESS) {
+      return false;
+    }
+    ucp_request_free(entry.first);
+    return true;
+  });
+}
+
+void UcxBackend::refuse(ucp_ep_h ep, const std::string& reason) {
+  send(ep, wire::Refuse{reason});
+  (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s: %s\n",
+                     where(config_.job).c_str(), reason.c_str());
+}
+
+void UcxBackend::handle(const wire::Message& message, ucp_ep_h reply_ep) {
+  if (const auto* hello = std::get_if<wire::Hello>(&message)) {
+    if (me_ != 0 || reply_ep == nullptr) {
+      ++dropped_;
+      last_drop_ = "a hello sent to node " + std::to_string(me_);
+      return;
+    }
+    handle_hello(*hello, reply_ep);
+    return;
+  }
+  if (const auto* welcome = std::get_if<wire::Welcome>(&message)) {
+    if (me_ != 0 && !welcome_) {
+      welcome_ = *welcome;
+    }
+    return;
+  }
+  if (const auto* refusal = std::get_if<wire::Refuse>(&message)) {
+    if (me_ != 0 && !joined_) {
+      refused_ = refusal->reason;
+    }
+    return;
+  }
+  if (!joined_ && me_ != 0) {
+    // A member's message can overtake node 0's welcome, which names the token to check it by.
+    if (early_.size() < kMaxEarly) {
+      early_.push_back(wire::encode(message));
+    }
+    return;
+  }
+  handle_member(message);
+}
+
+void UcxBackend::handle_hello(const wire::Hello& hello, ucp_ep_h reply_ep) {
+  const JobConfig& job = config_.job;
+  std::string reason;
+  if (hello.identity != job.identity) {
+    reason = "it belongs to another job ('" + hello.identity + "', not '" + job.identity +
+             "'): give every node the same LOCKSTEP_JOB_ID (lockstep-run --job-id)";
+  } else if (hello.num_nodes != static_cast<std::uint32_t>(num_nodes_) ||
+             hello.world_size != static_cast<std::uint32_t>(job.world_size)) {
+    reason = "it describes a job of " + std::to_string(hello.world_size) + " processes on " +
+             std::to_string(hello.num_nodes) + " nodes, node 0 one of " +
+             std::to_string(job.world_size) + " on " + std::to_string(num_nodes_);
+  } else if (hello.node == 0 || hello.node >= static_cast<std::uint32_t>(num_nodes_)) {
+    reason = "node index " + std::to_string(hello.node) + " is not one of 1.." +
+             std::to_string(num_nodes_ - 1);
+  } else if (joiners_[hello.node] != nullptr) {
+    reason = "node " + std::to_string(hello.node) + " has already joined";
+  } else if (hello.ranks.empty()) {
+    reason = "it lists no processes";
+  } else {
+    for (auto rank : hello.ranks) {
+      if (rank < 0 || rank >= job.world_size) {
+        reason = "process index " + std::to_string(rank) + " is outside the job";
+        break;
+      }
+      for (const auto& node : nodes_) {
+        if (std::find(node.ranks.begin(), node.ranks.end(), rank) != node.ranks.end()) {
+          reason = "process " + std::to_string(rank) + " is already on node " +
+                   std::to_string(node.node);
+        }
+      }
+    }
+  }
+  if (!reason.empty()) {
+    refuse(reply_ep, "node " + std::to_string(hello.node) + ": " + reason);
+    return;
+  }
+  for (auto& endpoint : endpoints_) {
+    if (endpoint->ep == reply_ep) {
+      endpoint->node = static_cast<int>(hello.node);
+      joiners_[hello.node] = endpoint.get();
+    }
+  }
+  if (joiners_[hello.node] == nullptr) {
+    return;  // not a connection this node accepted
+  }
+  NodeInfo info;
+  info.node = static_cast<int>(hello.node);
+  info.ranks.assign(hello.ranks.begin(), hello.ranks.end());
+  std::sort(info.ranks.begin(), info.ranks.end());
+  nodes_.push_back(std::move(info));
+  addresses_[hello.node] = hello.address;
+}
+
+void UcxBackend::serve() {
+  const JobConfig& job = config_.job;
+  std::random_device random;
+  token_ = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+  token_ |= 1;  // never 0, which no message carries by accident
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(job.master_port);
+  if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
+                      ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
+  }
+  ucp_listener_params_t params{};
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = found->ai_addr;
+  params.sockaddr.addrlen = found->ai_addrlen;
+  params.conn_handler.cb = &UcxBackend::on_connection;
+  params.conn_handler.arg = this;
+  ucs_status_t status = ucp_listener_create(worker_, &params, &listener_);
+  ::freeaddrinfo(found);
+  if (status == UCS_ERR_BUSY) {
+    throw ConfigError("lockstep: node 0 cannot listen on " + where(job) +
+                      ": the port is in use (another job? Under torchrun, MASTER_PORT is "
+                      "torchrun's own: give lockstep another with LOCKSTEP_MASTER_PORT)");
+  }
+  if (status != UCS_OK) {
+    throw ConfigError("lockstep: node 0 cannot listen on " + where(job) + " (" +
+                      ucs_status_string(status) +
+                      "): MASTER_ADDR must be an address of node 0 that the other nodes reach");
+  }
+
+  joiners_.assign(static_cast<std::size_t>(num_nodes_), nullptr);
+  addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
+  addresses_[0] = address_;
+  nodes_.push_back(NodeInfo{0, config_.ranks});
+  auto all_joined = [&] { return nodes_.size() == static_cast<std::size_t>(num_nodes_); };
+  while (!all_joined()) {
+    progress();
+    // A node that died or hung up before everyone joined may come back: forget it.
+    for (int node = 1; node < num_nodes_; ++node) {
+      Endpoint* joiner = joiners_[static_cast<std::size_t>(node)];
+      if (joiner != nullptr && joiner->error != UCS_OK) {
+        joiners_[static_cast<std::size_t>(node)] = nullptr;
+        std::erase_if(nodes_, [&](const NodeInfo& info) { return info.node == node; });
+      }
+    }
+    if (all_joined()) {
+      break;
+    }
+    if (Clock::now() >= config_.deadline) {
+      std::vector<int> missing;
+      for (int node = 1; node < num_nodes_; ++node) {
+        if (joiners_[static_cast<std::size_t>(node)] == nullptr) {
+          missing.push_back(node);
+        }
+      }
+      throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
+                         "listened on " + where(job) + ", but node" +
+                             (missing.size() == 1 ? " " : "s ") + comma_list(missing) +
+                             " never connected",
+                         {});
+    }
+    if (ucp_worker_arm(worker_) == UCS_OK) {
+      pollfd fd{event_fd_, POLLIN, 0};
+      (void)::poll(&fd, 1, static_cast<int>(kSleepSlice.count()));
+    }
+  }
+  std::sort(nodes_.begin(), nodes_.end(),
+            [](const NodeInfo& a, const NodeInfo& b) { return a.node < b.node; });
+  wire::Welcome welcome;
+  welcome.token = token_;
+  for (const auto& node : nodes_) {
+    welcome.nodes.push_back(wire::NodeEntry{static_cast<std::uint32_t>(node.node),
+                                            {node.ranks.begin(), node.ranks.end()},
+                                            addresses_[static_cast<std::size_t>(node.node)]});
+  }
+  for (int node = 1; node < num_nodes_; ++node) {
+    send(joiners_[static_cast<std::size_t>(node)]->ep, welcome);
+  }
+  joined_ = true;
+  // Nobody else may join: later connections are rejected, and the port is free again soon.
+  ucp_listener_destroy(listener_);
+  listener_ = nullptr;
+}
+
+void UcxBackend::connect() {
+  const JobConfig& job = config_.job;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(job.master_port);
+  if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
+                      ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
+  }
+  sockaddr_storage server{};
+  socklen_t server_length = found->ai_addrlen;
+  std::memcpy(&server, found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+
+  wire::Hello hello;
+  hello.identity = job.identity;
+  hello.num_nodes = static_cast<std::uint32_t>(num_nodes_);
+  hello.world_size = static_cast<std::uint32_t>(job.world_size);
+  hello.node = static_cast<std::uint32_t>(me_);
+  hello.ranks.assign(config_.ranks.begin(), config_.ranks.end());
+  hello.address = address_;
+
+  std::string last_error = "no answer";
+  for (;;) {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&server);
+    params.sockaddr.addrlen = server_length;
+    Endpoint& endpoint = add_endpoint(params, 0, true);
+    send(endpoint.ep, hello, true);
+    const auto retry_at = Clock::now() + kRetryDelay;
+    while (!welcome_ && !refused_ && endpoint.error == UCS_OK && Clock::now() < config_.deadline) {
+      progress();
+      if (!welcome_ && !refused_ && endpoint.error == UCS_OK &&
+          ucp_worker_arm(worker_) == UCS_OK) {
+        pollfd fd{event_fd_, POLLIN, 0};
+        (void)::poll(&fd, 1, 10);
+      }
+    }
+    if (refused_) {
+      throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +
+                        std::to_string(me_) + ": " + *refused_);
+    }
+    if (welcome_) {
+      break;
+    }
+    if (endpoint.error != UCS_OK) {
+      last_error = ucs_status_string(endpoint.error);
+      close_endpoint(endpoint, true);
+    }
+    if (Clock::now() >= config_.deadline) {
+      throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
+                             std::to_string(me_) + " could not join node 0's main process at " +
+                             where(job) + " (last: " + last_error + ")",
+                         {});
+    }
+    while (Clock::now() < retry_at) {  // node 0 is not listening yet: try again shortly
+      progress();
+      (void)::poll(nullptr, 0, 10);
+    }
+  }
+
+  // Check node 0's table before trusting it.
+  const wire::Welcome& welcome = *welcome_;
+  auto bad = [&](const std::string& why) {
+    return Error("lockstep: node 0's main process at " + where(job) +
+                 " sent a table of nodes that " + why);
+  };
+  if (welcome.nodes.size() != static_cast<std::size_t>(num_nodes_)) {
+    throw bad("has " + std::to_string(welcome.nodes.size()) + " nodes, not " +
+              std::to_string(num_nodes_));
+  }
+  std::vector<bool> seen(static_cast<std::size_t>(job.world_size), false);
+  addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
+  for (std::size_t i = 0; i < welcome.nodes.size(); ++i) {
+    const auto& entry = welcome.nodes[i];
+    if (entry.node != i || entry.ranks.empty()) {
+      throw bad("is out of order or lists an empty node");
+    }
+    NodeInfo info{static_cast<int>(i), {entry.ranks.begin(), entry.ranks.end()}};
+    for (int rank : info.ranks) {
+      if (rank < 0 || rank >= job.world_size || seen[static_cast<std::size_t>(rank)]) {
+        throw bad("lists process " + std::to_string(rank) + " twice or outside the job");
+      }
+      seen[static_cast<std::size_t>(rank)] = true;
+    }
+    addresses_[i] = entry.address;
+    nodes_.push_back(std::move(info));
+  }
+  if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+    throw bad("leaves processes out");
+  }
+  token_ = welcome.token;
+  joined_ = true;
+  auto early = std::move(early_);
+  for (const auto& bytes : early) {
+    handle_member(wire::decode(bytes));
+  }
+}
+
+void UcxBackend::connect_mesh() {
+  for (int node = 0; node < num_nodes_; ++node) {
+    if (node == me_) {
+      continue;
+    }
+    const auto& address = addresses_[static_cast<std::size_t>(node)];
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    members_[static_cast<std::size_t>(node)] = &add_endpoint(params, node, false);
+  }
+}
+
+void UcxBackend::handle_member(const wire::Message& message) {
+  auto from_member = [&](std::uint64_t token, std::uint32_t from) {
+    if (token != token_ || from >= static_cast<std::uint32_t>(num_nodes_) ||
+        from == static_cast<std::uint32_t>(me_)) {
+      ++dropped_;
+      last_drop_ = "a message with a foreign token or sender";
+      return false;
+    }
+    return true;
+  };
+  if (const auto* arrive = std::get_if<wire::Arrive>(&message)) {
+    if (!from_member(arrive->token, arrive->from)) {
+      return;
+    }
+    const std::uint32_t expected_from =
+        static_cast<std::uint32_t>((me_ - (1 << std::min<std::uint32_t>(arrive->round, 30)) %
+                                              num_nodes_ + num_nodes_) %
+                                   num_nodes_);
+    const bool in_step = arrive->episode == episode_ || arrive->episode == episode_ + 1;
+    RoundSlot* slot = arrive->round < static_cast<std::uint32_t>(rounds_)
+                          ? &inbox_[arrive->episode & 1][arrive->round]
+                          : nullptr;
+    if (slot == nullptr || arrive->from != expected_from || !in_step || slot->present ||
+        arrive->known.size() != (static_cast<std::size_t>(num_nodes_) + 63) / 64) {
+      if (!aborted_) {
+        aborted_ = Failure{FailureKind::error, -1, {},
+                           "node " + std::to_string(arrive->from) +
+                               " sent a barrier message out of step (episode " +
+                               std::to_string(arrive->episode) + ", round " +
+                               std::to_string(arrive->round) + "; node " + std::to_string(me_) +
+                               " is at episode " + std::to_string(episode_) +
+                               "): do all processes call wait_for_everyone() equally often?"};
+      }
+      return;
+    }
+    slot->present = true;
+    slot->episode = arrive->episode;
+    slot->known = arrive->known;
+  } else if (const auto* abort = std::get_if<wire::Abort>(&message)) {
+    if (!from_member(abort->token, abort->from) || aborted_) {
+      return;
+    }
+    Failure failure;
+    failure.kind = abort->kind >= 1 && abort->kind <= 4 ? static_cast<FailureKind>(abort->kind)
+                                                         : FailureKind::error;
+    failure.rank = abort->rank;
+    failure.missing.assign(abort->missing.begin(), abort->missing.end());
+    failure.message = "node " + std::to_string(abort->from) + " gave up: " + abort->message;
+    aborted_ = std::move(failure);
+  } else if (const auto* blob = std::get_if<wire::Blob>(&message)) {
+    if (!from_member(blob->token, blob->from) || blob->from != 0 ||
+        blob->sequence < blob_sequence_ || blobs_.count(blob->sequence) != 0 ||
+        blobs_.size() > 16) {
+      ++dropped_;
+      return;
+    }
+    blobs_[blob->sequence] = blob->data;
+  } else {
+    ++dropped_;  // a hello, welcome or refusal from a member after joining
+  }
+}
+
+template <class Done, class OnDeadline>
+void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline,
+                            const char* what, OnDeadline on_deadline) {
+  const WaitPlan& plan = config_.plan;
+  const auto start = Clock::now();
+  const bool forever = plan.spin == std::chrono::nanoseconds::max();
+  const auto spin_end = forever ? Clock::time_point::max() : start + plan.spin;
+  const auto poll_end = forever ? Clock::time_point::max() : spin_end + plan.yield;
+  for (;;) {
+    progress();
+    if (done()) {
+      return;
+    }
+    check_members(what);
+    const auto now = Clock::now();
+    if (deadline && now >= *deadline) {
+      on_deadline();
+      return;
+    }
+    if (now < spin_end) {
+      continue;
+    }
+    if (now < poll_end || !plan.sleep) {
+      ::sched_yield();
+      continue;
+    }
+    // Nothing to do for a while: sleep until UCX has an event (or a slice passes).
+    if (ucp_worker_arm(worker_) != UCS_OK) {
+      continue;  // events are pending: progress them
+    }
+    auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(kSleepSlice);
+    if (deadline) {
+      limit = std::min(limit, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
+    }
+    pollfd fd{event_fd_, POLLIN, 0};
+    (void)::poll(&fd, 1, static_cast<int>(limit.count()));
+  }
+}
+
+void UcxBackend::check_members(const char* what) {
+  if (aborted_) {
+    fail(*aborted_, what);
+  }
+  for (int node = 0; node < num_nodes_; ++node) {
+    const Endpoint* member = members_[static_cast<std::size_t>(node)];
+    if (member != nullptr && member->error != UCS_OK) {
+      const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
+      fail(Failure{FailureKind::peer_lost, leader, {},
+                   node_text(node) + "'s main process (process " + std::to_string(leader) +
+                       ") is gone: its connection failed (" + ucs_status_string(member->error) +
+                       ")"},
+           what);
+    }
+  }
+}
+
+void UcxBackend::fail(Failure failure, const char* what) {
+  broken_ = failure;
+  throw_failure(failure, std::string(what) + ": ");
+}
+
+std::string UcxBackend::node_text(int node) const {
+  return "node " + std::to_string(node);
+}
+
+std::vector<int> UcxBackend::ranks_of_nodes(const std::vector<int>& nodes) const {
+  std::vector<int> ranks;
+  for (int node : nodes) {
+    const auto& list = nodes_[static_cast<std::size_t>(node)].ranks;
+    ranks.insert(ranks.end(), list.begin(), list.end());
+  }
+  return ranks;
+}
+
+void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  const std::uint64_t episode = episode_;
+  std::vector<std::uint64_t> known((static_cast<std::size_t>(num_nodes_) + 63) / 64, 0);
+  known[static_cast<std::size_t>(me_) / 64] |= 1ULL << (me_ % 64);
+  for (int round = 0; round < rounds_; ++round) {
+    const int to = (me_ + (1 << round)) % num_nodes_;
+    send(members_[static_cast<std::size_t>(to)]->ep,
+         wire::Arrive{token_, static_cast<std::uint32_t>(me_), episode,
+                      static_cast<std::uint32_t>(round), known});
+    RoundSlot& slot = inbox_[episode & 1][static_cast<std::size_t>(round)];
+    wait_until([&] { return slot.present; }, deadline, what, [&] {
+      // Every node that this one has heard of, directly or through others, has arrived.
+      std::vector<std::uint64_t> heard = known;
+      for (const RoundSlot& other : inbox_[episode & 1]) {
+        if (other.present && other.episode == episode) {
+          for (std::size_t w = 0; w < heard.size(); ++w) {
+            heard[w] |= other.known[w];
+          }
+        }
+      }
+      std::vector<int> missing_nodes;
+      for (int node = 0; node < num_nodes_; ++node) {
+        if ((heard[static_cast<std::size_t>(node) / 64] & (1ULL << (node % 64))) == 0) {
+          missing_nodes.push_back(node);
+        }
+      }
+      std::vector<int> missing = ranks_of_nodes(missing_nodes);
+      std::string message = "timed out waiting for node" +
+                            std::string(missing_nodes.size() == 1 ? " " : "s ") +
+                            comma_list(missing_nodes) + " (" + ranks_text(missing) + ")";
+      Failure failure{FailureKind::timeout, -1, missing, message};
+      abort(failure);  // the episode cannot be taken back: the others must not wait for ever
+      fail(failure, what);
+    });
+    for (std::size_t w = 0; w < known.size(); ++w) {
+      known[w] |= slot.known[w];
+    }
+    slot = RoundSlot{};
+  }
+  ++episode_;
+}
+
+std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
+                                             std::optional<Clock::time_point> deadline,
+                                             const char* what) {
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  const std::uint64_t sequence = blob_sequence_++;
+  if (me_ == 0) {
+    if (blob.size() > kMaxBlob) {
+      throw Error(std::string(what) + ": a broadcast carries at most " + std::to_string(kMaxBlob) +
+                  " bytes, not " + std::to_string(blob.size()));
+    }
+    wire::Blob message{token_, 0, sequence, {blob.begin(), blob.end()}};
+    for (int node = 1; node < num_nodes_; ++node) {
+      send(members_[static_cast<std::size_t>(node)]->ep, message);
+    }
+    return {blob.begin(), blob.end()};
+  }
+  wait_until([&] { return blobs_.count(sequence) != 0; }, deadline, what, [&] {
+    Failure failure{FailureKind::timeout, -1, ranks_of_nodes({0}),
+                    "timed out waiting for node 0's broadcast"};
+    abort(failure);
+    fail(failure, what);
+  });
+  auto data = std::move(blobs_[sequence]);
+  blobs_.erase(sequence);
+  return data;
+}
+
+void UcxBackend::abort(const Failure& failure) noexcept {
+  try {
+    if (!broken_) {
+      broken_ = failure;
+    }
+    wire::Abort message{token_, static_cast<std::uint32_t>(me_),
+                        static_cast<std::uint32_t>(failure.kind), failure.rank,
+                        {failure.missing.begin(), failure.missing.end()}, failure.message};
+    if (message.message.size() > wire::kMaxText) {
+      message.message.resize(wire::kMaxText);
+    }
+    for (Endpoint* member : members_) {
+      if (member != nullptr && member->error == UCS_OK) {
+        send(member->ep, message);
+      }
+    }
+    const auto until = Clock::now() + kAbortFlush;
+    while (!sending_.empty() && Clock::now() < until) {
+      progress();
+    }
+  } catch (...) {
+    // Best effort: the other nodes still notice when this leader's process ends.
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ucx_backend(const LeaderConfig& config) {
+  return std::make_unique<UcxBackend>(config);
+}
+
+}  // namespace lockstep::detail

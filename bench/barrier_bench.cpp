@@ -6,12 +6,18 @@
 //   BM_CacheLinePingPong/ranks:2              one cache line passed back and forth (the floor)
 //   BM_StateJoin/ranks:N                      starting N processes that construct a State
 //   BM_LongWaitCpu/ranks:N                    CPU used by N-1 processes waiting 1 s for a late one
+//   BM_LockstepCrossNode/nodes:M/per_node:P   a job of M simulated nodes of P processes each,
+//                                             the nodes meeting through the cross-node backend
+//                                             on 127.0.0.1 (built with a backend only)
 //
 // Time is per episode (manual time from rank 0); the counter cpu_us is CPU time per episode
 // summed over all processes.
 #include <pthread.h>
 #include <sched.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/interprocess/managed_shared_memory.hpp>
@@ -210,6 +216,75 @@ BENCHMARK(BM_Family<PingPongFamily>)
     ->Name("BM_CacheLinePingPong")
     ->ArgName("ranks")
     ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Simulated nodes: M groups of P processes, each group its own node (its own segment), the
+// leaders meeting through the cross-node backend on loopback, as tests/multinode runs them.
+struct CrossNodeShape {
+  int nodes = 2;
+  int port = 0;
+};
+CrossNodeShape& cross_node_shape() {
+  static CrossNodeShape shape;
+  return shape;
+}
+
+// A TCP port on 127.0.0.1 that nothing listens on now.
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+class CrossNodeFamily {
+ public:
+  explicit CrossNodeFamily(int ranks) : ranks_(ranks), id_(fresh_id("crossnode")) {}
+  // NOLINTBEGIN(concurrency-mt-unsafe): a freshly forked, single-threaded child
+  void attach(int rank) {
+    const CrossNodeShape& shape = cross_node_shape();
+    const int per_node = ranks_ / shape.nodes;
+    set_job_environment(id_, rank, ranks_, kAdaptive);
+    ::setenv("LOCAL_RANK", std::to_string(rank % per_node).c_str(), 1);
+    ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_node).c_str(), 1);
+    ::setenv("GROUP_RANK", std::to_string(rank / per_node).c_str(), 1);
+    ::setenv("LOCKSTEP_NNODES", std::to_string(shape.nodes).c_str(), 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(shape.port).c_str(), 1);
+    ::setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only, unless the caller chose
+    state_.emplace();
+  }
+  // NOLINTEND(concurrency-mt-unsafe)
+  void wait(int /*rank*/) { state_->wait_for_everyone(); }
+  void detach(int /*rank*/) {}
+
+ private:
+  int ranks_;
+  std::string id_;
+  std::optional<lockstep::State> state_;
+};
+
+void BM_LockstepCrossNode(benchmark::State& state) {
+  if (lockstep::available_backends().empty()) {
+    state.SkipWithError("this build of lockstep has no cross-node backend");
+    return;
+  }
+  cross_node_shape().nodes = static_cast<int>(state.range(0));
+  cross_node_shape().port = free_port();
+  run_episodes<CrossNodeFamily>(state, static_cast<int>(state.range(0) * state.range(1)));
+}
+BENCHMARK(BM_LockstepCrossNode)
+    ->ArgNames({"nodes", "per_node"})
+    ->ArgsProduct({{2, 4}, {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

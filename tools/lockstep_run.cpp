@@ -212,6 +212,11 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
   if (!options_.backend.empty()) {
     env.emplace_back("LOCKSTEP_BACKEND", options_.backend);
   }
+  // Node 0's port must be reusable at once by the next job (see backends/ucx); a user's own
+  // setting wins.
+  if (options_.nnodes > 1 && std::getenv("UCX_TCP_CM_REUSEADDR") == nullptr) {  // NOLINT
+    env.emplace_back("UCX_TCP_CM_REUSEADDR", "y");
+  }
   if (!options_.wait_policy.empty()) {
     env.emplace_back("LOCKSTEP_WAIT_POLICY", options_.wait_policy);
   }

@@ -183,6 +183,11 @@ UcxBackend::~UcxBackend() {
 
 void UcxBackend::start_ucx() {
   ucp_config_t* ucx_config = nullptr;
+  // Node 0 may close its connections first, which leaves them in TIME_WAIT on MASTER_PORT:
+  // without SO_REUSEADDR the next job on that port could not listen for a minute. UCX takes this
+  // setting only from the environment (ucp_config_modify refuses transport keys), so it is set
+  // there unless the user set it; lockstep-run sets it for its ranks before they start.
+  (void)::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);  // NOLINT(concurrency-mt-unsafe): see above
   check(ucp_config_read(nullptr, nullptr, &ucx_config), "reading UCX's configuration (UCX_*)");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -250,10 +255,12 @@ void UcxBackend::shutdown() noexcept {
       return true;
     });
   }
-  for (auto& [request, buffer] : sending_) {
-    if (ucp_request_check_status(request) != UCS_INPROGRESS) {
-      ucp_request_free(request);
-    }
+  // Whatever is still in flight is handed back to UCX, which releases it with the worker.
+  for (void* request : closing) {
+    ucp_request_free(request);
+  }
+  for (auto& entry : sending_) {
+    ucp_request_free(entry.first);
   }
   sending_.clear();
   ucp_worker_destroy(worker_);
@@ -740,11 +747,14 @@ void UcxBackend::handle_member(const wire::Message& message) {
 template <class Done, class OnDeadline>
 void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline,
                             const char* what, OnDeadline on_deadline) {
+  // A message from another node takes microseconds, not nanoseconds: the leader yields its CPU
+  // between polls from the start (as MPI does when idle) rather than spinning, since on a
+  // crowded node the process it waits for may need this CPU; it sleeps on the worker's event fd
+  // once the node's policy would have its processes sleep.
   const WaitPlan& plan = config_.plan;
   const auto start = Clock::now();
-  const bool forever = plan.spin == std::chrono::nanoseconds::max();
-  const auto spin_end = forever ? Clock::time_point::max() : start + plan.spin;
-  const auto poll_end = forever ? Clock::time_point::max() : spin_end + plan.yield;
+  const bool forever = plan.spin == std::chrono::nanoseconds::max() || !plan.sleep;
+  const auto poll_end = forever ? Clock::time_point::max() : start + plan.spin + plan.yield;
   for (;;) {
     progress();
     if (done()) {
@@ -756,10 +766,7 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
       on_deadline();
       return;
     }
-    if (now < spin_end) {
-      continue;
-    }
-    if (now < poll_end || !plan.sleep) {
+    if (now < poll_end) {
       ::sched_yield();
       continue;
     }

@@ -23,9 +23,13 @@ void throw_failure(const Failure& failure, const std::string& context) {
   throw Error(message);
 }
 
-Failure failure_of(const std::exception& error) {
+Failure failure_of(const std::exception& error, const char* what) {
   Failure failure;
   failure.message = error.what();
+  const std::string prefix = std::string(what) + ": ";
+  if (failure.message.starts_with(prefix)) {
+    failure.message.erase(0, prefix.size());
+  }
   if (const auto* timeout = dynamic_cast<const TimeoutError*>(&error)) {
     failure.kind = FailureKind::timeout;
     failure.missing = timeout->missing();

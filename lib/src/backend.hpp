@@ -49,8 +49,9 @@ struct Failure {
 
 // Throws the lockstep::Error that `failure` describes, its message prefixed by `context`.
 [[noreturn]] void throw_failure(const Failure& failure, const std::string& context = "");
-// The failure that a lockstep::Error thrown by a backend or the node engine describes.
-Failure failure_of(const std::exception& error);
+// The failure that a lockstep::Error thrown by a backend or the node engine describes; its
+// message without the leading "<what>: " that names the call (whoever rethrows names its own).
+Failure failure_of(const std::exception& error, const char* what);
 
 class Backend {
  public:

@@ -94,7 +94,13 @@ Context::Context(JobConfig config)
   const auto deadline = std::chrono::steady_clock::now() + config_.join_timeout;
   segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
-  const WaitPlan plan = make_wait_plan(config_.wait_policy, config_.local_size, usable_cpus());
+  WaitPlan plan = make_wait_plan(config_.wait_policy, config_.local_size, usable_cpus());
+  if (hierarchical && plan.spin != std::chrono::nanoseconds::max()) {
+    // Across nodes every wait includes a network round trip (microseconds): yield between
+    // polls from the start instead of spinning, so that a crowded node's leader gets the CPU.
+    plan.yield += plan.spin;
+    plan.spin = std::chrono::nanoseconds(0);
+  }
   if (!hierarchical) {
     barrier_.emplace(*segment_, plan, nullptr, false);
     return;
@@ -106,7 +112,7 @@ Context::Context(JobConfig config)
     try {
       backend_ = make_backend(LeaderConfig{config_, segment_->ranks(), plan, deadline});
     } catch (const Error& error) {
-      segment_->record_failure(failure_of(error));
+      segment_->record_failure(failure_of(error, "lockstep: joining the job"));
       throw;
     }
   }

@@ -7,6 +7,10 @@
 
 namespace lockstep {
 
+std::vector<std::string> available_backends() {
+  return detail::built_backends();
+}
+
 Error::~Error() = default;
 ConfigError::~ConfigError() = default;
 

@@ -226,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{{"--wait-policy", "fast", "true"}, "--wait-policy"},
                       BadFlags{{"--job-id", "", "true"}, "--job-id must not be empty"},
                       BadFlags{{"--master-addr", "", "true"}, "--master-addr must not be empty"},
-                      BadFlags{{"--nnodes", "2", "true"}, "cross-node backend"}));
+                      BadFlags{{"--backend", "mpi", "true"}, "--backend"}));
 
 TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
   // The launcher is SIGKILLed: it cannot forward anything, so the ranks must learn it by

@@ -123,7 +123,9 @@ TEST(Environment, SlurmTaskList) {
                       {"SLURM_NNODES", "3"},
                       {"SLURM_STEP_ID", "0"},
                       {"SLURM_JOB_ID", "77"},
-                      {"SLURM_TASKS_PER_NODE", "3(x2),1"}});
+                      {"SLURM_TASKS_PER_NODE", "3(x2),1"},
+                      {"MASTER_ADDR", "node0"},
+                      {"MASTER_PORT", "29500"}});
   EXPECT_EQ(config.source, "slurm");
   EXPECT_EQ(config.node_index, 2);
   EXPECT_EQ(config.num_nodes, 3);
@@ -208,6 +210,47 @@ TEST(Environment, MalformedSlurmTaskList) {
                                {"SLURM_NNODES", "2"},
                                {"SLURM_TASKS_PER_NODE", "2(x"}});
   EXPECT_NE(message.find("SLURM_TASKS_PER_NODE=\"2(x\""), std::string::npos) << message;
+}
+
+TEST(Environment, MultiNodeJobNeedsTheMasterAddress) {
+  auto vars = torchrun(2, 4, 0, 2, 1);
+  vars["GROUP_WORLD_SIZE"] = "2";
+  vars.erase("MASTER_ADDR");
+  auto message = config_error(vars);
+  EXPECT_NE(message.find("spans 2 nodes"), std::string::npos) << message;
+  EXPECT_NE(message.find("MASTER_ADDR"), std::string::npos) << message;
+  vars["MASTER_ADDR"] = "10.0.0.1";
+  vars.erase("MASTER_PORT");
+  message = config_error(vars);
+  EXPECT_NE(message.find("MASTER_PORT"), std::string::npos) << message;
+  for (const char* port : {"0", "65536", "29500x", "-1"}) {
+    vars["MASTER_PORT"] = port;
+    message = config_error(vars);
+    EXPECT_NE(message.find("MASTER_PORT=\"" + std::string(port) + "\""), std::string::npos)
+        << message;
+  }
+}
+
+TEST(Environment, MultiNodeMasterAddressAndBackend) {
+  auto vars = torchrun(2, 4, 0, 2, 1);
+  vars["GROUP_WORLD_SIZE"] = "2";
+  vars["MASTER_ADDR"] = "10.0.0.1";
+  vars["MASTER_PORT"] = "29500";
+  auto config = read(vars);
+  EXPECT_EQ(config.master_addr, "10.0.0.1");
+  EXPECT_EQ(config.master_port, 29500);
+  EXPECT_EQ(config.backend, "");
+  // lockstep's own variables win (torchrun's store holds MASTER_PORT).
+  vars["LOCKSTEP_MASTER_ADDR"] = "10.0.0.2";
+  vars["LOCKSTEP_MASTER_PORT"] = "29600";
+  vars["LOCKSTEP_BACKEND"] = "ucx";
+  config = read(vars);
+  EXPECT_EQ(config.master_addr, "10.0.0.2");
+  EXPECT_EQ(config.master_port, 29600);
+  EXPECT_EQ(config.backend, "ucx");
+  vars["LOCKSTEP_BACKEND"] = "mpi";
+  auto message = config_error(vars);
+  EXPECT_NE(message.find("LOCKSTEP_BACKEND=\"mpi\""), std::string::npos) << message;
 }
 
 TEST(Environment, WaitPolicyVariable) {

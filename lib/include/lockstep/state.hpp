@@ -8,11 +8,16 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "lockstep/error.hpp"
 #include "lockstep/export.hpp"
 
 namespace lockstep {
+
+// The cross-node backends this build of lockstep has ("ucx", ...), in order of preference; empty
+// when it can run single-node jobs only. LOCKSTEP_BACKEND / lockstep-run --backend choose one.
+[[nodiscard]] LOCKSTEP_API std::vector<std::string> available_backends();
 
 // How a process waits in a barrier for the others to arrive.
 //   adaptive: spin briefly, sized by processes per core, then yield, then sleep on a futex.

@@ -98,7 +98,7 @@ void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> de
     backend_->barrier(deadline, what);
   } catch (const Error& error) {
     // The other nodes' processes may already be through: this node's are told why not.
-    segment_.record_failure(failure_of(error));
+    segment_.record_failure(failure_of(error, what));
     throw;
   }
   if (segment_.num_slots() > 1) {
@@ -213,8 +213,9 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
     } else if (now < yield_end || !plan_.sleep) {
       // Yield only to a late peer that was last seen on this CPU; while every late peer runs
       // elsewhere, a short spin steals nothing from them. A record can be stale (the peer moved
-      // here since), so spinning instead of yielding is bounded per wait.
-      if (now - spin_end < kYieldlessSpin && !late_peer_here()) {
+      // here since), so spinning instead of yielding is bounded per wait. Across nodes, always
+      // yield: the wait is for the network, and whoever needs this CPU may be another node's.
+      if (!hierarchical_ && now - spin_end < kYieldlessSpin && !late_peer_here()) {
         for (int i = 0; i < kSpinsPerClockRead; ++i) {
           if (complete()) {
             return Outcome::complete;
@@ -284,8 +285,8 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
     if (peer.slot == segment_.my_slot()) {
       backend_->barrier(std::nullopt, what);  // broken: throws its failure again
     }
-    throw_failure(segment_.recorded_failure(), std::string(what) + ": the node's main process (" +
-                                                   segment_.describe(peer.slot) + ") gave up: ");
+    throw_failure(segment_.recorded_failure(), std::string(what) + ": the node's main process, " +
+                                                   segment_.describe(peer.slot) + ", gave up: ");
   }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;
@@ -294,7 +295,7 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
                           (waiting == 1 ? "" : "es") + " waited",
                       segment_.slot(peer.slot).rank.load(std::memory_order_relaxed));
   if (backend_ != nullptr) {
-    backend_->abort(failure_of(error));  // the other nodes cannot go on without this one
+    backend_->abort(failure_of(error, what));  // the other nodes cannot go on without this one
   }
   throw error;
 }

@@ -1,0 +1,329 @@
+// Jobs of several nodes, simulated on this machine: each node is its own lockstep-run (its own
+// node segment), and the nodes meet through the cross-node backend on 127.0.0.1. Every test runs
+// with UCX's TCP transport alone (the path a real network takes) and with UCX's defaults.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend.hpp"
+#include "ranks.hpp"
+#include "shm/segment.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+std::string tool(const char* variable) {
+  const char* path = std::getenv(variable);  // NOLINT(concurrency-mt-unsafe)
+  return path != nullptr ? path : "/nonexistent";
+}
+
+// A TCP port that nothing listens on now (the kernel's pick).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    ADD_FAILURE() << "cannot pick a port";
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// One simulated node: a lockstep-run process and its output.
+struct Node {
+  pid_t pid = -1;
+  fs::path log;
+  int status = -1;
+  bool ended = false;
+  [[nodiscard]] std::string output() const { return read_file(log); }
+  [[nodiscard]] int code() const {
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+class MultiNode : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (lockstep::detail::built_backends().empty()) {
+      GTEST_SKIP() << "this build of lockstep has no cross-node backend (UCX was not found: "
+                      "install libucx-dev and configure with -Ducx=enabled)";
+    }
+    dir_ = fs::temp_directory_path() /
+           ("lockstep-multinode-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(dir_);
+    shared_ = dir_ / "shared";
+    std::ofstream(shared_).put('\0');
+    port_ = free_port();
+    job_ = lockstep::testing::unique_job_id("multinode");
+  }
+  void TearDown() override {
+    for (auto& node : nodes_) {
+      if (!node.ended) {
+        ::kill(node.pid, SIGKILL);
+        ::waitpid(node.pid, nullptr, 0);
+      }
+    }
+    if (!dir_.empty()) {
+      fs::remove_all(dir_);
+    }
+    // No node segment of this job may be left behind.
+    for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+      for (int node = 0; node < 4; ++node) {
+        EXPECT_NE(entry.path().filename().string(),
+                  lockstep::detail::segment_name("job=" + job_ + "@127.0.0.1:" +
+                                                     std::to_string(port_),
+                                                 node))
+            << "left behind";
+      }
+    }
+  }
+
+  // Starts node `rank` of `nnodes`, `per_node` processes running node_worker `args`.
+  Node& start(int rank, int nnodes, int per_node, const std::vector<std::string>& args,
+              const std::string& job = "") {
+    Node node;
+    node.log = dir_ / ("node" + std::to_string(rank) + "-" + std::to_string(nodes_.size()));
+    std::vector<std::string> argv = {tool("LOCKSTEP_RUN"),
+                                     "--nnodes", std::to_string(nnodes),
+                                     "--node-rank", std::to_string(rank),
+                                     "--nproc-per-node", std::to_string(per_node),
+                                     "--master-addr", "127.0.0.1",
+                                     "--master-port", std::to_string(port_),
+                                     "--job-id", job.empty() ? job_ : job,
+                                     "--grace-period", "20",
+                                     "--tag-output",
+                                     tool("LOCKSTEP_NODE_WORKER")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    node.pid = ::fork();
+    if (node.pid == 0) {
+      int fd = ::open(node.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): the child alone
+      ::setenv("LOCKSTEP_JOIN_TIMEOUT", "30", 1);  // NOLINT(concurrency-mt-unsafe)
+      if (std::string(GetParam()) == "tcp") {
+        ::setenv("UCX_TLS", "tcp", 1);  // NOLINT(concurrency-mt-unsafe)
+      } else {
+        ::unsetenv("UCX_TLS");  // NOLINT(concurrency-mt-unsafe)
+      }
+      std::vector<char*> raw;
+      for (auto& arg : argv) {
+        raw.push_back(arg.data());
+      }
+      raw.push_back(nullptr);
+      ::execv(raw[0], raw.data());
+      ::_exit(126);
+    }
+    nodes_.push_back(node);
+    return nodes_.back();
+  }
+
+  // Waits for every node's launcher to end, at most `limit`; a hang is a failure.
+  void wait_all(std::chrono::seconds limit = std::chrono::seconds(60)) {
+    const auto until = Clock::now() + limit;
+    for (auto& node : nodes_) {
+      while (!node.ended) {
+        pid_t done = ::waitpid(node.pid, &node.status, WNOHANG);
+        if (done == node.pid) {
+          node.ended = true;
+        } else if (Clock::now() > until) {
+          ADD_FAILURE() << "node " << node.log << " did not end within " << limit.count()
+                        << " s (a hang):\n"
+                        << node.output();
+          ::kill(node.pid, SIGKILL);
+          ::waitpid(node.pid, &node.status, 0);
+          node.ended = true;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    }
+  }
+
+  // Each process's RESULT line, by rank, from every node's output.
+  [[nodiscard]] std::map<int, std::string> results() const {
+    std::map<int, std::string> out;
+    for (const auto& node : nodes_) {
+      std::istringstream lines(node.output());
+      for (std::string line; std::getline(lines, line);) {
+        int rank = -1;
+        char text[16] = {};
+        if (std::sscanf(line.c_str(), "[rank %d] RESULT %15s", &rank, text) == 2 &&
+            std::string(text) != "joined") {
+          out[rank] = line.substr(line.find("RESULT ") + 7);
+        }
+      }
+    }
+    return out;
+  }
+
+  [[nodiscard]] std::string all_output() const {
+    std::string out;
+    for (const auto& node : nodes_) {
+      out += "--- " + node.log.filename().string() + " (exit " + std::to_string(node.code()) +
+             ")\n" + node.output();
+    }
+    return out;
+  }
+
+  static inline int counter_ = 0;
+  fs::path dir_;
+  fs::path shared_;
+  int port_ = 0;
+  std::string job_;
+  std::vector<Node> nodes_;
+};
+
+TEST_P(MultiNode, TwoNodesAgreeOverManyRounds) {
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"rounds", shared_.string(), "3000"});
+  }
+  wait_all();
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "rounds 3000 early 0") << "rank " << rank;
+  }
+}
+
+TEST_P(MultiNode, ThreeNodesAgreeOverManyRounds) {
+  // Node 2 starts first and node 0 last: the others retry until node 0 listens.
+  for (int node = 2; node >= 0; --node) {
+    start(node, 3, 2, {"rounds", shared_.string(), "2000"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  wait_all();
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 6U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "rounds 2000 early 0") << "rank " << rank;
+  }
+}
+
+TEST_P(MultiNode, TheNextJobCanUseThePortAtOnce) {
+  // Node 0's closed connections linger in TIME_WAIT on the port: the next job must still listen.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::ofstream(shared_, std::ios::trunc).put('\0');
+    nodes_.clear();
+    for (int node = 0; node < 2; ++node) {
+      start(node, 2, 1, {"rounds", shared_.string(), "50"});
+    }
+    wait_all();
+    for (const auto& node : nodes_) {
+      ASSERT_EQ(node.code(), 0) << "attempt " << attempt << "\n" << all_output();
+    }
+  }
+}
+
+TEST_P(MultiNode, ATimeoutNamesTheMissingNode) {
+  for (int node = 0; node < 3; ++node) {
+    start(node, 3, 2, {"timeout", shared_.string(), "1"});
+  }
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 6U) << all_output();
+  for (int rank : {0, 1, 4, 5}) {
+    EXPECT_TRUE(ends[rank].starts_with("timeout missing=2,3, ")) << rank << ": " << ends[rank];
+    EXPECT_NE(ends[rank].find("node 1 (processes 2, 3)"), std::string::npos) << ends[rank];
+  }
+  // The late node is told that the job gave up, and why, instead of waiting for ever.
+  for (int rank : {2, 3}) {
+    EXPECT_TRUE(ends[rank].starts_with("timeout missing=2,3, ")) << rank << ": " << ends[rank];
+    EXPECT_NE(ends[rank].find("gave up"), std::string::npos) << ends[rank];
+  }
+}
+
+TEST_P(MultiNode, AKilledLeaderFailsEveryNode) {
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"kill", shared_.string(), "2"});  // node 1's leader
+  }
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 3U) << all_output();
+  for (int rank : {0, 1, 3}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 2 ")) << rank << ": " << ends[rank];
+  }
+  EXPECT_NE(nodes_[0].code(), 0);
+  EXPECT_NE(nodes_[1].code(), 0);
+}
+
+TEST_P(MultiNode, AKilledProcessFailsItsLeaderAndTheJob) {
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"kill", shared_.string(), "3"});  // not a leader
+  }
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 3U) << all_output();
+  for (int rank : {0, 1, 2}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 3 ")) << rank << ": " << ends[rank];
+  }
+}
+
+TEST_P(MultiNode, AStrayConnectionIsRefusedAndNeverJoins) {
+  start(0, 2, 2, {"rounds", shared_.string(), "200"});
+  // A plain TCP client that sends junk to node 0's port.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    (void)::write(fd, junk, sizeof junk);
+  }
+  // Another job's node 1 on the same port: refused, it fails and never joins.
+  Node& stray = start(1, 2, 2, {"rounds", shared_.string(), "200"}, job_ + "-other");
+  const pid_t stray_pid = stray.pid;
+  int status = 0;
+  ASSERT_EQ(::waitpid(stray_pid, &status, 0), stray_pid);
+  nodes_.back().ended = true;
+  nodes_.back().status = status;
+  EXPECT_NE(nodes_.back().code(), 0);
+  EXPECT_NE(nodes_.back().output().find("refused"), std::string::npos) << all_output();
+  EXPECT_NE(nodes_.back().output().find("another job"), std::string::npos) << all_output();
+  // The job's own node 1 then joins, and the job runs.
+  start(1, 2, 2, {"rounds", shared_.string(), "200"});
+  wait_all();
+  ::close(fd);
+  EXPECT_EQ(nodes_[0].code(), 0) << all_output();
+  EXPECT_EQ(nodes_[2].code(), 0) << all_output();
+  EXPECT_NE(nodes_[0].output().find("refused a connection"), std::string::npos) << all_output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, MultiNode, ::testing::Values("tcp", "default"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace

@@ -127,6 +127,8 @@ Context::~Context() {
 }
 
 void Context::leave() noexcept {
+  // The GPU barrier's events stay with the process (at exit the CUDA runtime may be gone).
+  (void)stream_barrier_.release();  // NOLINT(bugprone-unused-return-value)
   barrier_.reset();
   if (::getpid() == owner_) {
     backend_.reset();
@@ -140,7 +142,7 @@ void Context::leave() noexcept {
   left_ = true;
 }
 
-void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
+void Context::check_usable(const char* what) {
   // Relaxed: both are process-local flags; the mutex below orders the deferred error itself.
   if (fork_epoch.load(std::memory_order_relaxed) != fork_epoch_) {
     throw Error(std::string(what) + ": this State was created by pid " + std::to_string(owner_) +
@@ -158,6 +160,10 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   if (left_) {
     throw Error(std::string(what) + ": this process has left the job (it is exiting)");
   }
+}
+
+void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
+  check_usable(what);
   if (!barrier_) {
     return;  // a job of one
   }
@@ -168,6 +174,22 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
     deadline = std::chrono::steady_clock::now() + *timeout;
   }
   barrier_->arrive_and_wait(deadline, what);
+}
+
+void Context::wait_stream(CUstream_st* stream, const char* what) {
+  check_usable(what);
+  BusyGuard busy(busy_, what);
+  if (!stream_barrier_) {
+    stream_barrier_ = make_stream_barrier(segment_.get(), config_);
+  }
+  stream_barrier_->wait(
+      stream,
+      [&] {
+        if (barrier_) {
+          barrier_->arrive_and_wait(std::nullopt, what);
+        }
+      },
+      what);
 }
 
 void Context::defer(std::exception_ptr error) noexcept {

@@ -12,6 +12,7 @@
 
 #include "backend.hpp"
 #include "env.hpp"
+#include "gpu/stream_barrier.hpp"
 #include "shm/barrier.hpp"
 #include "shm/segment.hpp"
 
@@ -34,12 +35,17 @@ class Context {
 
   // The job-wide barrier; `what` names the caller in messages.
   void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  // The stream-ordered barrier (see gpu/stream_barrier.hpp).
+  void wait_stream(CUstream_st* stream, const char* what);
   // Keeps an error that a destructor could not throw; the next wait() rethrows it.
   void defer(std::exception_ptr error) noexcept;
   // Leaves the job (at process exit), whatever handles still exist; later waits throw.
   void leave() noexcept;
 
  private:
+  // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
+  void check_usable(const char* what);
+
   JobConfig config_;
   int local_index_ = 0;
   pid_t owner_;               // the process that joined; a forked child must not leave for it
@@ -47,6 +53,7 @@ class Context {
   std::unique_ptr<NodeSegment> segment_;
   std::unique_ptr<Backend> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;
+  std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
   std::atomic<bool> busy_{false};
   bool left_ = false;
   std::atomic<bool> has_deferred_{false};

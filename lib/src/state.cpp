@@ -63,6 +63,14 @@ void State::wait_for_everyone(std::chrono::milliseconds timeout) {
   context_->wait(timeout, what.c_str());
 }
 
+void State::wait_for_everyone(CUstream_st* stream) {
+  context_->wait_stream(stream, "wait_for_everyone(stream)");
+}
+
+int State::device() const {
+  return detail::visible_device(context_->local_index());
+}
+
 void State::check_index(const char* what, int index) {
   if (index < 0) {
     throw ConfigError(std::string("lockstep: ") + what + ": process index " +

@@ -13,6 +13,8 @@
 #include "lockstep/error.hpp"
 #include "lockstep/export.hpp"
 
+struct CUstream_st;  // CUDA's stream: cudaStream_t is CUstream_st*, so no CUDA header is needed
+
 namespace lockstep {
 
 // The cross-node backends this build of lockstep has ("ucx", ...), in order of preference; empty
@@ -133,6 +135,18 @@ class LOCKSTEP_API State {
   // passes. On a timeout this process's arrival is withdrawn: the barrier is still intact and a
   // later call waits for the same episode again.
   void wait_for_everyone(std::chrono::milliseconds timeout);
+  // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
+  // the work every process enqueued on its own stream before its call has finished. The calling
+  // thread does not wait for the GPU (on one node; across nodes each process first waits for its
+  // own stream). `stream` must belong to the current device, and every process must call this
+  // form at the same point. Throws ConfigError when lockstep was built without CUDA, Error on a
+  // CUDA failure, and what wait_for_everyone() throws.
+  void wait_for_everyone(CUstream_st* stream);
+
+  // The CUDA device this process should use: its local process index modulo the devices CUDA
+  // shows it (CUDA_VISIBLE_DEVICES applies); -1 without a device or CUDA support. Call
+  // cudaSetDevice(state.device()) before using the GPU.
+  [[nodiscard]] int device() const;
 
   // Wrappers that call `f` (with the wrapper's arguments) on the chosen process only. When `f`
   // returns R, the wrapper returns std::optional<R> (empty where `f` did not run). An index at or

@@ -15,7 +15,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 5;
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::size_t kMaxIdentity = 480;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
@@ -110,13 +110,25 @@ struct SegmentHeader {
   } failure;
 };
 
+// One node-local process's GPU barrier (lib/src/gpu): written by its owner alone when it sets the
+// barrier up (before its arrival at the set-up episode), read by the others after that episode.
+inline constexpr int kGpuRing = 4;             // interprocess events per process, used in turn
+inline constexpr std::size_t kIpcHandle = 64;  // sizeof(cudaIpcEventHandle_t)
+struct alignas(kCacheLine) GpuSlot {
+  std::atomic<std::uint32_t> ready;  // 1 once the handles below are written
+  std::int32_t device;
+  unsigned char events[kGpuRing][kIpcHandle];
+};
+
 static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");
+static_assert(std::is_standard_layout_v<GpuSlot>, "GpuSlot lives in shared memory");
 static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
 
+// The header, then the slots, then one GpuSlot per slot.
 inline constexpr std::size_t segment_size(std::uint32_t num_slots) {
-  return sizeof(SegmentHeader) + num_slots * sizeof(Slot);
+  return sizeof(SegmentHeader) + num_slots * (sizeof(Slot) + sizeof(GpuSlot));
 }
 
 }  // namespace lockstep::detail

@@ -283,6 +283,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       header->identity_length = static_cast<std::uint32_t>(config.identity.size());
       std::memcpy(header->identity, config.identity.data(), config.identity.size());
       new (header + 1) Slot[local_size]{};
+      new (reinterpret_cast<Slot*>(header + 1) + local_size) GpuSlot[local_size]{};
       header->magic = kSegmentMagic;
     } else {
       SegmentHeader* header = map_laid_out(*shm, size, region);
@@ -329,6 +330,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     segment->fd_ = fd;
     segment->header_ = header;
     segment->slots_ = slots;
+    segment->gpu_slots_ = reinterpret_cast<GpuSlot*>(slots + local_size);
     segment->num_slots_ = static_cast<int>(local_size);
     segment->my_slot_ = mine;
     segment->shm_ = std::move(shm);

@@ -54,6 +54,7 @@ class NodeSegment {
 
   [[nodiscard]] SegmentHeader& header() const noexcept { return *header_; }
   [[nodiscard]] Slot& slot(int index) const noexcept { return slots_[index]; }
+  [[nodiscard]] GpuSlot& gpu_slot(int index) const noexcept { return gpu_slots_[index]; }
   [[nodiscard]] int num_slots() const noexcept { return num_slots_; }
   [[nodiscard]] int my_slot() const noexcept { return my_slot_; }
   // This process's node-local index: the given LOCAL_RANK, or its rank's order on the node.
@@ -93,6 +94,7 @@ class NodeSegment {
   int fd_ = -1;  // shm_'s descriptor, for flock
   SegmentHeader* header_ = nullptr;
   Slot* slots_ = nullptr;
+  GpuSlot* gpu_slots_ = nullptr;
   int num_slots_ = 0;
   int my_slot_ = -1;
   int local_index_ = -1;

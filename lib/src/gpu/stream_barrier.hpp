@@ -1,0 +1,47 @@
+// The stream-ordered barrier: State::wait_for_everyone(cudaStream_t) (internal).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "env.hpp"
+#include "shm/segment.hpp"
+
+struct CUstream_st;  // CUDA's stream (cudaStream_t is CUstream_st*)
+
+namespace lockstep::detail {
+
+// Orders GPU work across the node's processes without making the host wait for the GPU.
+//
+// Each process creates kGpuRing interprocess events on its current device and publishes their
+// handles in its GpuSlot of the node segment; the first call (collective, like every call) also
+// opens every peer's. A call records this process's next event on the stream, meets the others
+// on the host barrier (`meet`), then makes the stream wait on every peer's event of the same
+// episode. A peer can be at most one episode ahead of this process's waits (it cannot pass the
+// next host barrier without this process), so with a ring of 4 an event is never re-recorded
+// before every peer has enqueued its wait on the earlier record (which cudaStreamWaitEvent
+// captures when called).
+//
+// Across nodes the other nodes' events cannot be waited on: there each process first waits for
+// its own stream's work (cudaEventSynchronize), then meets the job on the host. Ordering holds;
+// only the node's own processes are stream-ordered without the host waiting.
+class StreamBarrier {
+ public:
+  StreamBarrier() = default;
+  virtual ~StreamBarrier() = default;
+  StreamBarrier(const StreamBarrier&) = delete;
+  StreamBarrier& operator=(const StreamBarrier&) = delete;
+
+  // `meet` runs the host barrier (all nodes); `what` names the call in errors.
+  virtual void wait(CUstream_st* stream, const std::function<void()>& meet, const char* what) = 0;
+};
+
+// The barrier for this process (`segment` null in a job of one). Throws ConfigError when this
+// build has no CUDA support.
+std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config);
+
+// The device a local process should use: its local index modulo the devices CUDA shows it
+// (CUDA_VISIBLE_DEVICES applies); -1 when there is none, or this build has no CUDA support.
+int visible_device(int local_index) noexcept;
+
+}  // namespace lockstep::detail

@@ -1,0 +1,18 @@
+// Built without CUDA: the stream-ordered barrier says so.
+#include "gpu/stream_barrier.hpp"
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+
+std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* /*segment*/,
+                                                   const JobConfig& /*config*/) {
+  throw ConfigError(
+      "lockstep: wait_for_everyone(stream): this build of lockstep has no CUDA support "
+      "(reconfigure with -Dcuda=enabled where the CUDA toolkit is installed)");
+}
+
+int visible_device(int /*local_index*/) noexcept {
+  return -1;
+}
+
+}  // namespace lockstep::detail

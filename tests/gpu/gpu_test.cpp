@@ -1,0 +1,197 @@
+// The stream-ordered barrier, State::wait_for_everyone(cudaStream_t), and State::device().
+// Every test that needs a GPU skips, saying why, where there is none (or no driver); the CPU-only
+// tests check what such a machine must see. CUDA is never touched in the test process itself:
+// a CUDA context does not survive fork, so every check runs in forked ranks.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <lockstep/lockstep.hpp>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+using Clock = std::chrono::steady_clock;
+
+// The CUDA devices a fresh process sees (-1: CUDA reports an error, e.g. no driver), with the
+// error's name, found in a forked child so that this process never initializes CUDA.
+struct Devices {
+  int count = -1;
+  std::string error;
+};
+Devices devices() {
+  auto* result = shared_array<int>(2);
+  auto* name = shared_array<char>(128);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    result[0] = status == cudaSuccess ? count : -1;
+    std::strncpy(name, cudaGetErrorName(status), 127);
+    ::_exit(0);
+  }
+  ::waitpid(pid, nullptr, 0);
+  return {result[0], name};
+}
+
+#define SKIP_WITHOUT_GPU()                                                                    \
+  do {                                                                                        \
+    Devices found = devices();                                                                \
+    if (found.count <= 0) {                                                                   \
+      GTEST_SKIP() << "no CUDA device here (cudaGetDeviceCount: " << found.error << ", "      \
+                   << found.count << " devices): the GPU tests run on a machine with one "    \
+                   << "(tools/gpu-check)";                                                    \
+    }                                                                                         \
+  } while (0)
+
+void cuda_check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(status));
+  }
+}
+#define CUDA(call) cuda_check(call, #call)
+
+void sleep_on_gpu(void* milliseconds) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<std::intptr_t>(milliseconds)));
+}
+
+TEST(GpuBarrier, WithoutAGpuTheStreamFormIsAClearError) {
+  Devices found = devices();
+  if (found.count > 0) {
+    GTEST_SKIP() << "this machine has a GPU: the GPU tests below cover it";
+  }
+  auto ends = run_ranks(Job::of(2), [](int) {
+    lockstep::State state;
+    RANK_CHECK(state.device() == -1);
+    state.wait_for_everyone();  // the CPU barrier works as ever
+    try {
+      state.wait_for_everyone(static_cast<CUstream_st*>(nullptr));
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(lockstep::testing::contains(error.what(), "wait_for_everyone(stream)"));
+      state.wait_for_everyone();  // and still works afterwards
+      return;
+    }
+    throw std::logic_error("no error without a GPU");
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(GpuBarrier, DeviceIsTheLocalIndexModuloTheDevices) {
+  SKIP_WITHOUT_GPU();
+  const int count = devices().count;
+  auto ends = run_ranks(Job::of(3), [count](int rank) {
+    lockstep::State state;
+    RANK_CHECK(state.device() == rank % count);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// Round r: after barrier A, the writer (rank r mod N) waits on its GPU (a host function that
+// sleeps, now and then), then sets a byte of shared device memory to r's value; after barrier
+// B every process copies that byte to its own host array, without waiting. Any round where a
+// reader's copy ran before the writer's set shows up at the end.
+void rounds(int processes, int count) {
+  auto* handle = shared_array<cudaIpcMemHandle_t>(1);
+  auto* ready = shared_array<std::atomic<int>>(1);
+  auto* call_ms = shared_array<double>(static_cast<std::size_t>(processes));
+  auto ends = run_ranks(Job::of(processes), [&](int rank) {
+    lockstep::State state;
+    CUDA(cudaSetDevice(state.device()));
+    unsigned char* buffer = nullptr;
+    if (rank == 0) {
+      CUDA(cudaMalloc(reinterpret_cast<void**>(&buffer), 64));
+      CUDA(cudaMemset(buffer, 0, 64));
+      CUDA(cudaIpcGetMemHandle(handle, buffer));
+      ready->store(1);
+    }
+    state.wait_for_everyone();
+    if (rank != 0) {
+      CUDA(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&buffer), *handle,
+                                cudaIpcMemLazyEnablePeerAccess));
+    }
+    cudaStream_t stream = nullptr;
+    CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    unsigned char* seen = nullptr;
+    CUDA(cudaMallocHost(reinterpret_cast<void**>(&seen), static_cast<std::size_t>(count)));
+    std::memset(seen, 0, static_cast<std::size_t>(count));
+    std::mt19937 random(static_cast<unsigned>(rank) + 1U);
+    double longest_call = 0;
+    for (int r = 0; r < count; ++r) {
+      state.wait_for_everyone(stream);  // A: the previous round's copies come first
+      if (r % processes == rank) {
+        std::intptr_t delay = r == 0 ? 300 : (random() % 40 == 0 ? 5 : 0);
+        if (delay > 0) {
+          CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, reinterpret_cast<void*>(delay)));
+        }
+        CUDA(cudaMemsetAsync(buffer, r % 251 + 1, 1, stream));
+      }
+      auto start = Clock::now();
+      state.wait_for_everyone(stream);  // B
+      longest_call = std::max(
+          longest_call, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      CUDA(cudaMemcpyAsync(seen + r, buffer, 1, cudaMemcpyDeviceToHost, stream));
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    call_ms[rank] = longest_call;
+    for (int r = 0; r < count; ++r) {
+      if (seen[r] != r % 251 + 1) {
+        throw std::logic_error("round " + std::to_string(r) + ": read " +
+                               std::to_string(seen[r]) + " before the writer's " +
+                               std::to_string(r % 251 + 1));
+      }
+    }
+    state.wait_for_everyone();  // nobody frees the buffer while others use it
+    if (rank != 0) {
+      CUDA(cudaIpcCloseMemHandle(buffer));
+    }
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  // The writer's stream slept 300 ms in round 0; no call may have waited for that.
+  for (int rank = 0; rank < processes; ++rank) {
+    EXPECT_LT(call_ms[rank], 150.0) << "rank " << rank << " waited for the GPU";
+  }
+}
+
+TEST(GpuBarrier, OrdersWorkAcrossProcessesWithoutWaitingOnTheHost) {
+  SKIP_WITHOUT_GPU();
+  rounds(2, 50);
+}
+
+TEST(GpuBarrier, ManyRoundsReuseTheEventsSafely) {
+  SKIP_WITHOUT_GPU();
+  rounds(4, 2000);
+}
+
+TEST(GpuBarrier, MixedFormsAreAnError) {
+  SKIP_WITHOUT_GPU();
+  auto ends = run_ranks(Job::of(2), [](int rank) {
+    lockstep::State state;
+    CUDA(cudaSetDevice(state.device()));
+    if (rank == 1) {
+      state.wait_for_everyone();  // the host form where rank 0 uses the stream form
+      return;
+    }
+    try {
+      state.wait_for_everyone(static_cast<CUstream_st*>(nullptr));
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(lockstep::testing::contains(error.what(), "without a stream"));
+      return;
+    }
+    throw std::logic_error("no error for mixed forms");
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+}  // namespace

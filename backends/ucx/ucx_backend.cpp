@@ -81,6 +81,13 @@ class UcxBackend final : public Backend {
                                    std::optional<Clock::time_point> deadline,
                                    const char* what) override;
   void abort(const Failure& failure) noexcept override;
+  void poll(const char* what) override {
+    if (broken_) {
+      throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+    }
+    progress();
+    check_members(what);
+  }
 
  private:
   static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,

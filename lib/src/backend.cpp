@@ -5,6 +5,9 @@
 #ifdef LOCKSTEP_HAVE_UCX
 #include "ucx/ucx_backend.hpp"
 #endif
+#ifdef LOCKSTEP_HAVE_NCCL_BACKEND
+#include "nccl/nccl_backend.hpp"
+#endif
 
 namespace lockstep::detail {
 

@@ -77,6 +77,10 @@ class Backend {
                                            const char* what) = 0;
   static constexpr std::size_t kMaxBlob = 4096;
 
+  // Makes progress on the transport and throws (as barrier() would) if a leader is gone or
+  // aborted. For backends layered on another (NCCL bootstraps over UCX).
+  virtual void poll(const char* /*what*/) {}
+
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws; the backend is broken afterwards.
   virtual void abort(const Failure& failure) noexcept = 0;

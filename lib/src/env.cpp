@@ -433,6 +433,12 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
     }
     config.backend = *backend.value;
   }
+  if (auto mode = lookup(env, "LOCKSTEP_GPU_BARRIER"); mode.present()) {
+    if (*mode.value != "events" && *mode.value != "memops") {
+      bad(mode, "is not one of events, memops");
+    }
+    config.gpu_barrier = *mode.value;
+  }
   if (config.num_nodes > 1) {
     read_master(env, config);
   }

@@ -35,6 +35,8 @@ struct JobConfig {
   std::string master_addr;
   int master_port = 0;
   std::string backend;
+  // LOCKSTEP_GPU_BARRIER: "events" (the default) or "memops" (see gpu/stream_barrier.hpp).
+  std::string gpu_barrier = "events";
 };
 
 // Reads the first complete set of variables (lockstep-run, torchrun, Open MPI, MPICH/Hydra,

@@ -101,11 +101,13 @@ TEST(GpuBarrier, DeviceIsTheLocalIndexModuloTheDevices) {
 // sleeps, now and then), then sets a byte of shared device memory to r's value; after barrier
 // B every process copies that byte to its own host array, without waiting. Any round where a
 // reader's copy ran before the writer's set shows up at the end.
-void rounds(int processes, int count) {
+void rounds(int processes, int count, const char* mode = "events") {
   auto* handle = shared_array<cudaIpcMemHandle_t>(1);
   auto* ready = shared_array<std::atomic<int>>(1);
   auto* call_ms = shared_array<double>(static_cast<std::size_t>(processes));
-  auto ends = run_ranks(Job::of(processes), [&](int rank) {
+  Job job = Job::of(processes);
+  job.env["LOCKSTEP_GPU_BARRIER"] = mode;
+  auto ends = run_ranks(job, [&](int rank) {
     lockstep::State state;
     CUDA(cudaSetDevice(state.device()));
     unsigned char* buffer = nullptr;
@@ -172,6 +174,16 @@ TEST(GpuBarrier, OrdersWorkAcrossProcessesWithoutWaitingOnTheHost) {
 TEST(GpuBarrier, ManyRoundsReuseTheEventsSafely) {
   SKIP_WITHOUT_GPU();
   rounds(4, 2000);
+}
+
+TEST(GpuBarrier, MemopsOrdersWorkWithoutAHostRendezvous) {
+  SKIP_WITHOUT_GPU();
+  rounds(2, 50, "memops");
+}
+
+TEST(GpuBarrier, MemopsManyRounds) {
+  SKIP_WITHOUT_GPU();
+  rounds(4, 2000, "memops");
 }
 
 TEST(GpuBarrier, MixedFormsAreAnError) {

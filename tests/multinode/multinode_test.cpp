@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -106,7 +107,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
 
   // Starts node `rank` of `nnodes`, `per_node` processes running node_worker `args`.
   Node& start(int rank, int nnodes, int per_node, const std::vector<std::string>& args,
-              const std::string& job = "") {
+              const std::string& job = "", const std::string& backend = "") {
     Node node;
     node.log = dir_ / ("node" + std::to_string(rank) + "-" + std::to_string(nodes_.size()));
     std::vector<std::string> argv = {tool("LOCKSTEP_RUN"),
@@ -117,6 +118,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
                                      "--master-port", std::to_string(port_),
                                      "--job-id", job.empty() ? job_ : job,
                                      "--grace-period", "20",
+                                     "--backend", backend.empty() ? "ucx" : backend,
                                      "--tag-output",
                                      tool("LOCKSTEP_NODE_WORKER")};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -321,6 +323,30 @@ TEST_P(MultiNode, AStrayConnectionIsRefusedAndNeverJoins) {
   EXPECT_EQ(nodes_[0].code(), 0) << all_output();
   EXPECT_EQ(nodes_[2].code(), 0) << all_output();
   EXPECT_NE(nodes_[0].output().find("refused a connection"), std::string::npos) << all_output();
+}
+
+TEST_P(MultiNode, TheNcclBackendRunsOrFailsCleanly) {
+  // Simulated nodes share this machine's GPUs: with none (CI), or one (both leaders would take
+  // it, which NCCL refuses), every process must get an error that says why, and nothing hangs.
+  // With a GPU per node the job must simply run.
+  auto built = lockstep::detail::built_backends();
+  if (std::find(built.begin(), built.end(), "nccl") == built.end()) {
+    GTEST_SKIP() << "this build has no NCCL backend (it needs CUDA, NCCL's header and UCX)";
+  }
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 1, {"rounds", shared_.string(), "100"}, "", "nccl");
+  }
+  wait_all();
+  if (nodes_[0].code() == 0 && nodes_[1].code() == 0) {
+    return;
+  }
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 2U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_TRUE(text.starts_with("config ") || text.starts_with("error ")) << rank << ": " << text;
+    EXPECT_TRUE(text.find("NCCL") != std::string::npos || text.find("CUDA") != std::string::npos)
+        << rank << ": " << text;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, MultiNode, ::testing::Values("tcp", "default"),

@@ -253,6 +253,13 @@ TEST(Environment, MultiNodeMasterAddressAndBackend) {
   EXPECT_NE(message.find("LOCKSTEP_BACKEND=\"mpi\""), std::string::npos) << message;
 }
 
+TEST(Environment, GpuBarrierMode) {
+  EXPECT_EQ(read({}).gpu_barrier, "events");
+  EXPECT_EQ(read({{"LOCKSTEP_GPU_BARRIER", "memops"}}).gpu_barrier, "memops");
+  auto message = config_error({{"LOCKSTEP_GPU_BARRIER", "fast"}});
+  EXPECT_NE(message.find("LOCKSTEP_GPU_BARRIER=\"fast\""), std::string::npos) << message;
+}
+
 TEST(Environment, WaitPolicyVariable) {
   EXPECT_EQ(read({{"LOCKSTEP_WAIT_POLICY", "spin"}}).wait_policy, WaitPolicy::spin);
   EXPECT_EQ(read({{"LOCKSTEP_WAIT_POLICY", "block"}}).wait_policy, WaitPolicy::block);

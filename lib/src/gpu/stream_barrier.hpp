@@ -22,6 +22,14 @@ namespace lockstep::detail {
 // before every peer has enqueued its wait on the earlier record (which cudaStreamWaitEvent
 // captures when called).
 //
+// With LOCKSTEP_GPU_BARRIER=memops (one node only), no host rendezvous at all: each process owns
+// a 64-bit flag in device memory, which its peers map through CUDA IPC; a call enqueues a write
+// of the episode number to its own flag (after the stream's earlier work) and a wait on every
+// peer's flag reaching it (cuStreamWriteValue64 / cuStreamWaitValue64, reached through
+// cudaGetDriverEntryPointByVersion). Not the default: nothing on the host watches a memops
+// barrier, so a peer that dies leaves the survivors' streams waiting for ever, where the events
+// barrier turns it into PeerLostError.
+//
 // Across nodes the other nodes' events cannot be waited on: there each process first waits for
 // its own stream's work (cudaEventSynchronize), then meets the job on the host. Ordering holds;
 // only the node's own processes are stream-ordered without the host waiting.

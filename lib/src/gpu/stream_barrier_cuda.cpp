@@ -1,4 +1,5 @@
 // The stream-ordered barrier over CUDA IPC events (see stream_barrier.hpp).
+#include <cuda.h>  // the driver's types only: its calls are reached through the runtime
 #include <cuda_runtime_api.h>
 
 #include <array>
@@ -19,6 +20,18 @@ void check(cudaError_t status, const char* what, const char* call) {
     throw Error(std::string(what) + ": " + call + " failed: " + cudaGetErrorName(status) + " (" +
                 cudaGetErrorString(status) + ")");
   }
+}
+
+// Published in GpuSlot::ready.
+constexpr std::uint32_t kEventsReady = 1;
+constexpr std::uint32_t kMemopsReady = 2;
+
+std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
+  return std::string(what) + ": process " + std::to_string(rank) +
+         (ready == 0 ? " met this call with wait_for_everyone() without a stream: every process "
+                       "must call the same form at the same point"
+                     : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
+                       "for every process)");
 }
 
 class IpcEventBarrier final : public StreamBarrier {
@@ -64,18 +77,17 @@ class IpcEventBarrier final : public StreamBarrier {
       std::memcpy(own.events[i], &handle, sizeof handle);
     }
     own.device = device_;
-    own.ready.store(1, std::memory_order_release);
+    own.ready.store(kEventsReady, std::memory_order_release);
     meet();  // every process has published its handles
     for (int slot = 0; slot < segment_.num_slots(); ++slot) {
       if (slot == segment_.my_slot()) {
         continue;
       }
       GpuSlot& peer = segment_.gpu_slot(slot);
-      if (peer.ready.load(std::memory_order_acquire) != 1) {
-        throw Error(std::string(what) + ": process " +
-                    std::to_string(segment_.slot(slot).rank.load(std::memory_order_relaxed)) +
-                    " met this call with wait_for_everyone() without a stream: every process "
-                    "must call the same form at the same point");
+      if (std::uint32_t ready = peer.ready.load(std::memory_order_acquire);
+          ready != kEventsReady) {
+        throw Error(peer_form_error(
+            what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
       }
       std::array<cudaEvent_t, kGpuRing> events{};
       for (std::size_t i = 0; i < events.size(); ++i) {
@@ -97,6 +109,101 @@ class IpcEventBarrier final : public StreamBarrier {
   std::vector<std::array<cudaEvent_t, kGpuRing>> peers_;
 };
 
+// The driver's stream memory operations, without linking the driver.
+class MemopsBarrier final : public StreamBarrier {
+ public:
+  explicit MemopsBarrier(NodeSegment& segment) : segment_(segment) {}
+
+  void wait(CUstream_st* stream, const std::function<void()>& meet, const char* what) override {
+    if (!set_up_) {
+      set_up(meet, what);
+    }
+    ++episode_;
+    // Written after the stream's earlier work, with a memory barrier (the default flags).
+    check_driver(write_(stream, flag_, episode_, 0), what, "cuStreamWriteValue64");
+    for (CUdeviceptr peer : peers_) {
+      check_driver(wait_(stream, peer, episode_, CU_STREAM_WAIT_VALUE_GEQ), what,
+                   "cuStreamWaitValue64");
+    }
+  }
+
+ private:
+  using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  using DeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+
+  static void check_driver(CUresult result, const char* what, const char* call) {
+    if (result != CUDA_SUCCESS) {
+      throw Error(std::string(what) + ": " + call + " failed: CUresult " + std::to_string(result));
+    }
+  }
+
+  template <class F>
+  static F entry_point(const char* name, const char* what) {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found),
+          what, "cudaGetDriverEntryPointByVersion");
+    if (function == nullptr || found != cudaDriverEntryPointSuccess) {
+      throw Error(std::string(what) + ": the CUDA driver has no " + name +
+                  " (LOCKSTEP_GPU_BARRIER=memops needs stream memory operations)");
+    }
+    return reinterpret_cast<F>(function);
+  }
+
+  void set_up(const std::function<void()>& meet, const char* what) {
+    int device = -1;
+    check(cudaGetDevice(&device), what, "cudaGetDevice (is there a GPU?)");
+    write_ = entry_point<WriteValue64>("cuStreamWriteValue64", what);
+    wait_ = entry_point<WaitValue64>("cuStreamWaitValue64", what);
+    auto attribute = entry_point<DeviceGetAttribute>("cuDeviceGetAttribute", what);
+    int supported = 0;
+    check_driver(attribute(&supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device),
+                 what, "cuDeviceGetAttribute");
+    if (supported == 0) {
+      throw Error(std::string(what) + ": device " + std::to_string(device) +
+                  " has no 64-bit stream memory operations: unset LOCKSTEP_GPU_BARRIER");
+    }
+    void* flag = nullptr;
+    check(cudaMalloc(&flag, sizeof(std::uint64_t)), what, "cudaMalloc");
+    check(cudaMemset(flag, 0, sizeof(std::uint64_t)), what, "cudaMemset");
+    flag_ = reinterpret_cast<CUdeviceptr>(flag);
+    GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
+    cudaIpcMemHandle_t handle{};
+    check(cudaIpcGetMemHandle(&handle, flag), what, "cudaIpcGetMemHandle");
+    std::memcpy(own.flag, &handle, sizeof handle);
+    own.device = device;
+    own.ready.store(kMemopsReady, std::memory_order_release);
+    meet();  // once, to exchange the handles; never again
+    for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+      if (slot == segment_.my_slot()) {
+        continue;
+      }
+      GpuSlot& peer = segment_.gpu_slot(slot);
+      std::uint32_t ready = peer.ready.load(std::memory_order_acquire);
+      if (ready != kMemopsReady) {
+        throw Error(peer_form_error(
+            what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
+      }
+      cudaIpcMemHandle_t peer_handle{};
+      std::memcpy(&peer_handle, peer.flag, sizeof peer_handle);
+      void* mapped = nullptr;
+      check(cudaIpcOpenMemHandle(&mapped, peer_handle, cudaIpcMemLazyEnablePeerAccess), what,
+            "cudaIpcOpenMemHandle (the GPUs must reach each other's memory)");
+      peers_.push_back(reinterpret_cast<CUdeviceptr>(mapped));
+    }
+    set_up_ = true;
+  }
+
+  NodeSegment& segment_;
+  bool set_up_ = false;
+  std::uint64_t episode_ = 0;
+  CUdeviceptr flag_ = 0;
+  std::vector<CUdeviceptr> peers_;
+  WriteValue64 write_ = nullptr;
+  WaitValue64 wait_ = nullptr;
+};
+
 // A job of one: the stream is ordered with itself; only check that CUDA works.
 class SoleProcessBarrier final : public StreamBarrier {
  public:
@@ -112,6 +219,9 @@ class SoleProcessBarrier final : public StreamBarrier {
 std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config) {
   if (segment == nullptr) {
     return std::make_unique<SoleProcessBarrier>();
+  }
+  if (config.gpu_barrier == "memops" && config.num_nodes == 1) {
+    return std::make_unique<MemopsBarrier>(*segment);
   }
   return std::make_unique<IpcEventBarrier>(*segment, config.num_nodes > 1);
 }

@@ -115,9 +115,10 @@ struct SegmentHeader {
 inline constexpr int kGpuRing = 4;             // interprocess events per process, used in turn
 inline constexpr std::size_t kIpcHandle = 64;  // sizeof(cudaIpcEventHandle_t)
 struct alignas(kCacheLine) GpuSlot {
-  std::atomic<std::uint32_t> ready;  // 1 once the handles below are written
+  std::atomic<std::uint32_t> ready;  // 1 (events) or 2 (memops) once the handles are written
   std::int32_t device;
-  unsigned char events[kGpuRing][kIpcHandle];
+  unsigned char events[kGpuRing][kIpcHandle];  // cudaIpcEventHandle_t, events mode
+  unsigned char flag[kIpcHandle];              // cudaIpcMemHandle_t of its flag, memops mode
 };
 
 static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");

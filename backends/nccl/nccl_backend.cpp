@@ -1,0 +1,293 @@
+#include "nccl/nccl_backend.hpp"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "gpu/stream_barrier.hpp"  // visible_device
+#include "lockstep/error.hpp"
+#include "ucx/ucx_backend.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+// After the node's poll window, a waiting leader sleeps this long between polls of the GPU.
+constexpr auto kPollSleep = std::chrono::microseconds(50);
+
+// The NCCL entry points, from libnccl.so.2 opened at run time: a build with the NCCL backend
+// neither needs NCCL installed nor loads it unless a job selects the backend.
+struct Nccl {
+  void* library = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRankConfig) init_rank_config = nullptr;
+  decltype(&ncclCommGetAsyncError) get_async_error = nullptr;
+  decltype(&ncclCommAbort) abort = nullptr;
+  decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclGetErrorString) error_string = nullptr;
+  decltype(&ncclGetLastError) last_error = nullptr;
+};
+
+template <class F>
+void bind(void* library, const char* name, F& function) {
+  function = reinterpret_cast<F>(::dlsym(library, name));
+  if (function == nullptr) {
+    throw ConfigError(std::string("lockstep: the NCCL library has no ") + name +
+                      " (NCCL 2.14 or later is needed)");
+  }
+}
+
+Nccl load_nccl() {
+  Nccl nccl;
+  std::string tried;
+  const char* chosen = std::getenv("LOCKSTEP_NCCL_LIBRARY");  // NOLINT(concurrency-mt-unsafe)
+  for (const char* path : {chosen, "libnccl.so.2", LOCKSTEP_NCCL_DEFAULT_PATH}) {
+    if (path == nullptr) {
+      continue;
+    }
+    nccl.library = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (nccl.library != nullptr) {
+      break;
+    }
+    tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
+    if (path == chosen) {
+      break;  // the user's choice, and only it
+    }
+  }
+  if (nccl.library == nullptr) {
+    throw ConfigError("lockstep: the NCCL backend cannot load NCCL (" + tried +
+                      "): install it, or set LOCKSTEP_NCCL_LIBRARY to libnccl.so.2's path");
+  }
+  bind(nccl.library, "ncclGetUniqueId", nccl.get_unique_id);
+  bind(nccl.library, "ncclCommInitRankConfig", nccl.init_rank_config);
+  bind(nccl.library, "ncclCommGetAsyncError", nccl.get_async_error);
+  bind(nccl.library, "ncclCommAbort", nccl.abort);
+  bind(nccl.library, "ncclCommDestroy", nccl.destroy);
+  bind(nccl.library, "ncclAllReduce", nccl.all_reduce);
+  bind(nccl.library, "ncclGetErrorString", nccl.error_string);
+  bind(nccl.library, "ncclGetLastError", nccl.last_error);
+  return nccl;
+}
+
+void check_cuda(cudaError_t status, const std::string& what, const char* call) {
+  if (status != cudaSuccess) {
+    throw Error(what + ": " + call + " failed: " + cudaGetErrorName(status) + " (" +
+                cudaGetErrorString(status) + ")");
+  }
+}
+
+class NcclBackend final : public Backend {
+ public:
+  explicit NcclBackend(const LeaderConfig& config);
+  ~NcclBackend() override;
+  NcclBackend(const NcclBackend&) = delete;
+  NcclBackend& operator=(const NcclBackend&) = delete;
+
+  [[nodiscard]] const char* name() const noexcept override { return "nccl"; }
+  [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept override {
+    return bootstrap_->nodes();
+  }
+  void barrier(std::optional<Clock::time_point> deadline, const char* what) override;
+  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
+                                   std::optional<Clock::time_point> deadline,
+                                   const char* what) override {
+    return bootstrap_->broadcast(blob, deadline, what);
+  }
+  void poll(const char* what) override { bootstrap_->poll(what); }
+  void abort(const Failure& failure) noexcept override;
+
+ private:
+  // Polls `done` until it is true; on the deadline, an NCCL error or a failure the bootstrap
+  // reports, aborts the communicator and throws.
+  template <class Done>
+  void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
+                  const char* doing);
+  [[noreturn]] void fail(Failure failure, const char* what);
+  void abort_communicator() noexcept;
+  void set_up(const char* what);
+
+  LeaderConfig config_;
+  std::unique_ptr<Backend> bootstrap_;
+  Nccl nccl_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int* buffer_ = nullptr;
+  std::optional<Failure> broken_;
+};
+
+NcclBackend::NcclBackend(const LeaderConfig& config)
+    : config_(config), bootstrap_(make_ucx_backend(config)) {
+  const char* what = "lockstep: joining the job (NCCL backend)";
+  try {
+    set_up(what);
+  } catch (const Error& error) {
+    // Tell the other leaders why, rather than leaving them to find this one's connections gone.
+    Failure failure = failure_of(error, what);
+    failure.message = "node " + std::to_string(config.job.node_index) + ": " + failure.message;
+    bootstrap_->abort(failure);
+    throw;
+  }
+}
+
+void NcclBackend::set_up(const char* what) {
+  const LeaderConfig& config = config_;
+  nccl_ = load_nccl();
+  const int device = visible_device(0);
+  if (device < 0) {
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    throw ConfigError(std::string(what) + ": node " + std::to_string(config.job.node_index) +
+                      " has no CUDA device (" + cudaGetErrorName(status) +
+                      "): the NCCL backend needs one GPU per node's main process");
+  }
+  check_cuda(cudaSetDevice(device), what, "cudaSetDevice");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), what,
+             "cudaStreamCreateWithFlags");
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&buffer_), sizeof(int)), what, "cudaMalloc");
+
+  ncclUniqueId id{};
+  if (config.job.node_index == 0) {
+    if (ncclResult_t rc = nccl_.get_unique_id(&id); rc != ncclSuccess) {
+      throw Error(std::string(what) + ": ncclGetUniqueId failed: " + nccl_.error_string(rc));
+    }
+  }
+  auto blob = bootstrap_->broadcast(std::as_bytes(std::span(&id, 1)), config.deadline, what);
+  if (blob.size() != sizeof id) {
+    throw Error(std::string(what) + ": node 0 sent an NCCL id of " + std::to_string(blob.size()) +
+                " bytes, not " + std::to_string(sizeof id));
+  }
+  std::memcpy(&id, blob.data(), sizeof id);
+
+  ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
+  nccl_config.blocking = 0;  // every wait is polled, so that nothing can hang
+  ncclResult_t rc = nccl_.init_rank_config(&comm_, config.job.num_nodes, id,
+                                           config.job.node_index, &nccl_config);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    throw Error(std::string(what) + ": ncclCommInitRankConfig failed: " +
+                nccl_.error_string(rc) + " (" + nccl_.last_error(comm_) + ")");
+  }
+  wait_until(
+      [&] {
+        ncclResult_t state = ncclSuccess;
+        nccl_.get_async_error(comm_, &state);
+        if (state != ncclSuccess && state != ncclInProgress) {
+          throw Error(std::string(what) + ": creating the NCCL communicator failed: " +
+                      nccl_.error_string(state) + " (" + nccl_.last_error(comm_) + ")");
+        }
+        return state == ncclSuccess;
+      },
+      config.deadline, what, "creating the NCCL communicator");
+}
+
+NcclBackend::~NcclBackend() {
+  if (comm_ != nullptr) {
+    // Destroying waits for the peers; a broken job's communicator is aborted instead.
+    if (broken_) {
+      nccl_.abort(comm_);
+    } else {
+      nccl_.destroy(comm_);
+    }
+  }
+  // The stream and buffer go with the process: at exit the CUDA runtime may already be gone.
+}
+
+void NcclBackend::abort_communicator() noexcept {
+  if (comm_ != nullptr) {
+    nccl_.abort(comm_);
+    comm_ = nullptr;
+  }
+}
+
+void NcclBackend::fail(Failure failure, const char* what) {
+  broken_ = failure;
+  abort_communicator();
+  bootstrap_->abort(failure);
+  throw_failure(failure, std::string(what) + ": ");
+}
+
+template <class Done>
+void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadline,
+                             const char* what, const char* doing) {
+  const auto start = Clock::now();
+  const WaitPlan& plan = config_.plan;
+  const bool forever = plan.spin == std::chrono::nanoseconds::max() || !plan.sleep;
+  const auto poll_end = forever ? Clock::time_point::max() : start + plan.spin + plan.yield;
+  for (;;) {
+    try {
+      if (done()) {
+        return;
+      }
+      bootstrap_->poll(what);  // a dead or aborting leader: NCCL alone would wait for ever
+    } catch (const Error& error) {
+      broken_ = failure_of(error, what);
+      abort_communicator();
+      throw;
+    }
+    const auto now = Clock::now();
+    if (deadline && now >= *deadline) {
+      fail(Failure{FailureKind::timeout, -1, {},
+                   std::string("timed out ") + doing + " (NCCL cannot tell which node is late)"},
+           what);
+    }
+    if (now < poll_end) {
+      ::sched_yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  ncclResult_t rc = nccl_.all_reduce(buffer_, buffer_, 1, ncclInt32, ncclSum, comm_, stream_);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    fail(Failure{FailureKind::error, -1, {},
+                 std::string("ncclAllReduce failed: ") + nccl_.error_string(rc) + " (" +
+                     nccl_.last_error(comm_) + ")"},
+         what);
+  }
+  wait_until(
+      [&] {
+        ncclResult_t state = ncclSuccess;
+        nccl_.get_async_error(comm_, &state);
+        if (state != ncclSuccess && state != ncclInProgress) {
+          fail(Failure{FailureKind::error, -1, {},
+                       std::string("the NCCL all-reduce failed: ") + nccl_.error_string(state) +
+                           " (" + nccl_.last_error(comm_) + ")"},
+               what);
+        }
+        cudaError_t status = cudaStreamQuery(stream_);
+        if (status != cudaSuccess && status != cudaErrorNotReady) {
+          fail(Failure{FailureKind::error, -1, {},
+                       std::string("the NCCL stream failed: ") + cudaGetErrorString(status)},
+               what);
+        }
+        return state == ncclSuccess && status == cudaSuccess;
+      },
+      deadline, what, "in the NCCL all-reduce");
+}
+
+void NcclBackend::abort(const Failure& failure) noexcept {
+  if (!broken_) {
+    broken_ = failure;
+  }
+  abort_communicator();
+  bootstrap_->abort(failure);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(const LeaderConfig& config) {
+  return std::make_unique<NcclBackend>(config);
+}
+
+}  // namespace lockstep::detail

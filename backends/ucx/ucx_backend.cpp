@@ -876,8 +876,11 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
   }
-  const std::uint64_t sequence = blob_sequence_++;
+  // The number of this broadcast; counted once it is delivered, so that a blob that arrives
+  // while this leader waits for it is still taken (handle_member drops only older ones).
+  const std::uint64_t sequence = blob_sequence_;
   if (me_ == 0) {
+    ++blob_sequence_;
     if (blob.size() > kMaxBlob) {
       throw Error(std::string(what) + ": a broadcast carries at most " + std::to_string(kMaxBlob) +
                   " bytes, not " + std::to_string(blob.size()));
@@ -896,6 +899,7 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
   });
   auto data = std::move(blobs_[sequence]);
   blobs_.erase(sequence);
+  ++blob_sequence_;
   return data;
 }
 

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -338,9 +339,11 @@ TEST_P(MultiNode, TheNcclBackendRunsOrFailsCleanly) {
   }
   wait_all();
   if (nodes_[0].code() == 0 && nodes_[1].code() == 0) {
+    std::cout << "the NCCL job ran: 100 barriers over NCCL" << std::endl;
     return;
   }
   auto ends = results();
+  std::cout << "the NCCL job failed, as it must here: " << ends[0] << std::endl;
   ASSERT_EQ(ends.size(), 2U) << all_output();
   for (const auto& [rank, text] : ends) {
     EXPECT_TRUE(text.starts_with("config ") || text.starts_with("error ")) << rank << ": " << text;

@@ -1,0 +1,167 @@
+// The cross-node backends driven directly: each forked process is one node's leader.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "gpu/stream_barrier.hpp"
+#include "lockstep/error.hpp"
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::detail::Backend;
+using lockstep::detail::Failure;
+using lockstep::detail::FailureKind;
+using lockstep::detail::JobConfig;
+using lockstep::detail::LeaderConfig;
+using lockstep::testing::contains;
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using Clock = std::chrono::steady_clock;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  (void)::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  (void)::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool built(const std::string& name) {
+  auto names = lockstep::detail::built_backends();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Node `node` of `nodes`, one process each, leading through `backend`.
+std::unique_ptr<Backend> join(const std::string& backend, int node, int nodes, int port) {
+  ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): a forked child
+  JobConfig job;
+  job.source = "test";
+  job.rank = node;
+  job.world_size = nodes;
+  job.local_rank = 0;
+  job.local_size = 1;
+  job.node_index = node;
+  job.num_nodes = nodes;
+  job.identity = "job=backend-test-" + std::to_string(port);
+  job.master_addr = "127.0.0.1";
+  job.master_port = port;
+  job.backend = backend;
+  auto plan = lockstep::detail::make_wait_plan(lockstep::WaitPolicy::adaptive, 1, 1);
+  return lockstep::detail::make_backend(
+      LeaderConfig{job, {node}, plan, Clock::now() + std::chrono::seconds(30)});
+}
+
+std::vector<std::byte> blob_of(std::size_t size, int seed) {
+  std::vector<std::byte> blob(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    blob[i] = static_cast<std::byte>((i * 31 + static_cast<std::size_t>(seed)) & 0xff);
+  }
+  return blob;
+}
+
+TEST(UcxBackend, BarriersAndBroadcastsInterleaved) {
+  if (!built("ucx")) {
+    GTEST_SKIP() << "built without UCX";
+  }
+  const int port = free_port();
+  auto ends = run_ranks(Job::plain_process(), [](int) {});  // warm the harness
+  Job job = Job::of(3);
+  job.plain = true;
+  ends = run_ranks(job, [port](int node) {
+    auto backend = join("ucx", node, 3, port);
+    RANK_CHECK(backend->nodes().size() == 3);
+    RANK_CHECK(backend->nodes()[2].ranks == std::vector<int>{2});
+    for (int round = 0; round < 300; ++round) {
+      backend->barrier(std::nullopt, "barrier");
+      if (round % 50 == 7) {
+        // Sizes 0 .. the limit; node 0's blob reaches everyone, whatever the others pass.
+        std::size_t size = static_cast<std::size_t>(round) * 13 % (Backend::kMaxBlob + 1);
+        auto mine = node == 0 ? blob_of(size, round) : std::vector<std::byte>{};
+        auto got = backend->broadcast(mine, Clock::now() + std::chrono::seconds(20), "broadcast");
+        RANK_CHECK(got == blob_of(size, round));
+      }
+    }
+    if (node == 0) {
+      try {
+        (void)backend->broadcast(blob_of(Backend::kMaxBlob + 1, 0), std::nullopt, "broadcast");
+        RANK_CHECK(false);
+      } catch (const lockstep::Error& error) {
+        RANK_CHECK(contains(error.what(), "at most"));
+      }
+    }
+    backend->barrier(std::nullopt, "barrier");
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(UcxBackend, AnAbortReachesEveryLeader) {
+  if (!built("ucx")) {
+    GTEST_SKIP() << "built without UCX";
+  }
+  const int port = free_port();
+  Job job = Job::of(3);
+  job.plain = true;
+  auto ends = run_ranks(job, [port](int node) {
+    auto backend = join("ucx", node, 3, port);
+    backend->barrier(std::nullopt, "barrier");
+    if (node == 1) {
+      backend->abort(Failure{FailureKind::peer_lost, 7, {}, "process 7 died"});
+      return;
+    }
+    try {
+      backend->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 7);
+      RANK_CHECK(contains(error.what(), "node 1 gave up: process 7 died"));
+      // Broken for good: the next call throws the same.
+      try {
+        backend->barrier(std::nullopt, "again");
+      } catch (const lockstep::PeerLostError& again) {
+        RANK_CHECK(contains(again.what(), "process 7 died"));
+        return;
+      }
+      RANK_CHECK(false);
+    }
+    RANK_CHECK(false);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// NCCL with one node: the communicator, its all-reduce barrier and the broadcast, on a GPU.
+TEST(NcclBackend, OneNodeOnAGpu) {
+  if (!built("nccl")) {
+    GTEST_SKIP() << "built without the NCCL backend";
+  }
+  auto* device = lockstep::testing::shared_array<int>(1);
+  auto probe = run_ranks(Job::plain_process(),
+                         [device](int) { *device = lockstep::detail::visible_device(0); });
+  ASSERT_EQ(failures(probe), "");
+  if (*device < 0) {
+    GTEST_SKIP() << "no CUDA device here: tools/gpu-check runs this on a machine with one";
+  }
+  const int port = free_port();
+  auto ends = run_ranks(Job::plain_process(), [port](int) {
+    auto backend = join("nccl", 0, 1, port);
+    for (int round = 0; round < 1000; ++round) {
+      backend->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
+    }
+    auto blob = blob_of(128, 3);
+    RANK_CHECK(backend->broadcast(blob, std::nullopt, "broadcast") == blob);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+}  // namespace

@@ -12,9 +12,9 @@
 //
 // Time is per episode (manual time from rank 0); the counter cpu_us is CPU time per episode
 // summed over all processes.
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
-#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>

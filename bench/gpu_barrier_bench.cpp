@@ -64,7 +64,8 @@ NcclCalls load_nccl() {
   }
   NcclCalls calls;
   calls.init_all = reinterpret_cast<decltype(calls.init_all)>(::dlsym(library, "ncclCommInitAll"));
-  calls.all_reduce = reinterpret_cast<decltype(calls.all_reduce)>(::dlsym(library, "ncclAllReduce"));
+  calls.all_reduce =
+      reinterpret_cast<decltype(calls.all_reduce)>(::dlsym(library, "ncclAllReduce"));
   if (calls.init_all == nullptr || calls.all_reduce == nullptr) {
     throw std::runtime_error("NCCL lacks ncclCommInitAll or ncclAllReduce");
   }
@@ -160,19 +161,25 @@ void arguments(benchmark::internal::Benchmark* bench, std::initializer_list<int>
 
 BENCHMARK_CAPTURE(BM_Gpu, stream_barrier, Kind::stream_barrier)
     ->Name("BM_StreamBarrier")
-    ->Apply([](auto* b) { arguments(b, {2, 4, 8}); });
+    ->Apply([](auto* b) {
+      arguments(b, {2, 4, 8});
+    });
 BENCHMARK_CAPTURE(BM_Gpu, stream_memops, Kind::stream_memops)
     ->Name("BM_StreamBarrierMemops")
-    ->Apply([](auto* b) { arguments(b, {2, 4, 8}); });
+    ->Apply([](auto* b) {
+      arguments(b, {2, 4, 8});
+    });
 BENCHMARK_CAPTURE(BM_Gpu, sync_host_barrier, Kind::sync_host_barrier)
     ->Name("BM_SyncHostBarrier")
-    ->Apply([](auto* b) { arguments(b, {2, 4, 8}); });
+    ->Apply([](auto* b) {
+      arguments(b, {2, 4, 8});
+    });
 BENCHMARK_CAPTURE(BM_Gpu, nccl, Kind::nccl)->Name("BM_NcclAllReduce")->Apply([](auto* b) {
   arguments(b, {1});
 });
-BENCHMARK_CAPTURE(BM_Gpu, stream_only, Kind::stream_only)->Name("BM_StreamOnly")->Apply([](auto* b) {
-  arguments(b, {1});
-});
+BENCHMARK_CAPTURE(BM_Gpu, stream_only, Kind::stream_only)
+    ->Name("BM_StreamOnly")
+    ->Apply([](auto* b) { arguments(b, {1}); });
 
 }  // namespace
 

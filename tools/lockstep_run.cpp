@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "lockstep/version.hpp"
 #include "backend.hpp"
+#include "lockstep/version.hpp"
 #include "proc.hpp"
 #include "shm/segment.hpp"
 
@@ -365,8 +365,7 @@ int Launcher::run() {
   if (job_id.empty()) {
     job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
   }
-  identity_ = job_id + "@" +
-              options_.master_addr + ":" + std::to_string(options_.master_port);
+  identity_ = job_id + "@" + options_.master_addr + ":" + std::to_string(options_.master_port);
 
   sigset_t mask;
   sigset_t old_mask;

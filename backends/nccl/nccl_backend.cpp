@@ -167,11 +167,11 @@ void NcclBackend::set_up(const char* what) {
 
   ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
   nccl_config.blocking = 0;  // every wait is polled, so that nothing can hang
-  ncclResult_t rc = nccl_.init_rank_config(&comm_, config.job.num_nodes, id,
-                                           config.job.node_index, &nccl_config);
+  ncclResult_t rc =
+      nccl_.init_rank_config(&comm_, config.job.num_nodes, id, config.job.node_index, &nccl_config);
   if (rc != ncclSuccess && rc != ncclInProgress) {
-    throw Error(std::string(what) + ": ncclCommInitRankConfig failed: " +
-                nccl_.error_string(rc) + " (" + nccl_.last_error(comm_) + ")");
+    throw Error(std::string(what) + ": ncclCommInitRankConfig failed: " + nccl_.error_string(rc) +
+                " (" + nccl_.last_error(comm_) + ")");
   }
   wait_until(
       [&] {
@@ -213,8 +213,8 @@ void NcclBackend::fail(Failure failure, const char* what) {
 }
 
 template <class Done>
-void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadline,
-                             const char* what, const char* doing) {
+void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
+                             const char* doing) {
   const auto start = Clock::now();
   const WaitPlan& plan = config_.plan;
   const bool forever = plan.spin == std::chrono::nanoseconds::max() || !plan.sleep;
@@ -232,7 +232,9 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
     }
     const auto now = Clock::now();
     if (deadline && now >= *deadline) {
-      fail(Failure{FailureKind::timeout, -1, {},
+      fail(Failure{FailureKind::timeout,
+                   -1,
+                   {},
                    std::string("timed out ") + doing + " (NCCL cannot tell which node is late)"},
            what);
     }
@@ -250,7 +252,9 @@ void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char*
   }
   ncclResult_t rc = nccl_.all_reduce(buffer_, buffer_, 1, ncclInt32, ncclSum, comm_, stream_);
   if (rc != ncclSuccess && rc != ncclInProgress) {
-    fail(Failure{FailureKind::error, -1, {},
+    fail(Failure{FailureKind::error,
+                 -1,
+                 {},
                  std::string("ncclAllReduce failed: ") + nccl_.error_string(rc) + " (" +
                      nccl_.last_error(comm_) + ")"},
          what);
@@ -260,14 +264,18 @@ void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char*
         ncclResult_t state = ncclSuccess;
         nccl_.get_async_error(comm_, &state);
         if (state != ncclSuccess && state != ncclInProgress) {
-          fail(Failure{FailureKind::error, -1, {},
+          fail(Failure{FailureKind::error,
+                       -1,
+                       {},
                        std::string("the NCCL all-reduce failed: ") + nccl_.error_string(state) +
                            " (" + nccl_.last_error(comm_) + ")"},
                what);
         }
         cudaError_t status = cudaStreamQuery(stream_);
         if (status != cudaSuccess && status != cudaErrorNotReady) {
-          fail(Failure{FailureKind::error, -1, {},
+          fail(Failure{FailureKind::error,
+                       -1,
+                       {},
                        std::string("the NCCL stream failed: ") + cudaGetErrorString(status)},
                what);
         }

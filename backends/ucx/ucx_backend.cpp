@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <ucp/api/ucp.h>
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -12,7 +13,6 @@
 #include <deque>
 #include <map>
 #include <random>
-#include <ucp/api/ucp.h>
 
 #include "lockstep/error.hpp"
 #include "shm/segment.hpp"  // comma_list
@@ -49,7 +49,7 @@ class UcxBackend;
 // One UCP endpoint and what UCX's error callback said about it.
 struct Endpoint {
   UcxBackend* owner = nullptr;
-  int node = -1;  // the leader of this node; -1 while it is an unvalidated connection
+  int node = -1;           // the leader of this node; -1 while it is an unvalidated connection
   bool bootstrap = false;  // a client-server connection: its errors count only while joining
   ucp_ep_h ep = nullptr;
   ucs_status_t error = UCS_OK;
@@ -210,8 +210,8 @@ void UcxBackend::start_ucx() {
   check(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
 
   ucp_am_handler_param_t handler{};
-  handler.field_mask =
-      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
   handler.id = kAmId;
   handler.cb = &UcxBackend::on_message;
   handler.arg = this;
@@ -543,11 +543,12 @@ void UcxBackend::serve() {
           missing.push_back(node);
         }
       }
-      throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
-                         "listened on " + where(job) + ", but node" +
-                             (missing.size() == 1 ? " " : "s ") + comma_list(missing) +
-                             " never connected",
-                         {});
+      throw TimeoutError(
+          "lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
+          "listened on " +
+              where(job) + ", but node" + (missing.size() == 1 ? " " : "s ") + comma_list(missing) +
+              " never connected",
+          {});
     }
     if (ucp_worker_arm(worker_) == UCS_OK) {
       pollfd fd{event_fd_, POLLIN, 0};
@@ -609,8 +610,7 @@ void UcxBackend::connect() {
     const auto retry_at = Clock::now() + kRetryDelay;
     while (!welcome_ && !refused_ && endpoint.error == UCS_OK && Clock::now() < config_.deadline) {
       progress();
-      if (!welcome_ && !refused_ && endpoint.error == UCS_OK &&
-          ucp_worker_arm(worker_) == UCS_OK) {
+      if (!welcome_ && !refused_ && endpoint.error == UCS_OK && ucp_worker_arm(worker_) == UCS_OK) {
         pollfd fd{event_fd_, POLLIN, 0};
         (void)::poll(&fd, 1, 10);
       }
@@ -703,10 +703,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
     if (!from_member(arrive->token, arrive->from)) {
       return;
     }
-    const std::uint32_t expected_from =
-        static_cast<std::uint32_t>((me_ - (1 << std::min<std::uint32_t>(arrive->round, 30)) %
-                                              num_nodes_ + num_nodes_) %
-                                   num_nodes_);
+    const std::uint32_t expected_from = static_cast<std::uint32_t>(
+        (me_ - (1 << std::min<std::uint32_t>(arrive->round, 30)) % num_nodes_ + num_nodes_) %
+        num_nodes_);
     const bool in_step = arrive->episode == episode_ || arrive->episode == episode_ + 1;
     RoundSlot* slot = arrive->round < static_cast<std::uint32_t>(rounds_)
                           ? &inbox_[arrive->episode & 1][arrive->round]
@@ -714,7 +713,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
     if (slot == nullptr || arrive->from != expected_from || !in_step || slot->present ||
         arrive->known.size() != (static_cast<std::size_t>(num_nodes_) + 63) / 64) {
       if (!aborted_) {
-        aborted_ = Failure{FailureKind::error, -1, {},
+        aborted_ = Failure{FailureKind::error,
+                           -1,
+                           {},
                            "node " + std::to_string(arrive->from) +
                                " sent a barrier message out of step (episode " +
                                std::to_string(arrive->episode) + ", round " +
@@ -733,7 +734,7 @@ void UcxBackend::handle_member(const wire::Message& message) {
     }
     Failure failure;
     failure.kind = abort->kind >= 1 && abort->kind <= 4 ? static_cast<FailureKind>(abort->kind)
-                                                         : FailureKind::error;
+                                                        : FailureKind::error;
     failure.rank = abort->rank;
     failure.missing.assign(abort->missing.begin(), abort->missing.end());
     failure.message = "node " + std::to_string(abort->from) + " gave up: " + abort->message;
@@ -752,8 +753,8 @@ void UcxBackend::handle_member(const wire::Message& message) {
 }
 
 template <class Done, class OnDeadline>
-void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline,
-                            const char* what, OnDeadline on_deadline) {
+void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
+                            OnDeadline on_deadline) {
   // A message from another node takes microseconds, not nanoseconds: the leader yields its CPU
   // between polls from the start (as MPI does when idle) rather than spinning, since on a
   // crowded node the process it waits for may need this CPU; it sleeps on the worker's event fd
@@ -798,7 +799,9 @@ void UcxBackend::check_members(const char* what) {
     const Endpoint* member = members_[static_cast<std::size_t>(node)];
     if (member != nullptr && member->error != UCS_OK) {
       const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
-      fail(Failure{FailureKind::peer_lost, leader, {},
+      fail(Failure{FailureKind::peer_lost,
+                   leader,
+                   {},
                    node_text(node) + "'s main process (process " + std::to_string(leader) +
                        ") is gone: its connection failed (" + ucs_status_string(member->error) +
                        ")"},
@@ -838,30 +841,32 @@ void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* 
          wire::Arrive{token_, static_cast<std::uint32_t>(me_), episode,
                       static_cast<std::uint32_t>(round), known});
     RoundSlot& slot = inbox_[episode & 1][static_cast<std::size_t>(round)];
-    wait_until([&] { return slot.present; }, deadline, what, [&] {
-      // Every node that this one has heard of, directly or through others, has arrived.
-      std::vector<std::uint64_t> heard = known;
-      for (const RoundSlot& other : inbox_[episode & 1]) {
-        if (other.present && other.episode == episode) {
-          for (std::size_t w = 0; w < heard.size(); ++w) {
-            heard[w] |= other.known[w];
+    wait_until(
+        [&] { return slot.present; }, deadline, what,
+        [&] {
+          // Every node that this one has heard of, directly or through others, has arrived.
+          std::vector<std::uint64_t> heard = known;
+          for (const RoundSlot& other : inbox_[episode & 1]) {
+            if (other.present && other.episode == episode) {
+              for (std::size_t w = 0; w < heard.size(); ++w) {
+                heard[w] |= other.known[w];
+              }
+            }
           }
-        }
-      }
-      std::vector<int> missing_nodes;
-      for (int node = 0; node < num_nodes_; ++node) {
-        if ((heard[static_cast<std::size_t>(node) / 64] & (1ULL << (node % 64))) == 0) {
-          missing_nodes.push_back(node);
-        }
-      }
-      std::vector<int> missing = ranks_of_nodes(missing_nodes);
-      std::string message = "timed out waiting for node" +
-                            std::string(missing_nodes.size() == 1 ? " " : "s ") +
-                            comma_list(missing_nodes) + " (" + ranks_text(missing) + ")";
-      Failure failure{FailureKind::timeout, -1, missing, message};
-      abort(failure);  // the episode cannot be taken back: the others must not wait for ever
-      fail(failure, what);
-    });
+          std::vector<int> missing_nodes;
+          for (int node = 0; node < num_nodes_; ++node) {
+            if ((heard[static_cast<std::size_t>(node) / 64] & (1ULL << (node % 64))) == 0) {
+              missing_nodes.push_back(node);
+            }
+          }
+          std::vector<int> missing = ranks_of_nodes(missing_nodes);
+          std::string message = "timed out waiting for node" +
+                                std::string(missing_nodes.size() == 1 ? " " : "s ") +
+                                comma_list(missing_nodes) + " (" + ranks_text(missing) + ")";
+          Failure failure{FailureKind::timeout, -1, missing, message};
+          abort(failure);  // the episode cannot be taken back: the others must not wait for ever
+          fail(failure, what);
+        });
     for (std::size_t w = 0; w < known.size(); ++w) {
       known[w] |= slot.known[w];
     }
@@ -891,12 +896,13 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
     }
     return {blob.begin(), blob.end()};
   }
-  wait_until([&] { return blobs_.count(sequence) != 0; }, deadline, what, [&] {
-    Failure failure{FailureKind::timeout, -1, ranks_of_nodes({0}),
-                    "timed out waiting for node 0's broadcast"};
-    abort(failure);
-    fail(failure, what);
-  });
+  wait_until([&] { return blobs_.count(sequence) != 0; }, deadline, what,
+             [&] {
+               Failure failure{FailureKind::timeout, -1, ranks_of_nodes({0}),
+                               "timed out waiting for node 0's broadcast"};
+               abort(failure);
+               fail(failure, what);
+             });
   auto data = std::move(blobs_[sequence]);
   blobs_.erase(sequence);
   ++blob_sequence_;
@@ -908,9 +914,12 @@ void UcxBackend::abort(const Failure& failure) noexcept {
     if (!broken_) {
       broken_ = failure;
     }
-    wire::Abort message{token_, static_cast<std::uint32_t>(me_),
-                        static_cast<std::uint32_t>(failure.kind), failure.rank,
-                        {failure.missing.begin(), failure.missing.end()}, failure.message};
+    wire::Abort message{token_,
+                        static_cast<std::uint32_t>(me_),
+                        static_cast<std::uint32_t>(failure.kind),
+                        failure.rank,
+                        {failure.missing.begin(), failure.missing.end()},
+                        failure.message};
     if (message.message.size() > wire::kMaxText) {
       message.message.resize(wire::kMaxText);
     }

@@ -105,60 +105,59 @@ std::vector<std::byte> encode(const Message& message) {
   Writer w;
   w.u32(kMagic);
   w.u16(kVersion);
-  std::visit(
-      Overload{
-          [&](const Hello& m) {
-            w.u16(static_cast<std::uint16_t>(Kind::hello));
-            w.text(m.identity);
-            w.u32(m.num_nodes);
-            w.u32(m.world_size);
-            w.u32(m.node);
-            w.ranks(m.ranks);
-            w.bytes(m.address);
-          },
-          [&](const Welcome& m) {
-            w.u16(static_cast<std::uint16_t>(Kind::welcome));
-            w.u64(m.token);
-            w.u32(static_cast<std::uint32_t>(m.nodes.size()));
-            for (const auto& node : m.nodes) {
-              w.u32(node.node);
-              w.ranks(node.ranks);
-              w.bytes(node.address);
-            }
-          },
-          [&](const Refuse& m) {
-            w.u16(static_cast<std::uint16_t>(Kind::refuse));
-            w.text(m.reason);
-          },
-          [&](const Arrive& m) {
-            w.u16(static_cast<std::uint16_t>(Kind::arrive));
-            w.u64(m.token);
-            w.u32(m.from);
-            w.u64(m.episode);
-            w.u32(m.round);
-            w.u32(static_cast<std::uint32_t>(m.known.size()));
-            for (auto word : m.known) {
-              w.u64(word);
-            }
-          },
-          [&](const Abort& m) {
-            w.u16(static_cast<std::uint16_t>(Kind::abort));
-            w.u64(m.token);
-            w.u32(m.from);
-            w.u32(m.kind);
-            w.i32(m.rank);
-            w.ranks(m.missing);
-            w.text(m.message);
-          },
-          [&](const Blob& m) {
-            w.u16(static_cast<std::uint16_t>(Kind::blob));
-            w.u64(m.token);
-            w.u32(m.from);
-            w.u64(m.sequence);
-            w.bytes(m.data);
-          },
-      },
-      message);
+  std::visit(Overload{
+                 [&](const Hello& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::hello));
+                   w.text(m.identity);
+                   w.u32(m.num_nodes);
+                   w.u32(m.world_size);
+                   w.u32(m.node);
+                   w.ranks(m.ranks);
+                   w.bytes(m.address);
+                 },
+                 [&](const Welcome& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::welcome));
+                   w.u64(m.token);
+                   w.u32(static_cast<std::uint32_t>(m.nodes.size()));
+                   for (const auto& node : m.nodes) {
+                     w.u32(node.node);
+                     w.ranks(node.ranks);
+                     w.bytes(node.address);
+                   }
+                 },
+                 [&](const Refuse& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::refuse));
+                   w.text(m.reason);
+                 },
+                 [&](const Arrive& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::arrive));
+                   w.u64(m.token);
+                   w.u32(m.from);
+                   w.u64(m.episode);
+                   w.u32(m.round);
+                   w.u32(static_cast<std::uint32_t>(m.known.size()));
+                   for (auto word : m.known) {
+                     w.u64(word);
+                   }
+                 },
+                 [&](const Abort& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::abort));
+                   w.u64(m.token);
+                   w.u32(m.from);
+                   w.u32(m.kind);
+                   w.i32(m.rank);
+                   w.ranks(m.missing);
+                   w.text(m.message);
+                 },
+                 [&](const Blob& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::blob));
+                   w.u64(m.token);
+                   w.u32(m.from);
+                   w.u64(m.sequence);
+                   w.bytes(m.data);
+                 },
+             },
+             message);
   return w.take();
 }
 

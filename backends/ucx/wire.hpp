@@ -21,13 +21,20 @@ inline constexpr std::uint32_t kMagic = 0x3153'4b4c;  // "LKS1"
 inline constexpr std::uint16_t kVersion = 1;
 
 // Limits on what a message may carry (decoding refuses more).
-inline constexpr std::size_t kMaxText = 4096;        // identities, reasons, messages
-inline constexpr std::size_t kMaxRanks = 1u << 20;   // processes of one node, or missing ones
+inline constexpr std::size_t kMaxText = 4096;         // identities, reasons, messages
+inline constexpr std::size_t kMaxRanks = 1u << 20;    // processes of one node, or missing ones
 inline constexpr std::size_t kMaxAddress = 1u << 16;  // a UCX worker address
 inline constexpr std::size_t kMaxNodes = 1u << 16;
 inline constexpr std::size_t kMaxBlob = 4096;
 
-enum class Kind : std::uint16_t { hello = 1, welcome = 2, refuse = 3, arrive = 4, abort = 5, blob = 6 };
+enum class Kind : std::uint16_t {
+  hello = 1,
+  welcome = 2,
+  refuse = 3,
+  arrive = 4,
+  abort = 5,
+  blob = 6
+};
 
 // A leader asks node 0's leader to join (over the client-server connection).
 struct Hello {

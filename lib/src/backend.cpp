@@ -75,7 +75,8 @@ void check_backend_built(const JobConfig& job) {
 
 std::unique_ptr<Backend> make_backend(const LeaderConfig& config) {
   check_backend_built(config.job);
-  const std::string name = config.job.backend.empty() ? built_backends().front() : config.job.backend;
+  const std::string name =
+      config.job.backend.empty() ? built_backends().front() : config.job.backend;
 #ifdef LOCKSTEP_HAVE_UCX
   if (name == "ucx") {
     return make_ucx_backend(config);

@@ -31,8 +31,8 @@ struct NodeInfo {
 // What a leader brings to the backend's join.
 struct LeaderConfig {
   JobConfig job;
-  std::vector<int> ranks;  // this node's processes
-  WaitPlan plan;           // how long to poll before sleeping (the node engine's policy)
+  std::vector<int> ranks;      // this node's processes
+  WaitPlan plan;               // how long to poll before sleeping (the node engine's policy)
   Clock::time_point deadline;  // for joining
 };
 
@@ -42,7 +42,7 @@ enum class FailureKind : std::uint32_t { timeout = 1, peer_lost = 2, config = 3,
 
 struct Failure {
   FailureKind kind = FailureKind::error;
-  int rank = -1;  // the process lost, for peer_lost
+  int rank = -1;             // the process lost, for peer_lost
   std::vector<int> missing;  // the processes that had not arrived, for timeout
   std::string message;
 };

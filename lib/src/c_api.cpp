@@ -124,6 +124,17 @@ lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t ti
   return guarded([&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
 }
 
+lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone_on_stream: state is null");
+  }
+  return guarded([&] { state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream)); });
+}
+
+int lockstep_device(const lockstep_state* state) {
+  return state == nullptr ? -1 : state->state.device();
+}
+
 const char* lockstep_last_error(void) {
   return last_error.c_str();
 }

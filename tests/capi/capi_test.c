@@ -5,13 +5,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHECK(condition)                                                             \
-  do {                                                                               \
-    if (!(condition)) {                                                              \
+#define CHECK(condition)                                                                   \
+  do {                                                                                     \
+    if (!(condition)) {                                                                    \
       fprintf(stderr, "capi_test: line %d: check failed: %s (last error: %s)\n", __LINE__, \
-              #condition, lockstep_last_error());                                    \
-      return 1;                                                                      \
-    }                                                                                \
+              #condition, lockstep_last_error());                                          \
+      return 1;                                                                            \
+    }                                                                                      \
   } while (0)
 
 int main(void) {
@@ -35,6 +35,14 @@ int main(void) {
   CHECK(strstr(lockstep_last_error(), "-5 is negative") != NULL);
   CHECK(strcmp(lockstep_status_name(LOCKSTEP_PEER_LOST), "LOCKSTEP_PEER_LOST") == 0);
   CHECK(strlen(lockstep_version()) > 0);
+
+  CHECK(lockstep_device(NULL) == -1);
+  CHECK(lockstep_wait_for_everyone_on_stream(NULL, NULL) == LOCKSTEP_INVALID_ARGUMENT);
+  if (lockstep_device(state) < 0) {
+    /* No GPU (or no CUDA in this build): the stream form fails on every process, saying so. */
+    CHECK(lockstep_wait_for_everyone_on_stream(state, NULL) != LOCKSTEP_OK);
+    CHECK(strstr(lockstep_last_error(), "wait_for_everyone(stream)") != NULL);
+  }
 
   for (int round = 0; round < 1000; ++round) {
     CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);

@@ -45,14 +45,14 @@ Devices devices() {
   return {result[0], name};
 }
 
-#define SKIP_WITHOUT_GPU()                                                                    \
-  do {                                                                                        \
-    Devices found = devices();                                                                \
-    if (found.count <= 0) {                                                                   \
-      GTEST_SKIP() << "no CUDA device here (cudaGetDeviceCount: " << found.error << ", "      \
-                   << found.count << " devices): the GPU tests run on a machine with one "    \
-                   << "(tools/gpu-check)";                                                    \
-    }                                                                                         \
+#define SKIP_WITHOUT_GPU()                                                                 \
+  do {                                                                                     \
+    Devices found = devices();                                                             \
+    if (found.count <= 0) {                                                                \
+      GTEST_SKIP() << "no CUDA device here (cudaGetDeviceCount: " << found.error << ", "   \
+                   << found.count << " devices): the GPU tests run on a machine with one " \
+                   << "(tools/gpu-check)";                                                 \
+    }                                                                                      \
   } while (0)
 
 void cuda_check(cudaError_t status, const char* call) {
@@ -63,7 +63,8 @@ void cuda_check(cudaError_t status, const char* call) {
 #define CUDA(call) cuda_check(call, #call)
 
 void sleep_on_gpu(void* milliseconds) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<std::intptr_t>(milliseconds)));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(reinterpret_cast<std::intptr_t>(milliseconds)));
 }
 
 TEST(GpuBarrier, WithoutAGpuTheStreamFormIsAClearError) {
@@ -152,9 +153,8 @@ void rounds(int processes, int count, const char* mode = "events") {
     call_ms[rank] = longest_call;
     for (int r = 0; r < count; ++r) {
       if (seen[r] != r % 251 + 1) {
-        throw std::logic_error("round " + std::to_string(r) + ": read " +
-                               std::to_string(seen[r]) + " before the writer's " +
-                               std::to_string(r % 251 + 1));
+        throw std::logic_error("round " + std::to_string(r) + ": read " + std::to_string(seen[r]) +
+                               " before the writer's " + std::to_string(r % 251 + 1));
       }
     }
     state.wait_for_everyone();  // nobody frees the buffer while others use it

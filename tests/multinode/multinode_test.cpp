@@ -98,9 +98,8 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     for (const auto& entry : fs::directory_iterator("/dev/shm")) {
       for (int node = 0; node < 4; ++node) {
         EXPECT_NE(entry.path().filename().string(),
-                  lockstep::detail::segment_name("job=" + job_ + "@127.0.0.1:" +
-                                                     std::to_string(port_),
-                                                 node))
+                  lockstep::detail::segment_name(
+                      "job=" + job_ + "@127.0.0.1:" + std::to_string(port_), node))
             << "left behind";
       }
     }
@@ -112,14 +111,22 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     Node node;
     node.log = dir_ / ("node" + std::to_string(rank) + "-" + std::to_string(nodes_.size()));
     std::vector<std::string> argv = {tool("LOCKSTEP_RUN"),
-                                     "--nnodes", std::to_string(nnodes),
-                                     "--node-rank", std::to_string(rank),
-                                     "--nproc-per-node", std::to_string(per_node),
-                                     "--master-addr", "127.0.0.1",
-                                     "--master-port", std::to_string(port_),
-                                     "--job-id", job.empty() ? job_ : job,
-                                     "--grace-period", "20",
-                                     "--backend", backend.empty() ? "ucx" : backend,
+                                     "--nnodes",
+                                     std::to_string(nnodes),
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--nproc-per-node",
+                                     std::to_string(per_node),
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     std::to_string(port_),
+                                     "--job-id",
+                                     job.empty() ? job_ : job,
+                                     "--grace-period",
+                                     "20",
+                                     "--backend",
+                                     backend.empty() ? "ucx" : backend,
                                      "--tag-output",
                                      tool("LOCKSTEP_NODE_WORKER")};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -128,7 +135,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       int fd = ::open(node.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
-      ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): the child alone
+      ::setenv("UCX_NET_DEVICES", "lo", 1);        // NOLINT(concurrency-mt-unsafe): the child alone
       ::setenv("LOCKSTEP_JOIN_TIMEOUT", "30", 1);  // NOLINT(concurrency-mt-unsafe)
       if (std::string(GetParam()) == "tcp") {
         ::setenv("UCX_TLS", "tcp", 1);  // NOLINT(concurrency-mt-unsafe)

@@ -22,7 +22,7 @@
 namespace {
 
 struct Shared {
-  std::atomic<std::int64_t> round[64];         // per process: the round it last entered
+  std::atomic<std::int64_t> round[64];             // per process: the round it last entered
   std::atomic<std::int32_t> local_main_calls[16];  // per node
   std::atomic<std::int32_t> prepared;
 };
@@ -46,12 +46,12 @@ int env_int(const char* name) {
   return value != nullptr ? std::atoi(value) : -1;
 }
 
-#define CHECK(condition)                                                                  \
-  do {                                                                                    \
-    if (!(condition)) {                                                                   \
-      std::cout << "RESULT failed " << __LINE__ << ": " #condition << std::endl;          \
-      return 1;                                                                           \
-    }                                                                                     \
+#define CHECK(condition)                                                         \
+  do {                                                                           \
+    if (!(condition)) {                                                          \
+      std::cout << "RESULT failed " << __LINE__ << ": " #condition << std::endl; \
+      return 1;                                                                  \
+    }                                                                            \
   } while (0)
 
 // Every State query, then `rounds` barriers with random delays, checking after each that no

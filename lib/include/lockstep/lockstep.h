@@ -56,6 +56,13 @@ LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone(lockstep_state* state)
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state,
                                                               int64_t timeout_ms);
 
+/* Stream-ordered (see State::wait_for_everyone(cudaStream_t)): `cuda_stream` is a cudaStream_t
+ * (null: the legacy default stream). LOCKSTEP_CONFIG_ERROR when lockstep was built without CUDA. */
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state,
+                                                                    void* cuda_stream);
+/* The CUDA device this process should use (State::device()); -1 without one. */
+LOCKSTEP_C_API int lockstep_device(const lockstep_state* state);
+
 /* The message of the last failing call on this thread ("" if none). Valid until the thread's
  * next failing call. */
 LOCKSTEP_C_API const char* lockstep_last_error(void);

@@ -49,8 +49,7 @@ class IpcEventBarrier final : public StreamBarrier {
     if (current != device_) {
       throw Error(std::string(what) + ": the current device is " + std::to_string(current) +
                   ", but this process's GPU barrier lives on device " + std::to_string(device_) +
-                  " (its first call's): call cudaSetDevice(" + std::to_string(device_) +
-                  ") first");
+                  " (its first call's): call cudaSetDevice(" + std::to_string(device_) + ") first");
     }
     const auto slot = static_cast<std::size_t>(episode_ % kGpuRing);
     check(cudaEventRecord(mine_[slot], stream), what, "cudaEventRecord");
@@ -84,10 +83,9 @@ class IpcEventBarrier final : public StreamBarrier {
         continue;
       }
       GpuSlot& peer = segment_.gpu_slot(slot);
-      if (std::uint32_t ready = peer.ready.load(std::memory_order_acquire);
-          ready != kEventsReady) {
-        throw Error(peer_form_error(
-            what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
+      if (std::uint32_t ready = peer.ready.load(std::memory_order_acquire); ready != kEventsReady) {
+        throw Error(
+            peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
       }
       std::array<cudaEvent_t, kGpuRing> events{};
       for (std::size_t i = 0; i < events.size(); ++i) {
@@ -142,8 +140,8 @@ class MemopsBarrier final : public StreamBarrier {
   static F entry_point(const char* name, const char* what) {
     void* function = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    check(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found),
-          what, "cudaGetDriverEntryPointByVersion");
+    check(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found), what,
+          "cudaGetDriverEntryPointByVersion");
     if (function == nullptr || found != cudaDriverEntryPointSuccess) {
       throw Error(std::string(what) + ": the CUDA driver has no " + name +
                   " (LOCKSTEP_GPU_BARRIER=memops needs stream memory operations)");
@@ -182,8 +180,8 @@ class MemopsBarrier final : public StreamBarrier {
       GpuSlot& peer = segment_.gpu_slot(slot);
       std::uint32_t ready = peer.ready.load(std::memory_order_acquire);
       if (ready != kMemopsReady) {
-        throw Error(peer_form_error(
-            what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
+        throw Error(
+            peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
       }
       cudaIpcMemHandle_t peer_handle{};
       std::memcpy(&peer_handle, peer.flag, sizeof peer_handle);

@@ -134,10 +134,10 @@ void NodeBarrier::throw_timeout(const char* what) {
       missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
     }
   }
-  std::string message =
-      std::string(what) + ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
-      comma_list(missing) + " of " + std::to_string(segment_.header().world_size) +
-      " had not arrived";
+  std::string message = std::string(what) +
+                        ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
+                        comma_list(missing) + " of " +
+                        std::to_string(segment_.header().world_size) + " had not arrived";
   throw TimeoutError(message, std::move(missing));
 }
 

@@ -513,9 +513,9 @@ Failure NodeSegment::recorded_failure() const {
   Failure failure;
   failure.kind = static_cast<FailureKind>(record.kind);
   failure.rank = record.rank;
-  failure.missing.assign(record.missing,
-                         record.missing + std::min<std::size_t>(record.num_missing,
-                                                                kMaxFailureMissing));
+  failure.missing.assign(
+      record.missing,
+      record.missing + std::min<std::size_t>(record.num_missing, kMaxFailureMissing));
   failure.message.assign(record.message,
                          std::min<std::size_t>(record.message_length, kMaxFailureMessage));
   return failure;

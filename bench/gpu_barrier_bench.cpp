@@ -60,7 +60,8 @@ NcclCalls load_nccl() {
   const char* path = std::getenv("LOCKSTEP_NCCL_LIBRARY");  // NOLINT(concurrency-mt-unsafe)
   void* library = ::dlopen(path != nullptr ? path : "libnccl.so.2", RTLD_NOW);
   if (library == nullptr) {
-    throw std::runtime_error(std::string("cannot load NCCL: ") + ::dlerror());
+    throw std::runtime_error(std::string("cannot load NCCL: ") +
+                             ::dlerror());  // NOLINT(concurrency-mt-unsafe)
   }
   NcclCalls calls;
   calls.init_all = reinterpret_cast<decltype(calls.init_all)>(::dlsym(library, "ncclCommInitAll"));

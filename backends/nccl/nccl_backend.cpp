@@ -56,7 +56,7 @@ Nccl load_nccl() {
     if (nccl.library != nullptr) {
       break;
     }
-    tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
+    tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();  // NOLINT(concurrency-mt-unsafe)
     if (path == chosen) {
       break;  // the user's choice, and only it
     }
@@ -109,7 +109,7 @@ class NcclBackend final : public Backend {
   template <class Done>
   void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
                   const char* doing);
-  [[noreturn]] void fail(Failure failure, const char* what);
+  [[noreturn]] void fail(const Failure& failure, const char* what);
   void abort_communicator() noexcept;
   void set_up(const char* what);
 
@@ -205,7 +205,7 @@ void NcclBackend::abort_communicator() noexcept {
   }
 }
 
-void NcclBackend::fail(Failure failure, const char* what) {
+void NcclBackend::fail(const Failure& failure, const char* what) {
   broken_ = failure;
   abort_communicator();
   bootstrap_->abort(failure);

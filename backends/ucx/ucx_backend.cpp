@@ -117,7 +117,7 @@ class UcxBackend final : public Backend {
                   OnDeadline on_deadline);
   // Throws (and keeps) the job's failure, if a leader aborted or disconnected.
   void check_members(const char* what);
-  [[noreturn]] void fail(Failure failure, const char* what);
+  [[noreturn]] void fail(const Failure& failure, const char* what);
   [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
   [[nodiscard]] std::string node_text(int node) const;
 
@@ -810,7 +810,7 @@ void UcxBackend::check_members(const char* what) {
   }
 }
 
-void UcxBackend::fail(Failure failure, const char* what) {
+void UcxBackend::fail(const Failure& failure, const char* what) {
   broken_ = failure;
   throw_failure(failure, std::string(what) + ": ");
 }

@@ -63,8 +63,7 @@ void cuda_check(cudaError_t status, const char* call) {
 #define CUDA(call) cuda_check(call, #call)
 
 void sleep_on_gpu(void* milliseconds) {
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(reinterpret_cast<std::intptr_t>(milliseconds)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(milliseconds)));
 }
 
 TEST(GpuBarrier, WithoutAGpuTheStreamFormIsAClearError) {
@@ -133,9 +132,12 @@ void rounds(int processes, int count, const char* mode = "events") {
     for (int r = 0; r < count; ++r) {
       state.wait_for_everyone(stream);  // A: the previous round's copies come first
       if (r % processes == rank) {
-        std::intptr_t delay = r == 0 ? 300 : (random() % 40 == 0 ? 5 : 0);
-        if (delay > 0) {
-          CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, reinterpret_cast<void*>(delay)));
+        // Round 0 sleeps 300 ms on the GPU, one round in 40 sleeps 5 ms.
+        static int long_sleep_ms = 300;
+        static int short_sleep_ms = 5;
+        int* sleep_ms = r == 0 ? &long_sleep_ms : (random() % 40 == 0 ? &short_sleep_ms : nullptr);
+        if (sleep_ms != nullptr) {
+          CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, sleep_ms));
         }
         CUDA(cudaMemsetAsync(buffer, r % 251 + 1, 1, stream));
       }

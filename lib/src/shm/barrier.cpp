@@ -290,14 +290,15 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;
-  PeerLostError error(std::string(what) + ": " + segment_.describe(peer.slot) + " " +
-                          describe(peer.how) + " while " + std::to_string(waiting) + " process" +
-                          (waiting == 1 ? "" : "es") + " waited",
-                      segment_.slot(peer.slot).rank.load(std::memory_order_relaxed));
+  const std::string message = segment_.describe(peer.slot) + " " + describe(peer.how) + " while " +
+                              std::to_string(waiting) + " process" + (waiting == 1 ? "" : "es") +
+                              " waited";
+  const int rank = segment_.slot(peer.slot).rank.load(std::memory_order_relaxed);
   if (backend_ != nullptr) {
-    backend_->abort(failure_of(error, what));  // the other nodes cannot go on without this one
+    // The other nodes cannot go on without this one.
+    backend_->abort(Failure{FailureKind::peer_lost, rank, {}, message});
   }
-  throw error;
+  throw PeerLostError(std::string(what) + ": " + message, rank);
 }
 
 }  // namespace lockstep::detail

@@ -485,6 +485,7 @@ LostPeer NodeSegment::mark_lost(LostPeer peer) noexcept {
 
 std::vector<int> NodeSegment::ranks() const {
   std::vector<int> ranks;
+  ranks.reserve(static_cast<std::size_t>(num_slots_));
   for (int i = 0; i < num_slots_; ++i) {
     ranks.push_back(slots_[i].rank.load(std::memory_order_relaxed));
   }

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "fault.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/state.hpp"
 
@@ -84,6 +85,7 @@ Context::Context(JobConfig config)
     : config_(std::move(config)),
       owner_(::getpid()),
       fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
+  arm_fault_points(config_.rank);
   const bool hierarchical = config_.num_nodes > 1;
   if (hierarchical) {
     check_backend_built(config_);

@@ -107,7 +107,8 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
 
   // Starts node `rank` of `nnodes`, `per_node` processes running node_worker `args`.
   Node& start(int rank, int nnodes, int per_node, const std::vector<std::string>& args,
-              const std::string& job = "", const std::string& backend = "") {
+              const std::string& job = "", const std::string& backend = "",
+              const std::string& fault = "") {
     Node node;
     node.log = dir_ / ("node" + std::to_string(rank) + "-" + std::to_string(nodes_.size()));
     std::vector<std::string> argv = {tool("LOCKSTEP_RUN"),
@@ -137,6 +138,9 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       ::dup2(fd, STDERR_FILENO);
       ::setenv("UCX_NET_DEVICES", "lo", 1);        // NOLINT(concurrency-mt-unsafe): the child alone
       ::setenv("LOCKSTEP_JOIN_TIMEOUT", "30", 1);  // NOLINT(concurrency-mt-unsafe)
+      if (!fault.empty()) {
+        ::setenv("LOCKSTEP_FAULT_POINT", fault.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+      }
       if (std::string(GetParam()) == "tcp") {
         ::setenv("UCX_TLS", "tcp", 1);  // NOLINT(concurrency-mt-unsafe)
       } else {
@@ -298,6 +302,24 @@ TEST_P(MultiNode, AKilledProcessFailsItsLeaderAndTheJob) {
   ASSERT_EQ(ends.size(), 3U) << all_output();
   for (int rank : {0, 1, 2}) {
     EXPECT_TRUE(ends[rank].starts_with("lost 3 ")) << rank << ": " << ends[rank];
+  }
+}
+
+// Node 1's leader (process 2) dies at each step of its part: before meeting the other leaders,
+// and after meeting them but before releasing its node.
+TEST_P(MultiNode, ALeaderKilledAtEachStepFailsEveryNode) {
+  for (const char* point : {"lead.local@2:5", "lead.met@2:5"}) {
+    std::ofstream(shared_, std::ios::trunc).put('\0');
+    nodes_.clear();
+    for (int node = 0; node < 2; ++node) {
+      start(node, 2, 2, {"rounds", shared_.string(), "100"}, "", "", point);
+    }
+    wait_all();
+    auto ends = results();
+    ASSERT_EQ(ends.size(), 3U) << point << "\n" << all_output();
+    for (int rank : {0, 1, 3}) {
+      EXPECT_TRUE(ends[rank].starts_with("lost 2 ")) << point << ": " << rank << ": " << ends[rank];
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "fault.hpp"
 #include "lockstep/error.hpp"
 #include "shm/futex.hpp"
 
@@ -50,9 +51,11 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
   // (see wake_sleepers).
   const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
+  fault_point("barrier.arrived");
   if (ticket + 1 == full) {
     wake_sleepers();
     ++episode_;
+    fault_point("barrier.passed");
     return;
   }
   // Relaxed: read only by peers' diagnostics (timeouts, lost peers), never for correctness.
@@ -72,8 +75,10 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
       wake_sleepers();  // the last local arrival: the leader may be asleep waiting for it
     }
   }
+  fault_point("barrier.waiting");
   if (wait(full, deadline, what) == Outcome::complete) {
     ++episode_;
+    fault_point("barrier.passed");
     return;
   }
   // Timed out: take the arrival back unless the episode completed meanwhile, or, across nodes,
@@ -94,6 +99,7 @@ void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> de
       wait(full - 1, deadline, what) == Outcome::timed_out && withdraw(full - 1)) {
     throw_timeout(what);  // the node's own processes are late: retrying is still possible
   }
+  fault_point("lead.local");
   try {
     backend_->barrier(deadline, what);
   } catch (const Error& error) {
@@ -101,6 +107,7 @@ void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> de
     segment_.record_failure(failure_of(error, what));
     throw;
   }
+  fault_point("lead.met");
   if (segment_.num_slots() > 1) {
     // seq_cst, as an arrival: the release publishes everything the other nodes' leaders made
     // visible to this one (the backend's messages) to every process of the node.

@@ -16,6 +16,7 @@
 #include <new>
 
 #include "lockstep/error.hpp"
+#include "fault.hpp"
 #include "proc.hpp"
 #include "shm/futex.hpp"
 
@@ -265,6 +266,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     }
     int fd = shm->get_mapping_handle().handle;
     FileLock lock(fd);
+    fault_point("join.locked");
     struct stat st {};
     if (!still_named(fd, name, st)) {
       continue;  // replaced or removed while we waited for the lock
@@ -326,6 +328,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
     header->joined.value.fetch_add(1);
     futex_wake_all(header->joined.value);
+    fault_point("join.claimed");
 
     segment->fd_ = fd;
     segment->header_ = header;
@@ -413,6 +416,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       }
     }
     segment->leader_slot_ = leader;
+    fault_point("join.joined");
   } catch (...) {
     segment.reset();  // leaves: the peers see this slot as gone
     throw;
@@ -442,6 +446,7 @@ void NodeSegment::leave() noexcept {
     header_->left.value.fetch_add(1);
     futex_wake_all(header_->episode.generation);
     futex_wake_all(header_->joined.value);
+    fault_point("leave.marked");
     struct stat st {};
     if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
       bip::shared_memory_object::remove(name_.c_str());

@@ -129,8 +129,9 @@ Context::~Context() {
 }
 
 void Context::leave() noexcept {
-  // The GPU barrier's events stay with the process (at exit the CUDA runtime may be gone).
-  (void)stream_barrier_.release();  // NOLINT(bugprone-unused-return-value)
+  // The GPU barrier's destructor makes no CUDA call (at exit the runtime may be gone): its
+  // events go with the process.
+  stream_barrier_.reset();
   barrier_.reset();
   if (::getpid() == owner_) {
     backend_.reset();

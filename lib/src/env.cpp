@@ -251,9 +251,15 @@ JobConfig validate(const Family& family) {
   if (family.rank_is_node_major && local_rank && family.node.present() &&
       config.world_size == *nnodes * *local_size &&
       config.rank != *node * *local_size + *local_rank) {
+    // (The local size may be derived rather than given: name what was given.)
+    const std::string per_node = family.local_size.present()
+                                     ? family.local_size.name + "=" + *family.local_size.value
+                                     : std::to_string(*local_size) + " processes per node (" +
+                                           family.size.name + " / " + std::to_string(*nnodes) +
+                                           " nodes)";
     bad(family.rank, "disagrees with " + family.node.name + "=" + *family.node.value + ", " +
                          family.local_rank.name + "=" + *family.local_rank.value + " and " +
-                         family.local_size.name + "=" + *family.local_size.value);
+                         per_node);
   }
   config.local_rank = local_rank.value_or(-1);
   config.local_size = *local_size;

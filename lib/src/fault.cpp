@@ -1,10 +1,10 @@
 #include "fault.hpp"
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
 #include <string>
-#include <unistd.h>
 
 #include "env.hpp"
 #include "lockstep/error.hpp"

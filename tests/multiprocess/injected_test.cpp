@@ -88,9 +88,8 @@ TEST_P(Injected, SurvivorsGetAnErrorAndTheNextJobStartsCleanly) {
     }
   });
   EXPECT_EQ(failures(second), "") << point.spec;
-  EXPECT_TRUE(lockstep::testing::shm_entries(
-                  lockstep::detail::segment_name("job=" + id, 0))
-                  .empty())
+  EXPECT_TRUE(
+      lockstep::testing::shm_entries(lockstep::detail::segment_name("job=" + id, 0)).empty())
       << point.spec;
 }
 

@@ -85,9 +85,9 @@ TEST(Soak, OversubscribedRandomDelaysNoEarlyPass) {
   });
   EXPECT_EQ(failures(ends), "");
   std::cout << "soak: " << processes << " processes on " << usable_cpus() << " CPUs for "
-            << std::chrono::duration<double>(Clock::now() - start).count() << " s: "
-            << rounds_done->load() * 2 << " barriers each, " << early->load() << " early passes"
-            << std::endl;
+            << std::chrono::duration<double>(Clock::now() - start).count()
+            << " s: " << rounds_done->load() * 2 << " barriers each, " << early->load()
+            << " early passes" << std::endl;
   EXPECT_EQ(early->load(), 0);
   EXPECT_GT(rounds_done->load(), 0);
 }

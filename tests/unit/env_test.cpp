@@ -253,6 +253,22 @@ TEST(Environment, MultiNodeMasterAddressAndBackend) {
   EXPECT_NE(message.find("LOCKSTEP_BACKEND=\"mpi\""), std::string::npos) << message;
 }
 
+// Found by fuzz/fuzz_env: with LOCAL_WORLD_SIZE absent (derived from GROUP_WORLD_SIZE), the
+// message for a rank that disagrees with its node read the absent variable's value.
+TEST(Environment, RankDisagreeingWithADerivedLocalSize) {
+  auto message = config_error({{"RANK", "5"},
+                               {"WORLD_SIZE", "8"},
+                               {"LOCAL_RANK", "1"},
+                               {"GROUP_RANK", "0"},
+                               {"GROUP_WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "10.0.0.1"},
+                               {"MASTER_PORT", "29500"}});
+  EXPECT_NE(message.find("RANK=\"5\" disagrees with GROUP_RANK=0, LOCAL_RANK=1"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("4 processes per node (WORLD_SIZE / 2 nodes)"), std::string::npos)
+      << message;
+}
+
 TEST(Environment, GpuBarrierMode) {
   EXPECT_EQ(read({}).gpu_barrier, "events");
   EXPECT_EQ(read({{"LOCKSTEP_GPU_BARRIER", "memops"}}).gpu_barrier, "memops");

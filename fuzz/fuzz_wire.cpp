@@ -1,0 +1,72 @@
+// libFuzzer target: every message the UCX backend decodes from the network (backends/ucx/wire).
+// Decoding must never crash, read out of bounds or allocate without bound (ASan, UBSan), and a
+// message that decodes must encode back to the same bytes (one encoding per message).
+//
+// LOCKSTEP_FUZZ_WRITE_SEEDS=DIR writes one encoded message of each kind to DIR (how
+// fuzz/corpus/wire was made) and exits.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <span>
+#include <string>
+
+#include "ucx/wire.hpp"
+
+namespace wire = lockstep::detail::wire;
+
+namespace {
+
+std::vector<std::byte> bytes_of(const char* text) {
+  std::vector<std::byte> out;
+  for (const char* c = text; *c != '\0'; ++c) {
+    out.push_back(static_cast<std::byte>(*c));
+  }
+  return out;
+}
+
+void write_seeds(const std::string& dir) {
+  const wire::Message samples[] = {
+      wire::Hello{"job=run7@10.0.0.1:29500", 2, 8, 1, {4, 5, 6, 7}, bytes_of("worker-address")},
+      wire::Welcome{0x1234'5678'9abc'def1ULL,
+                    {{0, {0, 1}, bytes_of("address-0")}, {1, {2, 3}, bytes_of("address-1")}}},
+      wire::Refuse{"node 1: it belongs to another job"},
+      wire::Arrive{0x1234'5678'9abc'def1ULL, 1, 42, 0, {0x3}},
+      wire::Abort{0x1234'5678'9abc'def1ULL, 1, 2, 3, {2, 3}, "process 3 died"},
+      wire::Blob{0x1234'5678'9abc'def1ULL, 0, 0, bytes_of("nccl-unique-id")},
+  };
+  int index = 0;
+  for (const auto& message : samples) {
+    auto data = wire::encode(message);
+    std::ofstream(dir + "/seed-" + std::to_string(index++), std::ios::binary)
+        .write(reinterpret_cast<const char*>(data.data()),
+               static_cast<std::streamsize>(data.size()));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  if (const char* dir = std::getenv("LOCKSTEP_FUZZ_WRITE_SEEDS")) {  // NOLINT
+    write_seeds(dir);
+    std::exit(0);  // NOLINT(concurrency-mt-unsafe)
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::span<const std::byte> input(reinterpret_cast<const std::byte*>(data), size);
+  wire::Message message;
+  try {
+    message = wire::decode(input);
+  } catch (const wire::WireError&) {
+    return 0;  // refused, as it should be
+  }
+  auto again = wire::encode(message);
+  if (again.size() != size || !std::equal(again.begin(), again.end(), input.begin())) {
+    std::fprintf(stderr, "fuzz_wire: a decoded message encodes to other bytes\n");
+    std::abort();
+  }
+  return 0;
+}

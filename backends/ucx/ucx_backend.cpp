@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <sys/socket.h>
 
-#include <ucp/api/ucp.h>
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -16,6 +15,7 @@
 
 #include "lockstep/error.hpp"
 #include "shm/segment.hpp"  // comma_list
+#include "ucx/ucx_api.hpp"
 #include "ucx/wire.hpp"
 
 namespace lockstep::detail {
@@ -160,7 +160,7 @@ class UcxBackend final : public Backend {
 
 void check(ucs_status_t status, const std::string& what) {
   if (status != UCS_OK) {
-    throw Error("lockstep: UCX backend: " + what + ": " + ucs_status_string(status));
+    throw Error("lockstep: UCX backend: " + what + ": " + ucx_api().status_string(status));
   }
 }
 
@@ -195,19 +195,21 @@ void UcxBackend::start_ucx() {
   // setting only from the environment (ucp_config_modify refuses transport keys), so it is set
   // there unless the user set it; lockstep-run sets it for its ranks before they start.
   (void)::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);  // NOLINT(concurrency-mt-unsafe): see above
-  check(ucp_config_read(nullptr, nullptr, &ucx_config), "reading UCX's configuration (UCX_*)");
+  check(ucx_api().config_read(nullptr, nullptr, &ucx_config),
+        "reading UCX's configuration (UCX_*)");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  ucs_status_t status = ucp_init(&params, ucx_config, &context_);
-  ucp_config_release(ucx_config);
+  ucs_status_t status =
+      ucx_api().init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, ucx_config, &context_);
+  ucx_api().config_release(ucx_config);
   check(status, "ucp_init");
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-  check(ucp_worker_create(context_, &worker_params, &worker_), "ucp_worker_create");
-  check(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
+  check(ucx_api().worker_create(context_, &worker_params, &worker_), "ucp_worker_create");
+  check(ucx_api().worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
 
   ucp_am_handler_param_t handler{};
   handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -215,26 +217,26 @@ void UcxBackend::start_ucx() {
   handler.id = kAmId;
   handler.cb = &UcxBackend::on_message;
   handler.arg = this;
-  check(ucp_worker_set_am_recv_handler(worker_, &handler), "ucp_worker_set_am_recv_handler");
+  check(ucx_api().worker_set_am_recv_handler(worker_, &handler), "ucp_worker_set_am_recv_handler");
 
   ucp_worker_attr_t attr{};
   attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
-  check(ucp_worker_query(worker_, &attr), "ucp_worker_query");
+  check(ucx_api().worker_query(worker_, &attr), "ucp_worker_query");
   const auto* begin = reinterpret_cast<const std::byte*>(attr.address);
   address_.assign(begin, begin + attr.address_length);
-  ucp_worker_release_address(worker_, attr.address);
+  ucx_api().worker_release_address(worker_, attr.address);
 }
 
 void UcxBackend::shutdown() noexcept {
   if (worker_ == nullptr) {
     if (context_ != nullptr) {
-      ucp_cleanup(context_);
+      ucx_api().cleanup(context_);
       context_ = nullptr;
     }
     return;
   }
   if (listener_ != nullptr) {
-    ucp_listener_destroy(listener_);
+    ucx_api().listener_destroy(listener_);
     listener_ = nullptr;
   }
   std::vector<void*> closing;
@@ -245,7 +247,7 @@ void UcxBackend::shutdown() noexcept {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = endpoint->error != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void* request = ucp_ep_close_nbx(endpoint->ep, &param);
+    void* request = ucx_api().ep_close_nbx(endpoint->ep, &param);
     endpoint->ep = nullptr;
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
       closing.push_back(request);
@@ -253,26 +255,26 @@ void UcxBackend::shutdown() noexcept {
   }
   const auto until = Clock::now() + kCloseBound;
   while (!closing.empty() && Clock::now() < until) {
-    ucp_worker_progress(worker_);
+    ucx_api().worker_progress(worker_);
     std::erase_if(closing, [](void* request) {
-      if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      if (ucx_api().request_check_status(request) == UCS_INPROGRESS) {
         return false;
       }
-      ucp_request_free(request);
+      ucx_api().request_free(request);
       return true;
     });
   }
   // Whatever is still in flight is handed back to UCX, which releases it with the worker.
   for (void* request : closing) {
-    ucp_request_free(request);
+    ucx_api().request_free(request);
   }
   for (auto& entry : sending_) {
-    ucp_request_free(entry.first);
+    ucx_api().request_free(entry.first);
   }
   sending_.clear();
-  ucp_worker_destroy(worker_);
+  ucx_api().worker_destroy(worker_);
   worker_ = nullptr;
-  ucp_cleanup(context_);
+  ucx_api().cleanup(context_);
   context_ = nullptr;
 }
 
@@ -316,7 +318,7 @@ Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node, bool bootst
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead peer is an error, never a hang
   params.err_handler.cb = &UcxBackend::on_error;
   params.err_handler.arg = endpoint.get();
-  ucs_status_t status = ucp_ep_create(worker_, &params, &endpoint->ep);
+  ucs_status_t status = ucx_api().ep_create(worker_, &params, &endpoint->ep);
   if (status != UCS_OK) {
     endpoint->ep = nullptr;
     endpoint->error = status;
@@ -332,7 +334,7 @@ void UcxBackend::close_endpoint(Endpoint& endpoint, bool force) noexcept {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  void* request = ucp_ep_close_nbx(endpoint.ep, &param);
+  void* request = ucx_api().ep_close_nbx(endpoint.ep, &param);
   endpoint.ep = nullptr;
   if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
     sending_.emplace_back(request, std::vector<std::byte>{});  // freed once complete
@@ -347,7 +349,7 @@ void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
-  void* request = ucp_am_send_nbx(ep, kAmId, nullptr, 0, bytes.data(), bytes.size(), &param);
+  void* request = ucx_api().am_send_nbx(ep, kAmId, nullptr, 0, bytes.data(), bytes.size(), &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     return;  // sent at once, or failed: a failed endpoint also reports through on_error
   }
@@ -355,7 +357,7 @@ void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
 }
 
 void UcxBackend::progress() {
-  while (ucp_worker_progress(worker_) != 0) {
+  while (ucx_api().worker_progress(worker_) != 0) {
   }
   while (!received_.empty()) {
     Received received = std::move(received_.front());
@@ -377,17 +379,17 @@ void UcxBackend::progress() {
       params.conn_request = connections_.front();
       connections_.pop_front();
       if (joined_) {
-        ucp_listener_reject(listener_, params.conn_request);
+        ucx_api().listener_reject(listener_, params.conn_request);
         continue;
       }
       add_endpoint(params, -1, true);
     }
   }
   std::erase_if(sending_, [](auto& entry) {
-    if (ucp_request_check_status(entry.first) == UCS_INPROGRESS) {
+    if (ucx_api().request_check_status(entry.first) == UCS_INPROGRESS) {
       return false;
     }
-    ucp_request_free(entry.first);
+    ucx_api().request_free(entry.first);
     return true;
   });
 }
@@ -505,7 +507,7 @@ void UcxBackend::serve() {
   params.sockaddr.addrlen = found->ai_addrlen;
   params.conn_handler.cb = &UcxBackend::on_connection;
   params.conn_handler.arg = this;
-  ucs_status_t status = ucp_listener_create(worker_, &params, &listener_);
+  ucs_status_t status = ucx_api().listener_create(worker_, &params, &listener_);
   ::freeaddrinfo(found);
   if (status == UCS_ERR_BUSY) {
     throw ConfigError("lockstep: node 0 cannot listen on " + where(job) +
@@ -514,7 +516,7 @@ void UcxBackend::serve() {
   }
   if (status != UCS_OK) {
     throw ConfigError("lockstep: node 0 cannot listen on " + where(job) + " (" +
-                      ucs_status_string(status) +
+                      ucx_api().status_string(status) +
                       "): MASTER_ADDR must be an address of node 0 that the other nodes reach");
   }
 
@@ -550,7 +552,7 @@ void UcxBackend::serve() {
               " never connected",
           {});
     }
-    if (ucp_worker_arm(worker_) == UCS_OK) {
+    if (ucx_api().worker_arm(worker_) == UCS_OK) {
       pollfd fd{event_fd_, POLLIN, 0};
       (void)::poll(&fd, 1, static_cast<int>(kSleepSlice.count()));
     }
@@ -569,7 +571,7 @@ void UcxBackend::serve() {
   }
   joined_ = true;
   // Nobody else may join: later connections are rejected, and the port is free again soon.
-  ucp_listener_destroy(listener_);
+  ucx_api().listener_destroy(listener_);
   listener_ = nullptr;
 }
 
@@ -610,7 +612,8 @@ void UcxBackend::connect() {
     const auto retry_at = Clock::now() + kRetryDelay;
     while (!welcome_ && !refused_ && endpoint.error == UCS_OK && Clock::now() < config_.deadline) {
       progress();
-      if (!welcome_ && !refused_ && endpoint.error == UCS_OK && ucp_worker_arm(worker_) == UCS_OK) {
+      if (!welcome_ && !refused_ && endpoint.error == UCS_OK &&
+          ucx_api().worker_arm(worker_) == UCS_OK) {
         pollfd fd{event_fd_, POLLIN, 0};
         (void)::poll(&fd, 1, 10);
       }
@@ -623,7 +626,7 @@ void UcxBackend::connect() {
       break;
     }
     if (endpoint.error != UCS_OK) {
-      last_error = ucs_status_string(endpoint.error);
+      last_error = ucx_api().status_string(endpoint.error);
       close_endpoint(endpoint, true);
     }
     if (Clock::now() >= config_.deadline) {
@@ -779,7 +782,7 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
       continue;
     }
     // Nothing to do for a while: sleep until UCX has an event (or a slice passes).
-    if (ucp_worker_arm(worker_) != UCS_OK) {
+    if (ucx_api().worker_arm(worker_) != UCS_OK) {
       continue;  // events are pending: progress them
     }
     auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(kSleepSlice);
@@ -803,8 +806,8 @@ void UcxBackend::check_members(const char* what) {
                    leader,
                    {},
                    node_text(node) + "'s main process (process " + std::to_string(leader) +
-                       ") is gone: its connection failed (" + ucs_status_string(member->error) +
-                       ")"},
+                       ") is gone: its connection failed (" +
+                       ucx_api().status_string(member->error) + ")"},
            what);
     }
   }

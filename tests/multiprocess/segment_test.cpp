@@ -2,13 +2,18 @@
 #include "shm/segment.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <lockstep/lockstep.hpp>
 #include <string>
 #include <thread>
@@ -94,6 +99,69 @@ class HeldJob {
   lockstep::testing::Running running_;
   bool finished_ = false;
 };
+
+// Another Unix user on the machine (created here: the test needs root) can neither open a job's
+// segment nor join the job by giving its identity: its processes meet in a namespace of their
+// own (the uid is part of the segment's name) and the job runs on undisturbed.
+TEST(NodeSegment, AnotherUserCannotOpenOrJoinTheJob) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root, to create a second Unix user";
+  }
+  const char* other = "lockstep-other";
+  if (::getpwnam(other) == nullptr &&
+      std::system("useradd --system --no-create-home --shell /usr/sbin/nologin lockstep-other "
+                  ">/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "could not create a second user (useradd)";
+  }
+  const passwd* user = ::getpwnam(other);
+  ASSERT_NE(user, nullptr);
+  const uid_t uid = user->pw_uid;
+  const gid_t gid = user->pw_gid;
+  std::string id = unique_job_id("other-user");
+  HeldJob job(id);
+  ASSERT_TRUE(job.joined());
+  const std::string path = shm_path_of(id);
+  ASSERT_TRUE(exists(path));
+  auto* result = shared_array<int>(4);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) {
+      ::_exit(3);
+    }
+    int fd = ::open(path.c_str(), O_RDWR);
+    result[0] = fd < 0 ? errno : 0;
+    fd = ::open(path.c_str(), O_RDONLY);
+    result[1] = fd < 0 ? errno : 0;
+    // The same identity, as the other job's rank 1: it must not join, only time out alone.
+    ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
+    ::setenv("RANK", "1", 1);
+    ::setenv("LOCAL_RANK", "1", 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+    ::setenv("GROUP_RANK", "0", 1);
+    ::setenv("LOCKSTEP_NNODES", "1", 1);
+    ::setenv("LOCKSTEP_JOIN_TIMEOUT", "1", 1);
+    try {
+      lockstep::State state;
+      result[2] = 1;  // joined someone: wrong
+    } catch (const lockstep::TimeoutError&) {
+      result[2] = 2;  // alone in its own namespace
+    } catch (const std::exception&) {
+      result[2] = 3;
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(result[0], EACCES) << "read-write open by another user";
+  EXPECT_EQ(result[1], EACCES) << "read-only open by another user";
+  EXPECT_EQ(result[2], 2) << "another user's process with the job's identity";
+  EXPECT_EQ(job.finish(), "");  // the job was not disturbed
+  EXPECT_FALSE(exists(path));
+  // Nothing of the other user's attempt is left either.
+  EXPECT_TRUE(lockstep::testing::shm_entries("lockstep-u" + std::to_string(uid) + "-").empty());
+}
 
 TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
   std::string id = unique_job_id("mode");

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "dl.hpp"
 #include "gpu/stream_barrier.hpp"  // visible_device
 #include "lockstep/error.hpp"
 #include "ucx/ucx_backend.hpp"
@@ -35,13 +36,8 @@ struct Nccl {
   decltype(&ncclGetLastError) last_error = nullptr;
 };
 
-template <class F>
-void bind(void* library, const char* name, F& function) {
-  function = reinterpret_cast<F>(::dlsym(library, name));
-  if (function == nullptr) {
-    throw ConfigError(std::string("lockstep: the NCCL library has no ") + name +
-                      " (NCCL 2.14 or later is needed)");
-  }
+void bind(void* library, const char* name, auto& function) {
+  bind_symbol(library, name, function, "the NCCL library (2.14 or later is needed)");
 }
 
 Nccl load_nccl() {

@@ -7,18 +7,14 @@
 #include <optional>
 #include <string>
 
+#include "dl.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
 namespace {
 
-template <class F>
-void bind(void* library, const char* name, F& function) {
-  function = reinterpret_cast<F>(::dlsym(library, name));
-  if (function == nullptr) {
-    throw ConfigError(std::string("lockstep: the UCX library has no ") + name +
-                      " (UCX 1.12 or later is needed)");
-  }
+void bind(void* library, const char* name, auto& function) {
+  bind_symbol(library, name, function, "the UCX library (1.12 or later is needed)");
 }
 
 UcxApi load() {

@@ -44,6 +44,25 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks);
 }
 
+// MASTER_ADDR:MASTER_PORT as a socket address (the first that resolves).
+sockaddr_storage master_address(const JobConfig& job, socklen_t& length) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(job.master_port);
+  if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
+                      ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
+  }
+  sockaddr_storage address{};
+  length = found->ai_addrlen;
+  std::memcpy(&address, found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+  return address;
+}
+
 class UcxBackend;
 
 // One UCP endpoint and what UCX's error callback said about it.
@@ -491,24 +510,15 @@ void UcxBackend::serve() {
   token_ = (static_cast<std::uint64_t>(random()) << 32) ^ random();
   token_ |= 1;  // never 0, which no message carries by accident
 
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(job.master_port);
-  if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
-                      ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
-  }
+  socklen_t length = 0;
+  const sockaddr_storage address = master_address(job, length);
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  params.sockaddr.addr = found->ai_addr;
-  params.sockaddr.addrlen = found->ai_addrlen;
+  params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
+  params.sockaddr.addrlen = length;
   params.conn_handler.cb = &UcxBackend::on_connection;
   params.conn_handler.arg = this;
   ucs_status_t status = ucx_api().listener_create(worker_, &params, &listener_);
-  ::freeaddrinfo(found);
   if (status == UCS_ERR_BUSY) {
     throw ConfigError("lockstep: node 0 cannot listen on " + where(job) +
                       ": the port is in use (another job? Under torchrun, MASTER_PORT is "
@@ -577,20 +587,8 @@ void UcxBackend::serve() {
 
 void UcxBackend::connect() {
   const JobConfig& job = config_.job;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(job.master_port);
-  if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
-                      ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
-  }
-  sockaddr_storage server{};
-  socklen_t server_length = found->ai_addrlen;
-  std::memcpy(&server, found->ai_addr, found->ai_addrlen);
-  ::freeaddrinfo(found);
+  socklen_t server_length = 0;
+  const sockaddr_storage server = master_address(job, server_length);
 
   wire::Hello hello;
   hello.identity = job.identity;

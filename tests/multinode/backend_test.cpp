@@ -27,17 +27,7 @@ using lockstep::testing::Job;
 using lockstep::testing::run_ranks;
 using Clock = std::chrono::steady_clock;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  (void)::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  (void)::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using lockstep::testing::free_port;
 
 bool built(const std::string& name) {
   auto names = lockstep::detail::built_backends();

@@ -35,20 +35,7 @@ std::string tool(const char* variable) {
   return path != nullptr ? path : "/nonexistent";
 }
 
-// A TCP port that nothing listens on now (the kernel's pick).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
-    ADD_FAILURE() << "cannot pick a port";
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using lockstep::testing::free_port;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);

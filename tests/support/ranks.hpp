@@ -74,6 +74,9 @@ std::vector<RankEnd> wait_ranks(const Running& running);
 // one line per rank that did not.
 std::string failures(const std::vector<RankEnd>& ends, int killed = -1);
 
+// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick).
+int free_port();
+
 // A unique job id for this test process.
 std::string unique_job_id(const std::string& hint);
 

@@ -1,5 +1,7 @@
 #include "ranks.hpp"
 
+#include "shm/segment.hpp"
+
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -12,6 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 
 namespace lockstep::testing {
@@ -128,10 +133,43 @@ constexpr const char* kJobVariables[] = {"RANK",
   std::exit(code);  // NOLINT(concurrency-mt-unsafe)
 }
 
+// The node segments of the jobs this test process started. At its exit, those that ranks which
+// crashed or were killed left behind are removed, as lockstep-run removes them: a test's own
+// checks may need such a segment while it runs (a stale one, to be replaced), never after.
+std::set<std::string>& started_segments() {
+  static std::set<std::string> names;
+  return names;
+}
+std::mutex started_mutex;
+pid_t test_process = 0;
+
+void remove_abandoned_segments() {
+  if (::getpid() != test_process) {
+    return;  // a rank exiting: the test process cleans up
+  }
+  std::lock_guard lock(started_mutex);
+  for (const auto& name : started_segments()) {
+    (void)lockstep::detail::remove_abandoned_segment(name);
+  }
+}
+
+void remember_segment(const std::string& id) {
+  std::lock_guard lock(started_mutex);
+  if (test_process == 0) {
+    test_process = ::getpid();
+    (void)started_segments();  // constructed before the handler is registered
+    std::atexit(remove_abandoned_segments);
+  }
+  started_segments().insert(lockstep::detail::segment_name("job=" + id, 0));
+}
+
 }  // namespace
 
 Running start_ranks(const Job& job, const std::function<void(int)>& body) {
   std::string id = job.id.empty() ? unique_job_id("job") : job.id;
+  if (!job.plain) {
+    remember_segment(id);
+  }
   Running running;
   running.deadline = std::chrono::steady_clock::now() + job.limit;
   std::fflush(nullptr);

@@ -69,7 +69,6 @@ class UcxBackend;
 
 // One UCP endpoint and what UCX's error callback said about it.
 struct Endpoint {
-  UcxBackend* owner = nullptr;
   int node = -1;           // the leader of this node; -1 while it is an unvalidated connection
   bool bootstrap = false;  // a client-server connection: its errors count only while joining
   ucp_ep_h ep = nullptr;
@@ -140,7 +139,6 @@ class UcxBackend final : public Backend {
   void check_members(const char* what);
   [[noreturn]] void fail(const Failure& failure, const char* what);
   [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
-  [[nodiscard]] std::string node_text(int node) const;
 
   LeaderConfig config_;
   int me_ = 0;
@@ -166,8 +164,6 @@ class UcxBackend final : public Backend {
   std::optional<wire::Welcome> welcome_;
   std::optional<std::string> refused_;
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
-  std::size_t dropped_ = 0;                    // foreign or malformed messages ignored
-  std::string last_drop_;
 
   // The barrier and broadcasts.
   std::uint64_t episode_ = 0;
@@ -313,10 +309,7 @@ ucs_status_t UcxBackend::on_message(void* arg, const void* /*header*/,
                                     const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxBackend*>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    // Larger than any lockstep message: not ours. (The data is never fetched.)
-    ++self->dropped_;
-    self->last_drop_ = "a message of " + std::to_string(length) + " bytes";
-    return UCS_OK;
+    return UCS_OK;  // larger than any lockstep message: not ours (the data is never fetched)
   }
   const auto* begin = static_cast<const std::byte*>(data);
   if (self->joined_ && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
@@ -324,9 +317,8 @@ ucs_status_t UcxBackend::on_message(void* arg, const void* /*header*/,
     // (handle_member makes no UCX call). Bootstrap messages wait for progress().
     try {
       self->handle_member(wire::decode({begin, length}));
-    } catch (const wire::WireError& error) {
-      ++self->dropped_;
-      self->last_drop_ = error.what();
+    } catch (const wire::WireError&) {
+      // malformed or foreign: dropped
     } catch (...) {
       return UCS_OK;  // (out of memory) nothing may cross into UCX
     }
@@ -354,7 +346,6 @@ void UcxBackend::on_connection(ucp_conn_request_h request, void* arg) {
 
 Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node, bool bootstrap) {
   auto endpoint = std::make_unique<Endpoint>();
-  endpoint->owner = this;
   endpoint->node = node;
   endpoint->bootstrap = bootstrap;
   params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -408,8 +399,7 @@ void UcxBackend::progress() {
     try {
       handle(wire::decode(received.bytes), received.reply_ep);
     } catch (const wire::WireError& error) {
-      ++dropped_;
-      last_drop_ = error.what();
+      // Malformed or foreign: dropped, and a connection still joining is told why.
       if (received.reply_ep != nullptr && me_ == 0 && !joined_) {
         refuse(received.reply_ep, std::string("malformed hello: ") + error.what());
       }
@@ -446,9 +436,7 @@ void UcxBackend::refuse(ucp_ep_h ep, const std::string& reason) {
 void UcxBackend::handle(const wire::Message& message, ucp_ep_h reply_ep) {
   if (const auto* hello = std::get_if<wire::Hello>(&message)) {
     if (me_ != 0 || reply_ep == nullptr) {
-      ++dropped_;
-      last_drop_ = "a hello sent to node " + std::to_string(me_);
-      return;
+      return;  // only node 0 takes hellos, over a connection it can answer
     }
     handle_hello(*hello, reply_ep);
     return;
@@ -715,14 +703,11 @@ void UcxBackend::connect_mesh() {
 }
 
 void UcxBackend::handle_member(const wire::Message& message) {
+  // Whether a message comes from another leader of this job (else: another job's, or forged,
+  // and dropped).
   auto from_member = [&](std::uint64_t token, std::uint32_t from) {
-    if (token != token_ || from >= static_cast<std::uint32_t>(num_nodes_) ||
-        from == static_cast<std::uint32_t>(me_)) {
-      ++dropped_;
-      last_drop_ = "a message with a foreign token or sender";
-      return false;
-    }
-    return true;
+    return token == token_ && from < static_cast<std::uint32_t>(num_nodes_) &&
+           from != static_cast<std::uint32_t>(me_);
   };
   if (const auto* arrive = std::get_if<wire::Arrive>(&message)) {
     if (!from_member(arrive->token, arrive->from)) {
@@ -768,13 +753,11 @@ void UcxBackend::handle_member(const wire::Message& message) {
     if (!from_member(blob->token, blob->from) || blob->from != 0 ||
         blob->sequence < blob_sequence_ || blobs_.count(blob->sequence) != 0 ||
         blobs_.size() > 16) {
-      ++dropped_;
-      return;
+      return;  // foreign, old, repeated, or more than could be awaited: dropped
     }
     blobs_[blob->sequence] = blob->data;
-  } else {
-    ++dropped_;  // a hello, welcome or refusal from a member after joining
   }
+  // A hello, welcome or refusal from a member after joining is dropped.
 }
 
 template <class Done, class OnDeadline>
@@ -827,8 +810,8 @@ void UcxBackend::check_members(const char* what) {
       fail(Failure{FailureKind::peer_lost,
                    leader,
                    {},
-                   node_text(node) + "'s main process (process " + std::to_string(leader) +
-                       ") is gone: its connection failed (" +
+                   "node " + std::to_string(node) + "'s main process (process " +
+                       std::to_string(leader) + ") is gone: its connection failed (" +
                        ucx_api().status_string(member->error) + ")"},
            what);
     }
@@ -838,10 +821,6 @@ void UcxBackend::check_members(const char* what) {
 void UcxBackend::fail(const Failure& failure, const char* what) {
   broken_ = failure;
   throw_failure(failure, std::string(what) + ": ");
-}
-
-std::string UcxBackend::node_text(int node) const {
-  return "node " + std::to_string(node);
 }
 
 std::vector<int> UcxBackend::ranks_of_nodes(const std::vector<int>& nodes) const {

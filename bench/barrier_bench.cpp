@@ -37,27 +37,13 @@ namespace {
 
 namespace bip = boost::interprocess;
 using lockstep::bench::run_episodes;
+using lockstep::bench::set_job_environment;
 
 std::string fresh_id(const char* family) {
   static int counter = 0;
   return std::string("bench-") + family + "-" + std::to_string(::getpid()) + "-" +
          std::to_string(counter++);
 }
-
-// Sets the variables lockstep-run would set for `rank` of `ranks`.
-// Runs in a freshly forked, single-threaded child.
-// NOLINTBEGIN(concurrency-mt-unsafe)
-void set_job_environment(const std::string& id, int rank, int ranks, const char* policy) {
-  ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-  ::setenv("GROUP_RANK", "0", 1);
-  ::setenv("LOCKSTEP_NNODES", "1", 1);
-  ::setenv("LOCKSTEP_WAIT_POLICY", policy, 1);
-}
-// NOLINTEND(concurrency-mt-unsafe)
 
 template <const char* Policy>
 class LockstepFamily {
@@ -361,11 +347,5 @@ BENCHMARK(BM_LongWaitCpu)
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 2;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return lockstep::bench::failed_runs() == 0 ? 0 : 1;
+  return lockstep::bench::run_main(argc, argv);
 }

@@ -29,6 +29,7 @@ namespace {
 
 using lockstep::bench::fork_ranks;
 using lockstep::bench::Report;
+using lockstep::bench::set_job_environment;
 using lockstep::bench::wall_seconds;
 
 void cuda(cudaError_t status, const char* call) {
@@ -36,18 +37,6 @@ void cuda(cudaError_t status, const char* call) {
     throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(status));
   }
 }
-
-// NOLINTBEGIN(concurrency-mt-unsafe): freshly forked, single-threaded children
-void set_job_environment(const std::string& id, int rank, int ranks) {
-  ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-  ::setenv("GROUP_RANK", "0", 1);
-  ::setenv("LOCKSTEP_NNODES", "1", 1);
-}
-// NOLINTEND(concurrency-mt-unsafe)
 
 enum class Kind { stream_barrier, stream_memops, sync_host_barrier, nccl, stream_only };
 
@@ -185,11 +174,5 @@ BENCHMARK_CAPTURE(BM_Gpu, stream_only, Kind::stream_only)
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
-    return 2;
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return lockstep::bench::failed_runs() == 0 ? 0 : 1;
+  return lockstep::bench::run_main(argc, argv);
 }

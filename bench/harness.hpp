@@ -21,6 +21,24 @@
 
 namespace lockstep::bench {
 
+// Sets the variables lockstep-run would set for `rank` of `ranks` on one node (and the wait
+// policy, when given). Runs in a freshly forked, single-threaded child.
+// NOLINTBEGIN(concurrency-mt-unsafe)
+inline void set_job_environment(const std::string& id, int rank, int ranks,
+                                const char* policy = nullptr) {
+  ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+  ::setenv("GROUP_RANK", "0", 1);
+  ::setenv("LOCKSTEP_NNODES", "1", 1);
+  if (policy != nullptr) {
+    ::setenv("LOCKSTEP_WAIT_POLICY", policy, 1);
+  }
+}
+// NOLINTEND(concurrency-mt-unsafe)
+
 // Runs that failed (a rank that could not run); main() exits non-zero when any did, so that a
 // smoke run of the suite can fail.
 inline int& failed_runs() {
@@ -160,6 +178,17 @@ void run_episodes(benchmark::State& state, int ranks) {
   // CPU time per episode, summed over all processes: spinning shows here, sleeping does not.
   state.counters["cpu_us"] = benchmark::Counter(cpu * 1e6 / static_cast<double>(episodes));
   ::munmap(report, sizeof(Report));
+}
+
+// The suites' main(): Google Benchmark's, exiting non-zero when a run failed.
+inline int run_main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 2;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return failed_runs() == 0 ? 0 : 1;
 }
 
 }  // namespace lockstep::bench

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <new>
 
-#include "lockstep/error.hpp"
 #include "fault.hpp"
+#include "lockstep/error.hpp"
 #include "proc.hpp"
 #include "shm/futex.hpp"
 

@@ -5,6 +5,7 @@
 #include <nccl.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -211,34 +212,36 @@ void NcclBackend::fail(const Failure& failure, const char* what) {
 template <class Done>
 void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
                              const char* doing) {
-  const auto start = Clock::now();
-  const WaitPlan& plan = config_.plan;
-  const bool forever = plan.spin == std::chrono::nanoseconds::max() || !plan.sleep;
-  const auto poll_end = forever ? Clock::time_point::max() : start + plan.spin + plan.yield;
-  for (;;) {
-    try {
-      if (done()) {
-        return;
+  // NCCL as a place to wait: polling asks NCCL and the bootstrap (a dead or aborting leader:
+  // NCCL alone would wait for ever); blocking sleeps kPollSleep, since a GPU has nothing to
+  // sleep on here.
+  struct Site : WaitSite {
+    NcclBackend& backend;
+    Done& ready;
+    const char* what;
+    bool done() {
+      try {
+        if (ready()) {
+          return true;
+        }
+        backend.bootstrap_->poll(what);
+      } catch (const Error& error) {
+        backend.broken_ = failure_of(error, what);
+        backend.abort_communicator();
+        throw;
       }
-      bootstrap_->poll(what);  // a dead or aborting leader: NCCL alone would wait for ever
-    } catch (const Error& error) {
-      broken_ = failure_of(error, what);
-      abort_communicator();
-      throw;
+      return false;
     }
-    const auto now = Clock::now();
-    if (deadline && now >= *deadline) {
-      fail(Failure{FailureKind::timeout,
-                   -1,
-                   {},
-                   std::string("timed out ") + doing + " (NCCL cannot tell which node is late)"},
-           what);
+    static void block(std::chrono::nanoseconds limit) {
+      std::this_thread::sleep_for(std::clamp<std::chrono::nanoseconds>(limit, {}, kPollSleep));
     }
-    if (now < poll_end) {
-      ::sched_yield();
-    } else {
-      std::this_thread::sleep_for(kPollSleep);
-    }
+  } site{{}, *this, done, what};
+  if (config_.waiter->wait(site, deadline, kPollSleep) == Waiter::End::timed_out) {
+    fail(Failure{FailureKind::timeout,
+                 -1,
+                 {},
+                 std::string("timed out ") + doing + " (NCCL cannot tell which node is late)"},
+         what);
   }
 }
 

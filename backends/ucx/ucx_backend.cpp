@@ -130,7 +130,7 @@ class UcxBackend final : public Backend {
   void handle_hello(const wire::Hello& hello, ucp_ep_h reply_ep);
   void handle_member(const wire::Message& message);
   void refuse(ucp_ep_h ep, const std::string& reason);
-  // Polls (per the node's wait plan), then sleeps on the worker's event fd, until done();
+  // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes.
   template <class Done, class OnDeadline>
   void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
@@ -763,39 +763,33 @@ void UcxBackend::handle_member(const wire::Message& message) {
 template <class Done, class OnDeadline>
 void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
                             OnDeadline on_deadline) {
-  // A message from another node takes microseconds, not nanoseconds: the leader yields its CPU
-  // between polls from the start (as MPI does when idle) rather than spinning, since on a
-  // crowded node the process it waits for may need this CPU; it sleeps on the worker's event fd
-  // once the node's policy would have its processes sleep.
-  const WaitPlan& plan = config_.plan;
-  const auto start = Clock::now();
-  const bool forever = plan.spin == std::chrono::nanoseconds::max() || !plan.sleep;
-  const auto poll_end = forever ? Clock::time_point::max() : start + plan.spin + plan.yield;
-  for (;;) {
-    progress();
-    if (done()) {
-      return;
+  // The backend as a place to wait: polling progresses the worker (and throws the job's failure
+  // if a leader is gone); blocking sleeps on the worker's event fd. A message from another node
+  // takes microseconds: the Waiter yields between polls (idle machine) and then sleeps.
+  struct Site : WaitSite {
+    UcxBackend& backend;
+    Done& ready;
+    const char* what;
+    bool done() {
+      backend.progress();
+      if (ready()) {
+        return true;
+      }
+      backend.check_members(what);
+      return false;
     }
-    check_members(what);
-    const auto now = Clock::now();
-    if (deadline && now >= *deadline) {
-      on_deadline();
-      return;
+    void block(std::chrono::nanoseconds limit) {
+      if (ucx_api().worker_arm(backend.worker_) != UCS_OK) {
+        return;  // events are pending: progress them
+      }
+      const auto slice = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(limit),
+                                    std::chrono::milliseconds(0), kSleepSlice);
+      pollfd fd{backend.event_fd_, POLLIN, 0};
+      (void)::poll(&fd, 1, static_cast<int>(slice.count()));
     }
-    if (now < poll_end) {
-      ::sched_yield();
-      continue;
-    }
-    // Nothing to do for a while: sleep until UCX has an event (or a slice passes).
-    if (ucx_api().worker_arm(worker_) != UCS_OK) {
-      continue;  // events are pending: progress them
-    }
-    auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(kSleepSlice);
-    if (deadline) {
-      limit = std::min(limit, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
-    }
-    pollfd fd{event_fd_, POLLIN, 0};
-    (void)::poll(&fd, 1, static_cast<int>(limit.count()));
+  } site{{}, *this, done, what};
+  if (config_.waiter->wait(site, deadline, kSleepSlice) == Waiter::End::timed_out) {
+    on_deadline();
   }
 }
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "env.hpp"
-#include "shm/wait.hpp"
+#include "wait.hpp"
 
 namespace lockstep::detail {
 
@@ -32,7 +32,7 @@ struct NodeInfo {
 struct LeaderConfig {
   JobConfig job;
   std::vector<int> ranks;      // this node's processes
-  WaitPlan plan;               // how long to poll before sleeping (the node engine's policy)
+  Waiter* waiter;              // how this process waits (outlives the backend)
   Clock::time_point deadline;  // for joining
 };
 

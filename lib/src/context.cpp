@@ -96,15 +96,10 @@ Context::Context(JobConfig config)
   const auto deadline = std::chrono::steady_clock::now() + config_.join_timeout;
   segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
-  WaitPlan plan = make_wait_plan(config_.wait_policy, config_.local_size, usable_cpus());
-  if (hierarchical && plan.spin != std::chrono::nanoseconds::max()) {
-    // Across nodes every wait includes a network round trip (microseconds): yield between
-    // polls from the start instead of spinning, so that a crowded node's leader gets the CPU.
-    plan.yield += plan.spin;
-    plan.spin = std::chrono::nanoseconds(0);
-  }
+  waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical});
   if (!hierarchical) {
-    barrier_.emplace(*segment_, plan, nullptr, false);
+    barrier_.emplace(*segment_, *waiter_, nullptr, false);
+    waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
     return;
   }
   // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
@@ -112,13 +107,14 @@ Context::Context(JobConfig config)
   // join reaches its node's processes).
   if (local_index_ == 0) {
     try {
-      backend_ = make_backend(LeaderConfig{config_, segment_->ranks(), plan, deadline});
+      backend_ = make_backend(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline});
     } catch (const Error& error) {
       segment_->record_failure(failure_of(error, "lockstep: joining the job"));
       throw;
     }
   }
-  barrier_.emplace(*segment_, plan, backend_.get(), true);
+  barrier_.emplace(*segment_, *waiter_, backend_.get(), true);
+  waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
                             "lockstep: joining the job");

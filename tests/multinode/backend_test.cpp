@@ -49,9 +49,11 @@ std::unique_ptr<Backend> join(const std::string& backend, int node, int nodes, i
   job.master_addr = "127.0.0.1";
   job.master_port = port;
   job.backend = backend;
-  auto plan = lockstep::detail::make_wait_plan(lockstep::WaitPolicy::adaptive, 1, 1);
+  // One leader per process (each node is a forked process): the waiter lives as long.
+  static lockstep::detail::Waiter waiter(lockstep::WaitPolicy::adaptive,
+                                         lockstep::detail::WaitShape{1, 1, true});
   return lockstep::detail::make_backend(
-      LeaderConfig{job, {node}, plan, Clock::now() + std::chrono::seconds(30)});
+      LeaderConfig{job, {node}, &waiter, Clock::now() + std::chrono::seconds(30)});
 }
 
 std::vector<std::byte> blob_of(std::size_t size, int seed) {

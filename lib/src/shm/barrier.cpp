@@ -13,22 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Spins before the first clock read, so that the common, immediate case reads no clock.
-constexpr int kQuickSpins = 64;
-// Spins between clock reads in the spin phase (a clock read costs ~25 ns here, a pause ~10-40).
-constexpr int kSpinsPerClockRead = 64;
-// How long an oversubscribed waiter may spin (rather than yield) per wait while no late peer was
-// last seen on its CPU: bounds the cost of a stale record to about this.
-constexpr auto kYieldlessSpin = std::chrono::microseconds(50);
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
 }  // namespace
 
 void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
@@ -62,7 +46,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   // Stored after the arrival so that a process that dies in between is never taken as arrived.
   Slot& me = segment_.slot(segment_.my_slot());
   me.arrived.store(episode_ + 1, std::memory_order_relaxed);
-  if (plan_.yield.count() > 0) {
+  if (waiter_.yields_to_peers()) {
     // Relaxed: a scheduling hint for the peers, never needed for correctness.
     me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   }
@@ -188,83 +172,59 @@ void NodeBarrier::wake_sleepers() noexcept {
   }
 }
 
+// The node barrier as a place to wait: done when the count reaches `target`.
+class NodeBarrier::Site : public WaitSite {
+ public:
+  Site(NodeBarrier& barrier, std::uint64_t target, const char* what) noexcept
+      : barrier_(barrier), target_(target), what_(what) {}
+  [[nodiscard]] bool done() const noexcept { return barrier_.reached(target_); }
+  void block(std::chrono::nanoseconds limit) noexcept { barrier_.sleep(target_, limit); }
+  [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
+  [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
+
+ private:
+  NodeBarrier& barrier_;
+  std::uint64_t target_;
+  const char* what_;
+};
+
 NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
                                        std::optional<Clock::time_point> deadline,
                                        const char* what) {
+  Site site(*this, target, what);
+  return waiter_.wait(site, deadline, kPollInterval) == Waiter::End::done ? Outcome::complete
+                                                                          : Outcome::timed_out;
+}
+
+void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit) noexcept {
   SegmentHeader& header = segment_.header();
-  auto& arrivals = header.episode.arrivals;
-  auto& generation = header.episode.generation;
-  auto complete = [&] { return reached(target); };
-  const int quick_spins = plan_.spin.count() > 0 ? kQuickSpins : 0;  // block: sleep at once
-  for (int i = 0; i < quick_spins; ++i) {
-    if (complete()) {
-      return Outcome::complete;
-    }
-    cpu_relax();
+  Slot& me = segment_.slot(segment_.my_slot());
+  // Read the futex word before announcing the sleep: a completer that sees the announcement
+  // changes the word, so the futex call below cannot miss it.
+  const std::uint32_t seen = header.episode.generation.load(std::memory_order_acquire);
+  // Relaxed: a hint for the peers' load samples (peers_asleep), never needed for correctness.
+  me.asleep_until.store(target, std::memory_order_relaxed);
+  header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
+  if (header.episode.arrivals.load(std::memory_order_seq_cst) < target) {
+    futex_wait(header.episode.generation, seen, limit);
   }
-  const auto start = Clock::now();
-  const auto forever = Clock::time_point::max();
-  const auto spin_end =
-      plan_.spin == std::chrono::nanoseconds::max() ? forever : start + plan_.spin;
-  const auto yield_end = spin_end == forever ? forever : spin_end + plan_.yield;
-  auto next_check = start + kPollInterval;
-  for (;;) {
-    auto now = Clock::now();
-    if (now < spin_end) {
-      for (int i = 0; i < kSpinsPerClockRead; ++i) {
-        if (complete()) {
-          return Outcome::complete;
-        }
-        cpu_relax();
-      }
-    } else if (now < yield_end || !plan_.sleep) {
-      // Yield only to a late peer that was last seen on this CPU; while every late peer runs
-      // elsewhere, a short spin steals nothing from them. A record can be stale (the peer moved
-      // here since), so spinning instead of yielding is bounded per wait. Across nodes, always
-      // yield: the wait is for the network, and whoever needs this CPU may be another node's.
-      if (!hierarchical_ && now - spin_end < kYieldlessSpin && !late_peer_here()) {
-        for (int i = 0; i < kSpinsPerClockRead; ++i) {
-          if (complete()) {
-            return Outcome::complete;
-          }
-          cpu_relax();
-        }
-        continue;
-      }
-      ::sched_yield();
-      if (complete()) {
-        return Outcome::complete;
-      }
-    } else {
-      // Read the futex word before announcing the sleep: a completer that sees the announcement
-      // changes the word, so the futex call below cannot miss it.
-      const std::uint32_t seen = generation.load(std::memory_order_acquire);
-      header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
-      if (arrivals.load(std::memory_order_seq_cst) < target) {
-        auto limit = next_check - now;
-        if (deadline) {
-          limit = std::min(limit, *deadline - now);
-        }
-        futex_wait(generation, seen, limit);
-      }
-      // Relaxed: the count only decides whether a completer calls futex_wake; a stale high value
-      // costs one needless wake.
-      header.sleepers.value.fetch_sub(1, std::memory_order_relaxed);
-      if (complete()) {
-        return Outcome::complete;
-      }
-      now = Clock::now();
-    }
-    if (now >= next_check || (deadline && now >= *deadline)) {
-      if (complete() || check_peers(target, what)) {
-        return Outcome::complete;
-      }
-      next_check = now + kPollInterval;
-      if (deadline && now >= *deadline) {
-        return Outcome::timed_out;
-      }
+  // Relaxed: the count only decides whether a completer calls futex_wake; a stale high value
+  // costs one needless wake.
+  header.sleepers.value.fetch_sub(1, std::memory_order_relaxed);
+  me.asleep_until.store(0, std::memory_order_relaxed);  // relaxed: the same hint
+}
+
+int NodeBarrier::peers_asleep() const noexcept {
+  // Relaxed throughout: a hint, read a few times per millisecond at most.
+  const std::uint64_t count = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
+  int asleep = 0;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    if (slot != segment_.my_slot() &&
+        segment_.slot(slot).asleep_until.load(std::memory_order_relaxed) > count) {
+      ++asleep;
     }
   }
+  return asleep;
 }
 
 bool NodeBarrier::check_peers(std::uint64_t target, const char* what) {

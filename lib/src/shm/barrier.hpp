@@ -7,7 +7,7 @@
 #include <string>
 
 #include "shm/segment.hpp"
-#include "shm/wait.hpp"
+#include "wait.hpp"
 
 namespace lockstep::detail {
 
@@ -26,11 +26,12 @@ namespace lockstep::detail {
 // leader has gone to the other nodes, no arrival it counted on can be taken back.
 class NodeBarrier {
  public:
+  // `waiter`: how this process waits (it outlives the barrier).
   // `backend`: the cross-node backend, for the node's leader in a multi-node job (else null).
   // `hierarchical`: whether the job spans nodes (true on every process of such a job).
-  NodeBarrier(NodeSegment& segment, WaitPlan plan, Backend* backend, bool hierarchical) noexcept
+  NodeBarrier(NodeSegment& segment, Waiter& waiter, Backend* backend, bool hierarchical) noexcept
       : segment_(segment),
-        plan_(plan),
+        waiter_(waiter),
         backend_(backend),
         hierarchical_(hierarchical),
         leader_(segment.my_slot() == segment.leader_slot()),
@@ -46,8 +47,13 @@ class NodeBarrier {
 
   [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
 
+  // How many of the node's other processes sleep in a barrier wait now (a hint for the waiter's
+  // load samples: an episode that is complete counts its sleepers as woken).
+  [[nodiscard]] int peers_asleep() const noexcept;
+
  private:
   enum class Outcome { complete, timed_out };
+  class Site;
   // Waits until the arrival count reaches `target`.
   Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
                const char* what);
@@ -62,6 +68,8 @@ class NodeBarrier {
   [[nodiscard]] bool came(int slot) const noexcept;
   // Whether a peer that has not arrived was last seen on this process's CPU.
   [[nodiscard]] bool late_peer_here() const noexcept;
+  // Sleeps on the futex until the count may have reached `target`, at most `limit`.
+  void sleep(std::uint64_t target, std::chrono::nanoseconds limit) noexcept;
   // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
   void wake_sleepers() noexcept;
   [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
@@ -70,7 +78,7 @@ class NodeBarrier {
   [[nodiscard]] bool check_peers(std::uint64_t target, const char* what);
 
   NodeSegment& segment_;
-  WaitPlan plan_;
+  Waiter& waiter_;
   Backend* backend_;
   bool hierarchical_;
   bool leader_;

@@ -15,7 +15,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 6;
+inline constexpr std::uint32_t kLayoutVersion = 7;
 inline constexpr std::size_t kMaxIdentity = 480;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
@@ -71,6 +71,9 @@ struct alignas(kCacheLine) Slot {
   // The CPU the owner ran on when it last arrived (-1: unknown). Oversubscribed waiters yield
   // their CPU only to a late peer that was last seen on it.
   std::atomic<std::int32_t> cpu;
+  // While the owner sleeps in a barrier wait: the arrival count it waits for (else 0). A hint
+  // for the peers' load samples (lib/src/wait.hpp), never needed for correctness.
+  std::atomic<std::uint64_t> asleep_until;
 };
 
 struct SegmentHeader {

@@ -325,6 +325,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     slot.local_rank.store(config.local_rank);
     slot.arrived.store(0);
     slot.cpu.store(-1);
+    slot.asleep_until.store(0);
     slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
     header->joined.value.fetch_add(1);
     futex_wake_all(header->joined.value);

@@ -1,0 +1,162 @@
+#include "wait.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace lockstep::detail {
+
+using std::chrono::nanoseconds;
+using namespace wait_tuning;
+
+namespace {
+
+class SystemSignals final : public WaitSignals {
+ public:
+  SystemSignals() noexcept
+      : loadavg_(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC)),
+        online_(static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)))) {}
+  ~SystemSignals() override {
+    if (loadavg_ >= 0) {
+      ::close(loadavg_);
+    }
+  }
+  SystemSignals(const SystemSignals&) = delete;
+  SystemSignals& operator=(const SystemSignals&) = delete;
+
+  WaitClock::time_point now() noexcept override { return WaitClock::now(); }
+
+  // "0.43 0.83 0.41 4/80 4080": the numerator of the fourth field. pread at offset 0 makes the
+  // kernel write the line anew, so the file is opened once (a fork inherits it: pread keeps no
+  // offset to share).
+  int runnable_tasks() noexcept override {
+    if (loadavg_ < 0) {
+      return -1;
+    }
+    char text[128];
+    const ssize_t length = ::pread(loadavg_, text, sizeof text - 1, 0);
+    if (length <= 0) {
+      return -1;
+    }
+    text[length] = '\0';
+    int spaces = 0;
+    const char* p = text;
+    for (; *p != '\0' && spaces < 3; ++p) {
+      spaces += *p == ' ' ? 1 : 0;
+    }
+    char* end = nullptr;
+    const long runnable = std::strtol(p, &end, 10);
+    return end != p && *end == '/' && runnable > 0 && runnable < 1'000'000
+               ? static_cast<int>(runnable)
+               : -1;
+  }
+
+  int online_cpus() noexcept override { return online_; }
+
+ private:
+  int loadavg_;
+  int online_;
+};
+
+}  // namespace
+
+WaitSignals& system_signals() noexcept {
+  static SystemSignals signals;
+  return signals;
+}
+
+int usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
+    return 1;
+  }
+  const int count = CPU_COUNT(&set);
+  return count > 0 ? count : 1;
+}
+
+WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
+                      nanoseconds learned_spin) noexcept {
+  switch (policy) {
+    case WaitPolicy::spin:
+      return WaitOptions{nanoseconds::max(), nanoseconds{0}, false};
+    case WaitPolicy::block:
+      return WaitOptions{nanoseconds{0}, nanoseconds{0}, true};
+    case WaitPolicy::adaptive:
+      break;
+  }
+  const bool own_cpu = shape.processes <= shape.cpus;
+  if (shape.across_nodes) {
+    // Yield between polls from the start (as MPI does), so that on a crowded node the process
+    // waited for gets the CPU; the same total as on one node before sleeping.
+    const nanoseconds yield = own_cpu ? kSpinStart + kYieldAfterSpin : kYieldOversubscribed;
+    return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};
+  }
+  if (own_cpu) {
+    const nanoseconds cap = loaded ? nanoseconds(kSpinMaxLoaded) : nanoseconds(kSpinMaxIdle);
+    return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), cap),
+                       loaded ? nanoseconds{0} : kYieldAfterSpin, true};
+  }
+  return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldOversubscribed, true};
+}
+
+Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcept
+    : policy_(policy),
+      shape_(shape),
+      signals_(signals),
+      adaptive_(policy == WaitPolicy::adaptive),
+      options_(plan_wait(policy_, shape_, loaded_, spin_)) {}
+
+void Waiter::yield_cpu() noexcept {
+  ::sched_yield();
+}
+
+// A sample counts the runnable tasks that are not the job's: the machine's runnable tasks less
+// the job's processes on this node that do not sleep in a wait (a process computing, spinning or
+// preempted is runnable; a process in a wait's futex is not). It counts only while the machine
+// has more runnable tasks than CPUs: a busy process elsewhere on a large machine competes with
+// nobody here. Samples are smoothed (weight 1/4), with hysteresis: loaded from 0.5 foreign tasks
+// on average, idle again below 0.25, so that a kernel thread's moment on a CPU changes nothing.
+bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept {
+  if (!adaptive_ || (!now_or_never && now - last_sample_ < kLoadSamplePeriod)) {
+    return loaded_;
+  }
+  last_sample_ = now;
+  const int runnable = signals_.runnable_tasks();
+  if (runnable < 0) {
+    return loaded_;  // no /proc: the shape alone decides, as before load was seen
+  }
+  const int asleep = peers_asleep_ ? peers_asleep_() : 0;
+  const int ours = std::max(1, shape_.processes - std::clamp(asleep, 0, shape_.processes - 1));
+  const int foreign = runnable > signals_.online_cpus() ? std::max(0, runnable - ours) : 0;
+  foreign_ += (foreign - foreign_) / 4;
+  loaded_ = loaded_ ? foreign_ >= 0.25 : foreign_ >= 0.5;
+  options_ = plan_wait(policy_, shape_, loaded_, spin_);
+  return loaded_;
+}
+
+// The spin phase follows the waits seen (adaptive, one node, a CPU per process): a wait that a
+// spin of the current cap would have covered, and that took more than half the current spin,
+// doubles it (up to the cap); a wait longer than the cap halves it (down to kSpinMin). So a loop
+// whose waits last 30-100 us learns to spin through them, and a peer that is often late by
+// milliseconds costs a short spin each time.
+void Waiter::learn(nanoseconds waited) noexcept {
+  if (!adaptive_ || shape_.across_nodes || shape_.processes > shape_.cpus) {
+    return;
+  }
+  const nanoseconds cap = loaded_ ? nanoseconds(kSpinMaxLoaded) : nanoseconds(kSpinMaxIdle);
+  if (waited <= cap) {
+    if (waited > spin_ / 2) {
+      spin_ = std::min(cap, spin_ * 2);
+    }
+  } else {
+    spin_ = std::max(nanoseconds(kSpinMin), spin_ / 2);
+  }
+  spin_ = std::min(spin_, cap);
+  options_ = plan_wait(policy_, shape_, loaded_, spin_);
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,290 @@
+// Waiting: how every wait of a process spins, yields and sleeps (internal).
+//
+// One object, the Waiter, owns the decision for every wait a process makes: the node barrier's
+// (lib/src/shm), and a node leader's waits for the other nodes (backends/). Each of those is a
+// Site that knows how to poll what it waits for and how to block on it (a futex, an event fd);
+// the Waiter decides, step by step, which of the three to do, and adapts to what it sees:
+//
+//   - the shape of the job (processes on this node against usable CPUs, one node or several);
+//   - load that is not the job's: runnable tasks on the machine beyond the job's own, sampled
+//     from /proc/loadavg at most once per kLoadSamplePeriod, and only when a wait already costs
+//     microseconds (never on the fast path);
+//   - having been descheduled: a gap between two clock reads of its own polling loop;
+//   - how long its recent waits lasted (the spin phase is sized from them).
+//
+// Everything it reads goes through WaitSignals, so tests drive it with a fake clock and fake load.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "lockstep/state.hpp"
+
+namespace lockstep::detail {
+
+using WaitClock = std::chrono::steady_clock;
+
+// The phases of one wait: busy-poll, then poll with sched_yield between polls, then block on the
+// site (if `sleep`). `spin == nanoseconds::max()` spins for ever.
+struct WaitOptions {
+  std::chrono::nanoseconds spin{0};
+  std::chrono::nanoseconds yield{0};
+  bool sleep = true;
+  friend bool operator==(const WaitOptions&, const WaitOptions&) = default;
+};
+
+// Who waits. Fixed for a process's membership.
+struct WaitShape {
+  int processes = 1;          // the job's processes on this node
+  int cpus = 1;               // CPUs this process may run on (its affinity mask)
+  bool across_nodes = false;  // the job spans nodes: every wait includes a network round trip
+};
+
+// What the adaptive policy reads of the machine.
+class WaitSignals {
+ public:
+  WaitSignals() = default;
+  virtual ~WaitSignals() = default;
+  WaitSignals(const WaitSignals&) = delete;
+  WaitSignals& operator=(const WaitSignals&) = delete;
+
+  [[nodiscard]] virtual WaitClock::time_point now() noexcept = 0;
+  // Tasks runnable on the machine at this instant, the caller included (the numerator of
+  // /proc/loadavg's fourth field), or -1 when it cannot be read.
+  [[nodiscard]] virtual int runnable_tasks() noexcept = 0;
+  // CPUs online on the machine.
+  [[nodiscard]] virtual int online_cpus() noexcept = 0;
+};
+
+// The machine itself: the steady clock and /proc/loadavg (opened once, read with pread).
+WaitSignals& system_signals() noexcept;
+
+// CPUs this process may run on (its affinity mask), at least 1.
+int usable_cpus() noexcept;
+
+// The tuned numbers, each with where it came from.
+namespace wait_tuning {
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+// Spins before the first clock read, so that the common, immediate case reads no clock.
+inline constexpr int kQuickSpins = 64;
+// Spins between clock reads (a clock read costs ~25 ns here, a pause ~10-40 ns).
+inline constexpr int kSpinsPerClockRead = 64;
+// The spin phase of a process that has a CPU to itself, between these bounds, sized from the
+// waits it has seen (see Waiter::learn). 20 us is where it starts: ANCHORS.md (2-core EPYC VM,
+// 2026-11-29) measured a centralized barrier that spins ~20 us before its futex at 0.26 us for
+// N=2, while a ~2 us spin falls through to the 10-15 us futex wake often enough to average
+// ~1 us. Up to 200 us on an idle machine: a training-like loop (compute of 0-100 us, then a
+// barrier) has waits of that order, and a wake-up costs 10-15 us of latency each time the spin
+// falls short; on a loaded machine no more than 20 us, since a spinner may hold the CPU that a
+// descheduled peer needs.
+inline constexpr microseconds kSpinStart{20};
+inline constexpr microseconds kSpinMin{2};
+inline constexpr microseconds kSpinMaxIdle{200};
+inline constexpr microseconds kSpinMaxLoaded{20};
+// After the spin, on an idle machine with a CPU per process: poll with sched_yield this long
+// before sleeping, keeping a moderately late peer off the 10-15 us futex path.
+inline constexpr microseconds kYieldAfterSpin{200};
+// More processes than CPUs on an idle machine: no spin, yield up to 2 ms, then sleep.
+// bench/barrier_bench, 2026-11-29: a 1 us spin before yielding cost 5.3 us per episode at N=4
+// and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound keeps a long wait under
+// 0.3% of a core (one wake-up per kPollInterval after it).
+inline constexpr milliseconds kYieldOversubscribed{2};
+// An oversubscribed waiter spins instead of yielding, at most this long per wait, while no late
+// peer was last seen on its CPU (the site's hint): bounds the cost of a stale hint.
+inline constexpr microseconds kYieldlessSpin{50};
+// A gap this long between two clock reads of a polling loop means the waiter lost its CPU.
+// A clock read plus 64 pauses take about 1-3 us; a scheduler slice is 0.7-3 ms.
+inline constexpr microseconds kDescheduledGap{50};
+// Load samples are at most this frequent: a pread of /proc/loadavg costs ~1.5 us, so at most
+// ~0.2% of a waiting core.
+inline constexpr milliseconds kLoadSamplePeriod{1};
+}  // namespace wait_tuning
+
+// The options of one wait for `policy`, given whether the machine is `loaded` and the spin the
+// waiter has learned (adaptive only):
+//   spin:     spin for ever, never yield or sleep.
+//   block:    sleep at once.
+//   adaptive, one node, a CPU per process: spin `learned_spin`; then, on an idle machine only,
+//             yield kYieldAfterSpin; then sleep.
+//   adaptive, one node, more processes than CPUs: yield kYieldOversubscribed (idle machine
+//             only), then sleep.
+//   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
+//             machine; then sleep.
+// Never sched_yield on a loaded machine. Under the EEVDF scheduler a yield hands the CPU to a
+// busy competitor for a whole slice (0.7-3 ms), and a waiter that spun or yielded has spent its
+// lag, so it is not picked when its peer finally arrives; a sleeper keeps its lag and preempts
+// the competitor when woken (ANCHORS.md, "On a loaded machine": spinning-and-yielding costs
+// 400-2,600 us per episode there, sleeping 25-220 us).
+WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
+                      std::chrono::nanoseconds learned_spin) noexcept;
+
+// Base of the places that wait; a Site overrides what it has.
+//   bool done()                 polls what is awaited (may make progress, may throw)
+//   void block(nanoseconds)     sleeps until woken or the time passes (required)
+//   bool check()                every kCheckInterval and at the deadline: may throw (a lost
+//                               peer); true if what is awaited is done after all
+//   bool late_peer_here()       whether a peer this wait waits for may need this CPU
+struct WaitSite {
+  static bool check() { return false; }
+  static bool late_peer_here() noexcept { return true; }
+};
+
+// One process's waiting. Not thread-safe: a process waits in one place at a time (Context
+// refuses a second thread).
+class Waiter {
+ public:
+  enum class End { done, timed_out };
+
+  Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals = system_signals()) noexcept;
+
+  // `peers_asleep` (must not throw): how many of the node's other processes of the job sleep in
+  // a wait now; the others are counted as runnable in a load sample. Unset: all are.
+  void watch_peers(std::function<int()> peers_asleep) { peers_asleep_ = std::move(peers_asleep); }
+
+  // Waits until `site.done()`, or until `deadline` passes (then End::timed_out, after a last
+  // site.check()). Calls site.check() every `check_interval`; whatever a site call throws
+  // propagates. Spins, yields and blocks per this waiter's options, which it adapts as it goes.
+  template <class Site>
+  End wait(Site& site, std::optional<WaitClock::time_point> deadline,
+           std::chrono::nanoseconds check_interval);
+
+  [[nodiscard]] WaitPolicy policy() const noexcept { return policy_; }
+  [[nodiscard]] const WaitShape& shape() const noexcept { return shape_; }
+  // The options the next wait starts with.
+  [[nodiscard]] const WaitOptions& options() const noexcept { return options_; }
+  // Whether the machine was last seen loaded with work that is not the job's.
+  [[nodiscard]] bool loaded() const noexcept { return loaded_; }
+  // The smoothed count of runnable tasks that are not the job's, beyond the machine's CPUs.
+  [[nodiscard]] double foreign_load() const noexcept { return foreign_; }
+  // Whether a wait may yield to a late peer on its CPU (then the site's hint is worth keeping).
+  [[nodiscard]] bool yields_to_peers() const noexcept {
+    return policy_ == WaitPolicy::adaptive && !shape_.across_nodes &&
+           shape_.processes > shape_.cpus;
+  }
+
+  // Takes a load sample unless one was taken less than kLoadSamplePeriod ago (any time when
+  // `now_or_never`); returns loaded(). Adaptive only.
+  bool sample_load(WaitClock::time_point now, bool now_or_never = false) noexcept;
+  // Feeds back one finished wait of `waited`.
+  void learn(std::chrono::nanoseconds waited) noexcept;
+
+ private:
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+  }
+  static void yield_cpu() noexcept;
+
+  WaitPolicy policy_;
+  WaitShape shape_;
+  WaitSignals& signals_;
+  std::function<int()> peers_asleep_;
+  bool adaptive_;
+  std::chrono::nanoseconds spin_ = wait_tuning::kSpinStart;
+  bool loaded_ = false;
+  double foreign_ = 0;
+  WaitClock::time_point last_sample_{};
+  WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
+};
+
+template <class Site>
+Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadline,
+                         std::chrono::nanoseconds check_interval) {
+  using namespace wait_tuning;
+  const WaitOptions options = options_;
+  const bool spins = options.spin.count() > 0;
+  for (int i = 0; spins && i < kQuickSpins; ++i) {
+    if (site.done()) {
+      return End::done;  // immediate: nothing to learn, no clock read
+    }
+    cpu_relax();
+  }
+  const auto forever = WaitClock::time_point::max();
+  const auto start = signals_.now();
+  auto now = start;
+  auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
+  auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
+  auto next_check = start + check_interval;
+  bool sampled = false;  // this wait's one regular load sample, when the spin is over
+  auto finish = [&] {
+    learn(now - start);
+    return End::done;
+  };
+  for (;;) {
+    if (now < spin_end) {
+      for (int i = 0; i < kSpinsPerClockRead; ++i) {
+        if (site.done()) {
+          return finish();
+        }
+        cpu_relax();
+      }
+      const auto before = now;
+      now = signals_.now();
+      if (adaptive_ && now - before > kDescheduledGap && sample_load(now, true)) {
+        spin_end = yield_end = now;  // lost the CPU to work that is not the job's: sleep
+      }
+    } else if (now < yield_end || !options.sleep) {
+      if (adaptive_ && !sampled) {
+        sampled = true;
+        if (sample_load(now)) {
+          yield_end = now;
+          continue;
+        }
+      }
+      // Yield only to a late peer that may need this CPU; while every late peer runs elsewhere,
+      // a short spin steals nothing from them. A hint can be stale (the peer moved here since),
+      // so spinning instead of yielding is bounded per wait.
+      if (!shape_.across_nodes && now - spin_end < kYieldlessSpin && !site.late_peer_here()) {
+        for (int i = 0; i < kSpinsPerClockRead; ++i) {
+          if (site.done()) {
+            return finish();
+          }
+          cpu_relax();
+        }
+        now = signals_.now();
+        continue;
+      }
+      yield_cpu();
+      if (site.done()) {
+        now = signals_.now();
+        return finish();
+      }
+      const auto before = now;
+      now = signals_.now();
+      if (adaptive_ && now - before > kDescheduledGap && sample_load(now, true)) {
+        yield_end = now;  // the yield went to work that is not the job's: sleep instead
+      }
+    } else {
+      if (adaptive_ && !sampled) {
+        sampled = true;
+        (void)sample_load(now);
+      }
+      auto limit = next_check - now;
+      if (deadline) {
+        limit = std::min(limit, *deadline - now);
+      }
+      site.block(limit);
+      now = signals_.now();
+      if (site.done()) {
+        return finish();
+      }
+    }
+    if (now >= next_check || (deadline && now >= *deadline)) {
+      if (site.check()) {
+        return finish();
+      }
+      next_check = now + check_interval;
+      if (deadline && now >= *deadline) {
+        return End::timed_out;
+      }
+    }
+  }
+}
+
+}  // namespace lockstep::detail

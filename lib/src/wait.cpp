@@ -56,6 +56,8 @@ class SystemSignals final : public WaitSignals {
 
   int online_cpus() noexcept override { return online_; }
 
+  void yield() noexcept override { ::sched_yield(); }
+
  private:
   int loadavg_;
   int online_;
@@ -109,10 +111,6 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
       signals_(signals),
       adaptive_(policy == WaitPolicy::adaptive),
       options_(plan_wait(policy_, shape_, loaded_, spin_)) {}
-
-void Waiter::yield_cpu() noexcept {
-  ::sched_yield();
-}
 
 // A sample counts the runnable tasks that are not the job's: the machine's runnable tasks less
 // the job's processes on this node that do not sleep in a wait (a process computing, spinning or

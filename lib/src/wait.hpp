@@ -56,9 +56,12 @@ class WaitSignals {
   [[nodiscard]] virtual int runnable_tasks() noexcept = 0;
   // CPUs online on the machine.
   [[nodiscard]] virtual int online_cpus() noexcept = 0;
+  // Offers the CPU to another runnable task (sched_yield).
+  virtual void yield() noexcept = 0;
 };
 
-// The machine itself: the steady clock and /proc/loadavg (opened once, read with pread).
+// The machine itself: the steady clock, /proc/loadavg (opened once, read with pread) and
+// sched_yield.
 WaitSignals& system_signals() noexcept;
 
 // CPUs this process may run on (its affinity mask), at least 1.
@@ -123,7 +126,8 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
 
 // Base of the places that wait; a Site overrides what it has.
 //   bool done()                 polls what is awaited (may make progress, may throw)
-//   void block(nanoseconds)     sleeps until woken or the time passes (required)
+//   void block(nanoseconds)     sleeps until woken or the time passes (required); may be the
+//                               wait's first call (policy block), so it checks before sleeping
 //   bool check()                every kCheckInterval and at the deadline: may throw (a lost
 //                               peer); true if what is awaited is done after all
 //   bool late_peer_here()       whether a peer this wait waits for may need this CPU
@@ -179,7 +183,6 @@ class Waiter {
     asm volatile("yield" ::: "memory");
 #endif
   }
-  static void yield_cpu() noexcept;
 
   WaitPolicy policy_;
   WaitShape shape_;
@@ -250,7 +253,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
         now = signals_.now();
         continue;
       }
-      yield_cpu();
+      signals_.yield();
       if (site.done()) {
         now = signals_.now();
         return finish();

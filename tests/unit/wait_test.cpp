@@ -1,0 +1,385 @@
+// The wait module alone: the policy (plan_wait) and the Waiter's loop, driven by a fake clock and
+// fake load, with a fake site that counts what the Waiter did.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+
+#include "wait.hpp"
+
+namespace {
+
+using lockstep::WaitPolicy;
+using lockstep::detail::plan_wait;
+using lockstep::detail::Waiter;
+using lockstep::detail::WaitOptions;
+using lockstep::detail::WaitShape;
+using lockstep::detail::WaitSignals;
+using lockstep::detail::WaitSite;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+using Time = lockstep::detail::WaitClock::time_point;
+namespace tuning = lockstep::detail::wait_tuning;
+
+// A machine in a test: time moves only when the Waiter reads the clock (`read_cost` per read),
+// yields (`yield_cost`: about nothing on an idle CPU, a whole slice when a competitor is queued)
+// or blocks.
+class FakeMachine : public WaitSignals {
+ public:
+  Time now() noexcept override {
+    clock += read_cost;
+    return clock;
+  }
+  int runnable_tasks() noexcept override {
+    ++samples;
+    return noise_every > 0 && samples % noise_every == 0 ? runnable + 1 : runnable;
+  }
+  int online_cpus() noexcept override { return cpus; }
+  void yield() noexcept override {
+    ++yields;
+    clock += yield_cost;
+  }
+
+  Time clock{std::chrono::seconds(1000)};
+  nanoseconds read_cost{microseconds(1)};
+  nanoseconds yield_cost{microseconds(1)};
+  int runnable = 1;
+  int cpus = 2;
+  int noise_every = 0;  // every n-th sample sees one more task (a kernel thread's moment)
+  int samples = 0;
+  int yields = 0;
+};
+
+// What is awaited becomes true at `ready_at`; blocking sleeps until then or the limit.
+class FakeSite : public WaitSite {
+ public:
+  explicit FakeSite(FakeMachine& machine) : machine_(machine) {}
+  bool done() {
+    ++polls;
+    return machine_.clock >= ready_at;
+  }
+  void block(nanoseconds limit) {
+    ++blocks;
+    machine_.clock = std::min(machine_.clock + std::max(limit, nanoseconds(0)), ready_at);
+  }
+  bool check() {
+    ++checks;
+    if (lost) {
+      throw std::runtime_error("peer lost");
+    }
+    return false;
+  }
+  [[nodiscard]] bool late_peer_here() const noexcept { return peer_here; }
+
+  Time ready_at;
+  int polls = 0;
+  int blocks = 0;
+  int checks = 0;
+  bool lost = false;
+  bool peer_here = true;
+
+ private:
+  FakeMachine& machine_;
+};
+
+// Runs one wait that completes `after` from now; returns the site to inspect.
+FakeSite wait_once(Waiter& waiter, FakeMachine& machine, nanoseconds after,
+                   std::optional<Time> deadline = std::nullopt) {
+  FakeSite site(machine);
+  site.ready_at = machine.clock + after;
+  EXPECT_EQ(waiter.wait(site, deadline, milliseconds(100)), Waiter::End::done);
+  return site;
+}
+
+TEST(WaitPlan, SpinAndBlockKeepTheirMeaning) {
+  for (bool loaded : {false, true}) {
+    for (WaitShape shape :
+         {WaitShape{2, 2, false}, WaitShape{8, 2, false}, WaitShape{2, 2, true}}) {
+      EXPECT_EQ(plan_wait(WaitPolicy::spin, shape, loaded, microseconds(20)),
+                (WaitOptions{nanoseconds::max(), nanoseconds(0), false}));
+      EXPECT_EQ(plan_wait(WaitPolicy::block, shape, loaded, microseconds(20)),
+                (WaitOptions{nanoseconds(0), nanoseconds(0), true}));
+    }
+  }
+}
+
+TEST(WaitPlan, AdaptiveFollowsTheShapeWhenIdle) {
+  EXPECT_EQ(plan_wait(WaitPolicy::adaptive, {2, 2, false}, false, microseconds(40)),
+            (WaitOptions{microseconds(40), tuning::kYieldAfterSpin, true}));
+  EXPECT_EQ(plan_wait(WaitPolicy::adaptive, {8, 2, false}, false, microseconds(40)),
+            (WaitOptions{nanoseconds(0), tuning::kYieldOversubscribed, true}));
+  const WaitOptions across = plan_wait(WaitPolicy::adaptive, {2, 2, true}, false, microseconds(40));
+  EXPECT_EQ(across.spin, nanoseconds(0));
+  EXPECT_GT(across.yield, nanoseconds(0));
+  EXPECT_TRUE(across.sleep);
+}
+
+TEST(WaitPlan, AdaptiveNeverYieldsOnALoadedMachine) {
+  for (WaitShape shape : {WaitShape{2, 2, false}, WaitShape{8, 2, false}, WaitShape{2, 2, true},
+                          WaitShape{16, 16, false}}) {
+    const WaitOptions options = plan_wait(WaitPolicy::adaptive, shape, true, tuning::kSpinMaxIdle);
+    EXPECT_EQ(options.yield, nanoseconds(0)) << shape.processes << " on " << shape.cpus;
+    EXPECT_LE(options.spin, nanoseconds(tuning::kSpinMaxLoaded));
+    EXPECT_TRUE(options.sleep);
+  }
+}
+
+TEST(Waiter, ImmediateWaitReadsNoClock) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  const Time before = machine.clock;
+  FakeSite site = wait_once(waiter, machine, nanoseconds(0));
+  EXPECT_EQ(machine.clock, before);
+  EXPECT_EQ(site.polls, 1);
+  EXPECT_EQ(machine.samples, 0);
+}
+
+TEST(Waiter, IdleWithACpuEachSpinsThroughAShortWait) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  FakeSite site = wait_once(waiter, machine, microseconds(10));
+  EXPECT_EQ(site.blocks, 0);
+  EXPECT_EQ(machine.yields, 0);
+  EXPECT_EQ(machine.samples, 0) << "a wait that the spin covers never reads /proc";
+}
+
+TEST(Waiter, IdleOversubscribedYieldsThenSleeps) {
+  FakeMachine machine;
+  machine.runnable = 4;  // the job's own four processes on two CPUs
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  FakeSite short_wait = wait_once(waiter, machine, microseconds(300));
+  EXPECT_GT(machine.yields, 0);
+  EXPECT_EQ(short_wait.blocks, 0);
+  EXPECT_FALSE(waiter.loaded());
+  FakeSite long_wait = wait_once(waiter, machine, milliseconds(50));
+  EXPECT_GT(long_wait.blocks, 0);
+}
+
+TEST(Waiter, LoadedMachineSleepsInsteadOfYielding) {
+  FakeMachine machine;
+  machine.runnable = 4 + 2;  // four of the job's, two competitors, on two CPUs
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  for (int i = 0; i < 20; ++i) {
+    machine.clock += milliseconds(2);  // let each wait take a sample
+    (void)wait_once(waiter, machine, microseconds(500));
+  }
+  ASSERT_TRUE(waiter.loaded());
+  const int yields = machine.yields;
+  FakeSite site = wait_once(waiter, machine, milliseconds(3));
+  EXPECT_EQ(machine.yields, yields) << "no sched_yield once load is seen";
+  EXPECT_GT(site.blocks, 0);
+}
+
+TEST(Waiter, AYieldThatLostTheCpuForASliceEndsTheYielding) {
+  FakeMachine machine;
+  machine.runnable = 4;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  (void)wait_once(waiter, machine, microseconds(100));
+  ASSERT_FALSE(waiter.loaded());
+  // Two competitors appear; each yield now hands the CPU to one for a slice.
+  machine.runnable = 6;
+  machine.yield_cost = milliseconds(3);
+  const int idle_yields = machine.yields;
+  int waits = 0;
+  while (!waiter.loaded() && waits < 10) {
+    (void)wait_once(waiter, machine, milliseconds(20));
+    ++waits;
+  }
+  EXPECT_TRUE(waiter.loaded());
+  EXPECT_LE(machine.yields - idle_yields, 2) << "a slice lost is enough to see the load";
+  const int yields = machine.yields;
+  for (int i = 0; i < 10; ++i) {
+    (void)wait_once(waiter, machine, milliseconds(20));
+  }
+  EXPECT_EQ(machine.yields, yields);
+}
+
+TEST(Waiter, LoadGoesAwayAndYieldingComesBack) {
+  FakeMachine machine;
+  machine.runnable = 6;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  for (int i = 0; i < 10; ++i) {
+    machine.clock += milliseconds(2);
+    (void)wait_once(waiter, machine, milliseconds(1));
+  }
+  ASSERT_TRUE(waiter.loaded());
+  machine.runnable = 4;
+  for (int i = 0; i < 10; ++i) {
+    machine.clock += milliseconds(2);
+    (void)wait_once(waiter, machine, milliseconds(1));
+  }
+  EXPECT_FALSE(waiter.loaded());
+  EXPECT_GT(waiter.options().yield, nanoseconds(0));
+}
+
+TEST(Waiter, AKernelThreadsMomentIsNotLoad) {
+  FakeMachine machine;
+  machine.runnable = 4;
+  machine.noise_every = 7;  // one sample in seven sees a fifth task
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  for (int i = 0; i < 100; ++i) {
+    machine.clock += milliseconds(2);
+    (void)wait_once(waiter, machine, microseconds(100));
+    EXPECT_FALSE(waiter.loaded()) << "sample " << machine.samples;
+  }
+}
+
+TEST(Waiter, BusyTasksBeyondAnIdleMachinesCpusAreNotLoad) {
+  FakeMachine machine;
+  machine.cpus = 16;
+  machine.runnable = 4 + 6;  // six busy processes elsewhere, six CPUs still free
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);  // the job is pinned to two
+  for (int i = 0; i < 20; ++i) {
+    machine.clock += milliseconds(2);
+    (void)wait_once(waiter, machine, microseconds(300));
+  }
+  EXPECT_FALSE(waiter.loaded());
+}
+
+TEST(Waiter, PeersAsleepAreNotCountedAsTheJobsRunnableTasks) {
+  // Four processes on two CPUs, two of them asleep in the barrier, one competitor: the machine
+  // has three runnable tasks, of which only two are the job's.
+  FakeMachine machine;
+  machine.runnable = 3;
+  Waiter blind(WaitPolicy::adaptive, {4, 2, false}, machine);
+  Waiter watching(WaitPolicy::adaptive, {4, 2, false}, machine);
+  watching.watch_peers([] { return 2; });
+  for (int i = 0; i < 20; ++i) {
+    machine.clock += milliseconds(2);
+    (void)blind.sample_load(machine.clock);
+    (void)watching.sample_load(machine.clock);
+  }
+  EXPECT_FALSE(blind.loaded());
+  EXPECT_TRUE(watching.loaded());
+}
+
+TEST(Waiter, LoadSamplesAreRateLimited) {
+  FakeMachine machine;
+  machine.runnable = 4;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  for (int i = 0; i < 100; ++i) {
+    (void)wait_once(waiter, machine, microseconds(5));  // 100 waits within about 1 ms
+  }
+  EXPECT_LE(machine.samples, 3);
+}
+
+TEST(Waiter, SpinGrowsToCoverTheWaitsSeenOnAnIdleMachine) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  for (int i = 0; i < 10; ++i) {
+    (void)wait_once(waiter, machine, microseconds(80));
+  }
+  EXPECT_GE(waiter.options().spin, microseconds(80));
+  EXPECT_LE(waiter.options().spin, tuning::kSpinMaxIdle);
+  const int yields = machine.yields;
+  FakeSite site = wait_once(waiter, machine, microseconds(80));
+  EXPECT_EQ(machine.yields, yields);
+  EXPECT_EQ(site.blocks, 0);
+}
+
+TEST(Waiter, SpinShrinksWhenPeersAreLateByMilliseconds) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  for (int i = 0; i < 10; ++i) {
+    (void)wait_once(waiter, machine, milliseconds(5));
+  }
+  EXPECT_EQ(waiter.options().spin, tuning::kSpinMin);
+}
+
+TEST(Waiter, LoadedSpinStaysShort) {
+  FakeMachine machine;
+  machine.runnable = 2 + 2;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  for (int i = 0; i < 30; ++i) {
+    machine.clock += milliseconds(2);
+    (void)wait_once(waiter, machine, microseconds(i % 2 == 0 ? 300 : 15));
+  }
+  ASSERT_TRUE(waiter.loaded());
+  EXPECT_LE(waiter.options().spin, tuning::kSpinMaxLoaded);
+  EXPECT_EQ(waiter.options().yield, nanoseconds(0));
+}
+
+TEST(Waiter, ADescheduledSpinnerOnALoadedMachineSleeps) {
+  FakeMachine machine;
+  machine.runnable = 2 + 2;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  for (int i = 0; i < 10; ++i) {
+    (void)waiter.sample_load(machine.clock + milliseconds(2 * i));
+  }
+  ASSERT_TRUE(waiter.loaded());
+  machine.read_cost = microseconds(100);  // every clock read finds the CPU was lost meanwhile
+  FakeSite site(machine);
+  site.ready_at = machine.clock + milliseconds(10);
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_GT(site.blocks, 0);
+  EXPECT_EQ(machine.yields, 0);
+}
+
+TEST(Waiter, SpinPolicyNeverYieldsNorSleeps) {
+  FakeMachine machine;
+  machine.runnable = 10;
+  Waiter waiter(WaitPolicy::spin, {8, 2, false}, machine);
+  FakeSite site = wait_once(waiter, machine, milliseconds(20));
+  EXPECT_EQ(site.blocks, 0);
+  EXPECT_EQ(machine.yields, 0);
+  EXPECT_EQ(machine.samples, 0);
+}
+
+TEST(Waiter, BlockPolicySleepsAtOnce) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::block, {2, 2, false}, machine);
+  FakeSite site = wait_once(waiter, machine, milliseconds(1));
+  EXPECT_EQ(site.blocks, 1);
+  EXPECT_EQ(site.polls, 1) << "no poll before sleeping (the site checks as it sleeps)";
+  EXPECT_EQ(machine.yields, 0);
+  EXPECT_EQ(machine.samples, 0);
+}
+
+TEST(Waiter, AcrossNodesYieldsFromTheStartWhenIdle) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, true}, machine);
+  FakeSite site = wait_once(waiter, machine, microseconds(30));
+  EXPECT_GT(machine.yields, 0);
+  EXPECT_EQ(site.blocks, 0);
+}
+
+TEST(Waiter, DeadlineEndsTheWaitAfterALastCheck) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  FakeSite site(machine);
+  site.ready_at = Time::max();
+  const Time deadline = machine.clock + milliseconds(350);
+  EXPECT_EQ(waiter.wait(site, deadline, milliseconds(100)), Waiter::End::timed_out);
+  EXPECT_GE(machine.clock, deadline);
+  EXPECT_LT(machine.clock, deadline + milliseconds(1));
+  EXPECT_EQ(site.checks, 4) << "at 100, 200, 300 ms and at the deadline";
+}
+
+TEST(Waiter, ACheckThatThrowsEndsTheWait) {
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::block, {2, 2, false}, machine);
+  FakeSite site(machine);
+  site.ready_at = Time::max();
+  site.lost = true;
+  EXPECT_THROW((void)waiter.wait(site, std::nullopt, milliseconds(100)), std::runtime_error);
+  EXPECT_EQ(site.checks, 1);
+}
+
+TEST(Waiter, OversubscribedSpinsInsteadOfYieldingWhileNoLatePeerIsHere) {
+  FakeMachine machine;
+  machine.runnable = 4;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  FakeSite site(machine);
+  site.peer_here = false;
+  site.ready_at = machine.clock + microseconds(30);
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_EQ(machine.yields, 0);
+  site.peer_here = true;
+  site.ready_at = machine.clock + microseconds(30);
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_GT(machine.yields, 0);
+}
+
+}  // namespace

@@ -4,6 +4,11 @@
 //   BM_PthreadBarrier/ranks:N                 pthread_barrier_t, PTHREAD_PROCESS_SHARED
 //   BM_BoostInterprocess/ranks:N              interprocess_mutex + interprocess_condition
 //   BM_CacheLinePingPong/ranks:2              one cache line passed back and forth (the floor)
+//   BM_Training{Adaptive,Block,Spin,Pthread}/ranks:N
+//                                             a training-like loop: each process computes for
+//                                             0-100 us (mean 50), then waits; counter
+//                                             overhead_us = the barrier's cost per episode
+//                                             beyond the slowest process's compute
 //   BM_StateJoin/ranks:N                      starting N processes that construct a State
 //   BM_LongWaitCpu/ranks:N                    CPU used by N-1 processes waiting 1 s for a late one
 //   BM_LockstepCrossNode/nodes:M/per_node:P   a job of M simulated nodes of P processes each,
@@ -11,7 +16,9 @@
 //                                             on 127.0.0.1 (built with a backend only)
 //
 // Time is per episode (manual time from rank 0); the counter cpu_us is CPU time per episode
-// summed over all processes.
+// summed over all processes; p50_us, p99_us, p999_us and max_us describe rank 0's sampled
+// episodes (one in 16). tools/bench-report runs these with and without busy processes beside
+// them (its load matrix).
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
@@ -188,14 +195,9 @@ BENCHMARK(BM_Family<LockstepFamily<kAdaptive>>)
     ->Name("BM_LockstepAdaptive")
     ->Apply(ranks_arguments);
 BENCHMARK(BM_Family<LockstepFamily<kBlock>>)->Name("BM_LockstepBlock")->Apply(ranks_arguments);
-// Spinning with more processes than cores costs whole scheduler ticks per episode: N = 2 only,
-// unless the machine has the cores.
-BENCHMARK(BM_Family<LockstepFamily<kSpin>>)
-    ->Name("BM_LockstepSpin")
-    ->ArgName("ranks")
-    ->Arg(2)
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
+// Spinning with more processes than cores costs whole scheduler ticks per episode: bench-report
+// runs it only where the machine has a CPU per process.
+BENCHMARK(BM_Family<LockstepFamily<kSpin>>)->Name("BM_LockstepSpin")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<PthreadFamily>)->Name("BM_PthreadBarrier")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<BoostFamily>)->Name("BM_BoostInterprocess")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<PingPongFamily>)
@@ -204,6 +206,19 @@ BENCHMARK(BM_Family<PingPongFamily>)
     ->Arg(2)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+constexpr double kTrainingMeanUs = 50;
+
+template <class Family>
+void BM_Training(benchmark::State& state) {
+  lockstep::bench::run_training<Family>(state, static_cast<int>(state.range(0)), kTrainingMeanUs);
+}
+BENCHMARK(BM_Training<LockstepFamily<kAdaptive>>)
+    ->Name("BM_TrainingAdaptive")
+    ->Apply(ranks_arguments);
+BENCHMARK(BM_Training<LockstepFamily<kBlock>>)->Name("BM_TrainingBlock")->Apply(ranks_arguments);
+BENCHMARK(BM_Training<LockstepFamily<kSpin>>)->Name("BM_TrainingSpin")->Apply(ranks_arguments);
+BENCHMARK(BM_Training<PthreadFamily>)->Name("BM_TrainingPthread")->Apply(ranks_arguments);
 
 // Simulated nodes: M groups of P processes, each group its own node (its own segment), the
 // leaders meeting through the cross-node backend on loopback, as tests/multinode runs them.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <ctime>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -63,10 +64,18 @@ inline double wall_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// Rank 0 times one episode in kSampleEvery (two clock reads, ~50 ns, on one episode in 16: about
+// 3 ns per episode on average, so that the recording does not dominate at 0.1 us), at most
+// kMaxSamples of them, for the distribution: p50, p99, p99.9, max.
+constexpr std::int64_t kSampleEvery = 16;
+constexpr std::size_t kMaxSamples = 1 << 16;
+
 // What the ranks report back, in memory shared with the parent.
 struct Report {
   double elapsed;   // rank 0's wall time for the measured loop
   double cpu[256];  // each rank's CPU time for it
+  std::size_t num_samples;
+  float samples[kMaxSamples];  // rank 0's sampled episodes, in microseconds
 };
 
 inline Report* shared_report() {
@@ -141,6 +150,23 @@ bool fork_ranks(int ranks, Body body) {
   return ok;
 }
 
+// Puts the distribution of the sampled episodes into `state`'s counters (microseconds).
+inline void report_tails(benchmark::State& state, Report& report) {
+  const std::size_t n = std::min(report.num_samples, kMaxSamples);
+  if (n == 0) {
+    return;
+  }
+  std::sort(report.samples, report.samples + n);
+  auto at = [&](double q) {
+    return static_cast<double>(report.samples[std::min(n - 1, static_cast<std::size_t>(q * n))]);
+  };
+  state.counters["p50_us"] = benchmark::Counter(at(0.5));
+  state.counters["p99_us"] = benchmark::Counter(at(0.99));
+  state.counters["p999_us"] = benchmark::Counter(at(0.999));
+  state.counters["max_us"] = benchmark::Counter(static_cast<double>(report.samples[n - 1]));
+  state.counters["samples"] = benchmark::Counter(static_cast<double>(n));
+}
+
 template <class Family>
 void run_episodes(benchmark::State& state, int ranks) {
   const std::int64_t episodes = state.max_iterations;
@@ -154,8 +180,22 @@ void run_episodes(benchmark::State& state, int ranks) {
     }
     double cpu0 = cpu_seconds();
     double wall0 = wall_seconds();
-    for (std::int64_t i = 0; i < episodes; ++i) {
-      family.wait(rank);
+    if (rank == 0) {
+      std::size_t taken = 0;
+      for (std::int64_t i = 0; i < episodes; ++i) {
+        if (i % kSampleEvery == 0 && taken < kMaxSamples) {
+          const double before = wall_seconds();
+          family.wait(rank);
+          report->samples[taken++] = static_cast<float>((wall_seconds() - before) * 1e6);
+        } else {
+          family.wait(rank);
+        }
+      }
+      report->num_samples = taken;
+    } else {
+      for (std::int64_t i = 0; i < episodes; ++i) {
+        family.wait(rank);
+      }
     }
     double wall1 = wall_seconds();
     report->cpu[rank] = cpu_seconds() - cpu0;
@@ -177,6 +217,117 @@ void run_episodes(benchmark::State& state, int ranks) {
   }
   // CPU time per episode, summed over all processes: spinning shows here, sleeping does not.
   state.counters["cpu_us"] = benchmark::Counter(cpu * 1e6 / static_cast<double>(episodes));
+  report_tails(state, *report);
+  ::munmap(report, sizeof(Report));
+}
+
+// A training-like loop: in each episode every rank computes for a time drawn from [0, 2 * mean)
+// (the same draw on every run: a hash of the episode and the rank), then waits on the barrier.
+// The compute is work, not a clock loop, so that a rank that loses its CPU computes longer, as
+// real work would; each rank records how long its compute took. The result is the barrier's
+// overhead per episode: rank 0's wall time less, episode by episode, the slowest rank's compute
+// (counter overhead_us; the benchmark's time is the whole episode).
+inline std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Units of work per microsecond on this machine: the fastest of several timed runs, so that a
+// run that lost its CPU (a loaded machine) does not count.
+inline double work_per_us() {
+  static const double rate = [] {
+    double best = 0;
+    for (int trial = 0; trial < 50; ++trial) {
+      constexpr std::uint64_t kUnits = 20000;
+      volatile std::uint64_t sink = 0;
+      const double start = wall_seconds();
+      std::uint64_t x = static_cast<std::uint64_t>(trial);
+      for (std::uint64_t i = 0; i < kUnits; ++i) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      }
+      sink = x;
+      (void)sink;
+      best = std::max(best, static_cast<double>(kUnits) / ((wall_seconds() - start) * 1e6));
+    }
+    return best;
+  }();
+  return rate;
+}
+
+inline void compute(std::uint64_t units) {
+  volatile std::uint64_t sink = 0;
+  std::uint64_t x = units;
+  for (std::uint64_t i = 0; i < units; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+  sink = x;
+  (void)sink;
+}
+
+template <class Family>
+void run_training(benchmark::State& state, int ranks, double mean_us) {
+  const std::int64_t episodes = state.max_iterations;
+  const double rate = work_per_us();
+  Report* report = shared_report();
+  const std::size_t cells = static_cast<std::size_t>(episodes) * static_cast<std::size_t>(ranks);
+  void* memory = ::mmap(nullptr, cells * sizeof(float), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    fail_run(state, "mmap of the compute record failed");
+    ::munmap(report, sizeof(Report));
+    return;
+  }
+  auto* computed = static_cast<float*>(memory);  // [episode][rank], microseconds
+  Family family(ranks);
+  const bool ok = fork_ranks(ranks, [&](int rank) {
+    pin_if_asked(rank);
+    family.attach(rank);
+    for (std::int64_t i = 0; i < kWarmup; ++i) {
+      family.wait(rank);
+    }
+    const double cpu0 = cpu_seconds();
+    const double wall0 = wall_seconds();
+    for (std::int64_t e = 0; e < episodes; ++e) {
+      const std::uint64_t draw = mix(static_cast<std::uint64_t>(e) * 1024 + rank);
+      const double us = 2 * mean_us * static_cast<double>(draw >> 11) * 0x1.0p-53;
+      const double start = wall_seconds();
+      compute(static_cast<std::uint64_t>(us * rate));
+      computed[static_cast<std::size_t>(e) * ranks + rank] =
+          static_cast<float>((wall_seconds() - start) * 1e6);
+      family.wait(rank);
+    }
+    const double wall1 = wall_seconds();
+    report->cpu[rank] = cpu_seconds() - cpu0;
+    if (rank == 0) {
+      report->elapsed = wall1 - wall0;
+    }
+    family.detach(rank);
+  });
+  if (!ok) {
+    fail_run(state, "a rank failed");
+  }
+  double slowest = 0;  // microseconds, summed over episodes
+  for (std::int64_t e = 0; e < episodes; ++e) {
+    const float* row = computed + static_cast<std::size_t>(e) * ranks;
+    slowest += static_cast<double>(*std::max_element(row, row + ranks));
+  }
+  const double overhead_us = (report->elapsed * 1e6 - slowest) / static_cast<double>(episodes);
+  // The time per episode drives Google Benchmark's choice of episodes; the overhead is the
+  // result (a counter).
+  for (auto _ : state) {
+    state.SetIterationTime(report->elapsed / static_cast<double>(episodes));
+  }
+  double cpu = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    cpu += report->cpu[rank];
+  }
+  state.counters["overhead_us"] = benchmark::Counter(overhead_us);
+  state.counters["episode_us"] =
+      benchmark::Counter(report->elapsed * 1e6 / static_cast<double>(episodes));
+  state.counters["cpu_us"] = benchmark::Counter(cpu * 1e6 / static_cast<double>(episodes));
+  ::munmap(memory, cells * sizeof(float));
   ::munmap(report, sizeof(Report));
 }
 

@@ -116,13 +116,17 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
 // the job's processes on this node that do not sleep in a wait (a process computing, spinning or
 // preempted is runnable; a process in a wait's futex is not). It counts only while the machine
 // has more runnable tasks than CPUs: a busy process elsewhere on a large machine competes with
-// nobody here. Samples are smoothed (weight 1/4), with hysteresis: loaded from 0.5 foreign tasks
-// on average, idle again below 0.25, so that a kernel thread's moment on a CPU changes nothing.
+// nobody here. The machine is taken as loaded once the last kLoadWindow samples all saw a
+// foreign task, and as idle again once none of them did: a competitor is there in every sample,
+// while kernel threads and tasks being woken come and go (on this 2-vCPU VM, single samples at
+// idle saw up to two such tasks, and a smoothed mean of them flipped an idle job to loaded
+// several times per second).
 bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept {
   if (!adaptive_ || (!now_or_never && now - last_sample_ < kLoadSamplePeriod)) {
     return loaded_;
   }
   last_sample_ = now;
+  ++stats_.samples;
   const int runnable = signals_.runnable_tasks();
   if (runnable < 0) {
     return loaded_;  // no /proc: the shape alone decides, as before load was seen
@@ -130,10 +134,28 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   const int asleep = peers_asleep_ ? peers_asleep_() : 0;
   const int ours = std::max(1, shape_.processes - std::clamp(asleep, 0, shape_.processes - 1));
   const int foreign = runnable > signals_.online_cpus() ? std::max(0, runnable - ours) : 0;
-  foreign_ += (foreign - foreign_) / 4;
-  loaded_ = loaded_ ? foreign_ >= 0.25 : foreign_ >= 0.5;
+  recent_[next_++ % recent_.size()] = foreign;
+  if (next_ < recent_.size()) {
+    return loaded_;  // too few samples yet
+  }
+  const auto [fewest, most] = std::minmax_element(recent_.begin(), recent_.end());
+  const bool was = loaded_;
+  loaded_ = loaded_ ? *most > 0 : *fewest > 0;
+  stats_.became_loaded += !was && loaded_ ? 1 : 0;
   options_ = plan_wait(policy_, shape_, loaded_, spin_);
   return loaded_;
+}
+
+double Waiter::foreign_load() const noexcept {
+  const std::size_t n = std::min<std::size_t>(next_, recent_.size());
+  if (n == 0) {
+    return 0;
+  }
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += recent_[i];
+  }
+  return sum / static_cast<double>(n);
 }
 
 // The spin phase follows the waits seen (adaptive, one node, a CPU per process): a wait that a

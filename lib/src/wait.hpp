@@ -15,7 +15,9 @@
 // Everything it reads goes through WaitSignals, so tests drive it with a fake clock and fake load.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -104,6 +106,9 @@ inline constexpr microseconds kDescheduledGap{50};
 // Load samples are at most this frequent: a pread of /proc/loadavg costs ~1.5 us, so at most
 // ~0.2% of a waiting core.
 inline constexpr milliseconds kLoadSamplePeriod{1};
+// Samples that must agree before the machine counts as loaded, or as idle again (see
+// Waiter::sample_load).
+inline constexpr std::size_t kLoadWindow = 4;
 }  // namespace wait_tuning
 
 // The options of one wait for `policy`, given whether the machine is `loaded` and the spin the
@@ -161,8 +166,8 @@ class Waiter {
   [[nodiscard]] const WaitOptions& options() const noexcept { return options_; }
   // Whether the machine was last seen loaded with work that is not the job's.
   [[nodiscard]] bool loaded() const noexcept { return loaded_; }
-  // The smoothed count of runnable tasks that are not the job's, beyond the machine's CPUs.
-  [[nodiscard]] double foreign_load() const noexcept { return foreign_; }
+  // The mean count of runnable tasks that are not the job's in the last samples.
+  [[nodiscard]] double foreign_load() const noexcept;
   // Whether a wait may yield to a late peer on its CPU (then the site's hint is worth keeping).
   [[nodiscard]] bool yields_to_peers() const noexcept {
     return policy_ == WaitPolicy::adaptive && !shape_.across_nodes &&
@@ -191,9 +196,26 @@ class Waiter {
   bool adaptive_;
   std::chrono::nanoseconds spin_ = wait_tuning::kSpinStart;
   bool loaded_ = false;
-  double foreign_ = 0;
+  std::array<int, wait_tuning::kLoadWindow> recent_{};  // the last samples' foreign tasks
+  std::size_t next_ = 0;                                // samples taken
   WaitClock::time_point last_sample_{};
   WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
+
+ public:
+  // What this waiter did, counted on its slow paths only (for tests and diagnostics).
+  struct Stats {
+    std::uint64_t timed_waits = 0;  // waits that outlasted the quick spins
+    std::uint64_t yields = 0;
+    std::uint64_t blocks = 0;
+    std::uint64_t samples = 0;
+    std::uint64_t became_loaded = 0;
+  };
+  [[nodiscard]] const Stats& stats() const noexcept {
+    return stats_;
+  }
+
+ private:
+  Stats stats_;
 };
 
 template <class Site>
@@ -210,6 +232,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   }
   const auto forever = WaitClock::time_point::max();
   const auto start = signals_.now();
+  ++stats_.timed_waits;
   auto now = start;
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
@@ -254,6 +277,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
         continue;
       }
       signals_.yield();
+      ++stats_.yields;
       if (site.done()) {
         now = signals_.now();
         return finish();
@@ -273,6 +297,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
         limit = std::min(limit, *deadline - now);
       }
       site.block(limit);
+      ++stats_.blocks;
       now = signals_.now();
       if (site.done()) {
         return finish();

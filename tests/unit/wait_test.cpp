@@ -34,7 +34,7 @@ class FakeMachine : public WaitSignals {
   }
   int runnable_tasks() noexcept override {
     ++samples;
-    return noise_every > 0 && samples % noise_every == 0 ? runnable + 1 : runnable;
+    return noise_every > 0 && samples % noise_every == 0 ? runnable + noise_tasks : runnable;
   }
   int online_cpus() noexcept override { return cpus; }
   void yield() noexcept override {
@@ -47,7 +47,8 @@ class FakeMachine : public WaitSignals {
   nanoseconds yield_cost{microseconds(1)};
   int runnable = 1;
   int cpus = 2;
-  int noise_every = 0;  // every n-th sample sees one more task (a kernel thread's moment)
+  int noise_every = 0;  // every n-th sample sees more tasks (kernel threads' moment)
+  int noise_tasks = 1;
   int samples = 0;
   int yields = 0;
 };
@@ -217,7 +218,8 @@ TEST(Waiter, LoadGoesAwayAndYieldingComesBack) {
 TEST(Waiter, AKernelThreadsMomentIsNotLoad) {
   FakeMachine machine;
   machine.runnable = 4;
-  machine.noise_every = 7;  // one sample in seven sees a fifth task
+  machine.noise_every = 3;  // one sample in three sees two more tasks
+  machine.noise_tasks = 2;
   Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
   for (int i = 0; i < 100; ++i) {
     machine.clock += milliseconds(2);

@@ -94,15 +94,14 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
   if (shape.across_nodes) {
     // Yield between polls from the start (as MPI does), so that on a crowded node the process
     // waited for gets the CPU; the same total as on one node before sleeping.
-    const nanoseconds yield = own_cpu ? kSpinStart + kYieldAfterSpin : kYieldOversubscribed;
-    return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};
+    return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : nanoseconds(kYieldIdle), true};
   }
   if (own_cpu) {
     const nanoseconds cap = loaded ? nanoseconds(kSpinMaxLoaded) : nanoseconds(kSpinMaxIdle);
     return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), cap),
-                       loaded ? nanoseconds{0} : kYieldAfterSpin, true};
+                       loaded ? nanoseconds{0} : kYieldIdle, true};
   }
-  return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldOversubscribed, true};
+  return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldIdle, true};
 }
 
 Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcept

@@ -89,14 +89,15 @@ inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};
 inline constexpr microseconds kSpinMaxIdle{200};
 inline constexpr microseconds kSpinMaxLoaded{20};
-// After the spin, on an idle machine with a CPU per process: poll with sched_yield this long
-// before sleeping, keeping a moderately late peer off the 10-15 us futex path.
-inline constexpr microseconds kYieldAfterSpin{200};
-// More processes than CPUs on an idle machine: no spin, yield up to 2 ms, then sleep.
-// bench/barrier_bench, 2026-11-29: a 1 us spin before yielding cost 5.3 us per episode at N=4
-// and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound keeps a long wait under
-// 0.3% of a core (one wake-up per kPollInterval after it).
-inline constexpr milliseconds kYieldOversubscribed{2};
+// After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
+// sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
+// sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host
+// has given the core away (bench/barrier_bench's training loop, N=2, 2026-11-30: with 200 us of
+// yielding, 1-2 sleeps per 1,400 episodes raised the overhead per episode from 0.6 to 3 us in
+// one run in four). More processes than CPUs, 2026-11-29: a 1 us spin before yielding cost
+// 5.3 us per episode at N=4 and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound
+// keeps a 1 s wait at 0.2% of a core (one wake-up per kPollInterval after it).
+inline constexpr milliseconds kYieldIdle{2};
 // An oversubscribed waiter spins instead of yielding, at most this long per wait, while no late
 // peer was last seen on its CPU (the site's hint): bounds the cost of a stale hint.
 inline constexpr microseconds kYieldlessSpin{50};
@@ -116,9 +117,9 @@ inline constexpr std::size_t kLoadWindow = 4;
 //   spin:     spin for ever, never yield or sleep.
 //   block:    sleep at once.
 //   adaptive, one node, a CPU per process: spin `learned_spin`; then, on an idle machine only,
-//             yield kYieldAfterSpin; then sleep.
-//   adaptive, one node, more processes than CPUs: yield kYieldOversubscribed (idle machine
-//             only), then sleep.
+//             yield kYieldIdle; then sleep.
+//   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
+//             sleep.
 //   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
 //             machine; then sleep.
 // Never sched_yield on a loaded machine. Under the EEVDF scheduler a yield hands the CPU to a

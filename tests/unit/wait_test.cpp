@@ -108,9 +108,9 @@ TEST(WaitPlan, SpinAndBlockKeepTheirMeaning) {
 
 TEST(WaitPlan, AdaptiveFollowsTheShapeWhenIdle) {
   EXPECT_EQ(plan_wait(WaitPolicy::adaptive, {2, 2, false}, false, microseconds(40)),
-            (WaitOptions{microseconds(40), tuning::kYieldAfterSpin, true}));
+            (WaitOptions{microseconds(40), tuning::kYieldIdle, true}));
   EXPECT_EQ(plan_wait(WaitPolicy::adaptive, {8, 2, false}, false, microseconds(40)),
-            (WaitOptions{nanoseconds(0), tuning::kYieldOversubscribed, true}));
+            (WaitOptions{nanoseconds(0), tuning::kYieldIdle, true}));
   const WaitOptions across = plan_wait(WaitPolicy::adaptive, {2, 2, true}, false, microseconds(40));
   EXPECT_EQ(across.spin, nanoseconds(0));
   EXPECT_GT(across.yield, nanoseconds(0));

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "lockstep/error.hpp"
 #include "shm/segment.hpp"  // comma_list
@@ -28,6 +29,14 @@ constexpr unsigned kAmId = 0x4c;  // every lockstep message travels as this acti
 constexpr auto kRetryDelay = 100ms;
 // How long a waiting leader sleeps on the worker's event fd before it looks at the clock again.
 constexpr auto kSleepSlice = 100ms;
+// How long a leader waiting in a barrier sleeps on the worker's event fd before it progresses the
+// worker again. UCX 1.13's event fd sometimes misses a message on loopback TCP (four simulated
+// nodes, all asleep on their fds, each holding a message the next needed: 100 ms stalls, several
+// per second, when this was kSleepSlice); the slice bounds what such a miss costs, at about 500
+// wake-ups a second (~0.3% of a core) while a leader waits long.
+constexpr auto kEventSlice = 2ms;
+// How long a waiting leader naps while a send of its is in flight (see wait_until).
+constexpr auto kSendNap = 50us;
 // How long closing the endpoints may take (flushing what was sent) before the worker goes.
 constexpr auto kCloseBound = 1s;
 // How long the worker must have had nothing to do before it is destroyed.
@@ -779,11 +788,18 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
       return false;
     }
     void block(std::chrono::nanoseconds limit) {
+      if (!backend.sending_.empty()) {
+        // A send in flight goes out only as this worker progresses, and the event fd does not
+        // fire for it: sleeping on the fd would hold the message (and every node waiting for
+        // it) until the slice ends. Nap briefly instead, and progress again.
+        std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(limit, kSendNap));
+        return;
+      }
       if (ucx_api().worker_arm(backend.worker_) != UCS_OK) {
         return;  // events are pending: progress them
       }
       const auto slice = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(limit),
-                                    std::chrono::milliseconds(0), kSleepSlice);
+                                    std::chrono::milliseconds(0), kEventSlice);
       pollfd fd{backend.event_fd_, POLLIN, 0};
       (void)::poll(&fd, 1, static_cast<int>(slice.count()));
     }

@@ -26,6 +26,16 @@ void on_fork_child() {
 
 std::once_flag fork_hook_once;
 
+// The job's processes on this machine, for the waiter's load samples: the node's, or, when the
+// nodes meet on a loopback address (nodes simulated on one machine, as the tests and the
+// cross-node bench run them), the whole job's: they are not foreign load.
+int processes_on_this_machine(const JobConfig& config) {
+  const std::string& addr = config.master_addr;
+  const bool loopback =
+      addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1" || addr == "[::1]";
+  return config.num_nodes > 1 && loopback ? config.world_size : config.local_size;
+}
+
 struct Registry {
   std::mutex mutex;
   std::shared_ptr<Context> context;
@@ -96,7 +106,8 @@ Context::Context(JobConfig config)
   const auto deadline = std::chrono::steady_clock::now() + config_.join_timeout;
   segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
-  waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical});
+  waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical,
+                                                 processes_on_this_machine(config_)});
   if (!hierarchical) {
     barrier_.emplace(*segment_, *waiter_, nullptr, false);
     waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });

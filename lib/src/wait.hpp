@@ -42,6 +42,9 @@ struct WaitShape {
   int processes = 1;          // the job's processes on this node
   int cpus = 1;               // CPUs this process may run on (its affinity mask)
   bool across_nodes = false;  // the job spans nodes: every wait includes a network round trip
+  // The job's processes on this machine (0: `processes`), for load samples: more than the node's
+  // when simulated nodes share the machine.
+  int processes_here = 0;
 };
 
 // What the adaptive policy reads of the machine.
@@ -98,15 +101,22 @@ inline constexpr microseconds kSpinMaxLoaded{20};
 // 5.3 us per episode at N=4 and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound
 // keeps a 1 s wait at 0.2% of a core (one wake-up per kPollInterval after it).
 inline constexpr milliseconds kYieldIdle{2};
+// Across nodes with a CPU per process: yield this long, then sleep (see plan_wait).
+inline constexpr microseconds kYieldAcrossNodes{220};
 // An oversubscribed waiter spins instead of yielding, at most this long per wait, while no late
 // peer was last seen on its CPU (the site's hint): bounds the cost of a stale hint.
 inline constexpr microseconds kYieldlessSpin{50};
-// A gap this long between two clock reads of a polling loop means the waiter lost its CPU.
-// A clock read plus 64 pauses take about 1-3 us; a scheduler slice is 0.7-3 ms.
+// A gap this long between two clock reads of a spin loop means the waiter lost its CPU (a clock
+// read plus 64 pauses take about 1-3 us); one this long across a sched_yield means the CPU went
+// to a task for a good part of a scheduler slice (0.7-3 ms), longer than a peer of the job uses
+// it to arrive (a context switch and a few microseconds). Either takes a load sample at once.
 inline constexpr microseconds kDescheduledGap{50};
-// Load samples are at most this frequent: a pread of /proc/loadavg costs ~1.5 us, so at most
-// ~0.2% of a waiting core.
-inline constexpr milliseconds kLoadSamplePeriod{1};
+inline constexpr microseconds kYieldedAwayGap{500};
+// Regular load samples are at most this frequent (one scheduler tick here): a pread of
+// /proc/loadavg costs 1.5-5 us, and at one per millisecond per process the samples cost 8
+// simulated nodes on 2 vCPUs about 10% per barrier (BM_LockstepCrossNode, 2026-11-30). A yield
+// or spin that lost the CPU for long takes one at once, whatever the period.
+inline constexpr milliseconds kLoadSamplePeriod{4};
 // Samples that must agree before the machine counts as loaded, or as idle again (see
 // Waiter::sample_load).
 inline constexpr std::size_t kLoadWindow = 4;
@@ -132,8 +142,8 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
 
 // Base of the places that wait; a Site overrides what it has.
 //   bool done()                 polls what is awaited (may make progress, may throw)
-//   void block(nanoseconds)     sleeps until woken or the time passes (required); may be the
-//                               wait's first call (policy block), so it checks before sleeping
+//   void block(nanoseconds)     sleeps until woken or the time passes (required); checks
+//                               before it sleeps (what it waits for may come meanwhile)
 //   bool check()                every kCheckInterval and at the deadline: may throw (a lost
 //                               peer); true if what is awaited is done after all
 //   bool late_peer_here()       whether a peer this wait waits for may need this CPU
@@ -224,8 +234,9 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
                          std::chrono::nanoseconds check_interval) {
   using namespace wait_tuning;
   const WaitOptions options = options_;
-  const bool spins = options.spin.count() > 0;
-  for (int i = 0; spins && i < kQuickSpins; ++i) {
+  // Poll before anything else: what a yield or a sleep would wait for may be there already.
+  const int quick_spins = options.spin.count() > 0 ? kQuickSpins : 1;
+  for (int i = 0; i < quick_spins; ++i) {
     if (site.done()) {
       return End::done;  // immediate: nothing to learn, no clock read
     }
@@ -285,7 +296,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       }
       const auto before = now;
       now = signals_.now();
-      if (adaptive_ && now - before > kDescheduledGap && sample_load(now, true)) {
+      if (adaptive_ && now - before > kYieldedAwayGap && sample_load(now, true)) {
         yield_end = now;  // the yield went to work that is not the job's: sleep instead
       }
     } else {

@@ -167,6 +167,7 @@ TEST(Waiter, LoadedMachineSleepsInsteadOfYielding) {
     (void)wait_once(waiter, machine, microseconds(500));
   }
   ASSERT_TRUE(waiter.loaded());
+  EXPECT_EQ(waiter.stats().became_loaded, 1U);
   const int yields = machine.yields;
   FakeSite site = wait_once(waiter, machine, milliseconds(3));
   EXPECT_EQ(machine.yields, yields) << "no sched_yield once load is seen";
@@ -257,6 +258,21 @@ TEST(Waiter, PeersAsleepAreNotCountedAsTheJobsRunnableTasks) {
   EXPECT_TRUE(watching.loaded());
 }
 
+TEST(Waiter, SimulatedNodesOnThisMachineAreNotForeignLoad) {
+  // Four single-process nodes on two CPUs, meeting on loopback: the other three are the job's.
+  FakeMachine machine;
+  machine.runnable = 4;
+  Waiter simulated(WaitPolicy::adaptive, {1, 2, true, 4}, machine);
+  Waiter alone(WaitPolicy::adaptive, {1, 2, true}, machine);
+  for (int i = 0; i < 20; ++i) {
+    machine.clock += milliseconds(5);
+    (void)simulated.sample_load(machine.clock);
+    (void)alone.sample_load(machine.clock);
+  }
+  EXPECT_FALSE(simulated.loaded());
+  EXPECT_TRUE(alone.loaded());
+}
+
 TEST(Waiter, LoadSamplesAreRateLimited) {
   FakeMachine machine;
   machine.runnable = 4;
@@ -334,7 +350,7 @@ TEST(Waiter, BlockPolicySleepsAtOnce) {
   Waiter waiter(WaitPolicy::block, {2, 2, false}, machine);
   FakeSite site = wait_once(waiter, machine, milliseconds(1));
   EXPECT_EQ(site.blocks, 1);
-  EXPECT_EQ(site.polls, 1) << "no poll before sleeping (the site checks as it sleeps)";
+  EXPECT_EQ(site.polls, 2) << "one poll before sleeping, one after";
   EXPECT_EQ(machine.yields, 0);
   EXPECT_EQ(machine.samples, 0);
 }

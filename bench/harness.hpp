@@ -158,7 +158,8 @@ inline void report_tails(benchmark::State& state, Report& report) {
   }
   std::sort(report.samples, report.samples + n);
   auto at = [&](double q) {
-    return static_cast<double>(report.samples[std::min(n - 1, static_cast<std::size_t>(q * n))]);
+    return static_cast<double>(
+        report.samples[std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)))]);
   };
   state.counters["p50_us"] = benchmark::Counter(at(0.5));
   state.counters["p99_us"] = benchmark::Counter(at(0.99));
@@ -243,7 +244,7 @@ inline double work_per_us() {
       constexpr std::uint64_t kUnits = 20000;
       volatile std::uint64_t sink = 0;
       const double start = wall_seconds();
-      std::uint64_t x = static_cast<std::uint64_t>(trial);
+      auto x = static_cast<std::uint64_t>(trial);
       for (std::uint64_t i = 0; i < kUnits; ++i) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
       }

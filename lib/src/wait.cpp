@@ -124,7 +124,9 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
 // idle saw up to two such tasks, and a smoothed mean of them flipped an idle job to loaded
 // several times per second).
 bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept {
-  if (!adaptive_ || (!now_or_never && now - last_sample_ < kLoadSamplePeriod)) {
+  const nanoseconds period =
+      next_ < recent_.size() ? nanoseconds(kFirstSamplesPeriod) : nanoseconds(kLoadSamplePeriod);
+  if (!adaptive_ || (!now_or_never && now - last_sample_ < period)) {
     return loaded_;
   }
   last_sample_ = now;

@@ -115,8 +115,13 @@ inline constexpr microseconds kYieldedAwayGap{500};
 // Regular load samples are at most this frequent (one scheduler tick here): a pread of
 // /proc/loadavg costs 1.5-5 us, and at one per millisecond per process the samples cost 8
 // simulated nodes on 2 vCPUs about 10% per barrier (BM_LockstepCrossNode, 2026-11-30). A yield
-// or spin that lost the CPU for long takes one at once, whatever the period.
+// or spin that lost the CPU for long takes one at once, whatever the period. Until a process
+// has kLoadWindow samples it takes them every kFirstSamplesPeriod, so that a job that starts on
+// a loaded machine sees it within its first milliseconds (each slice a yield loses there costs
+// ~3 ms: with the regular period, ten yields per process went to competitors first, ~10% of a
+// 0.2 s benchmark run at H=2, N=4).
 inline constexpr milliseconds kLoadSamplePeriod{4};
+inline constexpr microseconds kFirstSamplesPeriod{250};
 // Samples that must agree before the machine counts as loaded, or as idle again (see
 // Waiter::sample_load).
 inline constexpr std::size_t kLoadWindow = 4;
@@ -179,10 +184,11 @@ class Waiter {
   [[nodiscard]] bool loaded() const noexcept { return loaded_; }
   // The mean count of runnable tasks that are not the job's in the last samples.
   [[nodiscard]] double foreign_load() const noexcept;
-  // Whether a wait may yield to a late peer on its CPU (then the site's hint is worth keeping).
-  [[nodiscard]] bool yields_to_peers() const noexcept {
-    return policy_ == WaitPolicy::adaptive && !shape_.across_nodes &&
-           shape_.processes > shape_.cpus;
+  // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
+  // hint, each process's CPU, is worth keeping): to yield to it when the job has more processes
+  // than CPUs, and, on a loaded machine, to sleep at once rather than spin in its way.
+  [[nodiscard]] bool asks_where_peers_are() const noexcept {
+    return adaptive_ && !shape_.across_nodes && (shape_.processes > shape_.cpus || loaded_);
   }
 
   // Takes a load sample unless one was taken less than kLoadSamplePeriod ago (any time when
@@ -190,6 +196,16 @@ class Waiter {
   bool sample_load(WaitClock::time_point now, bool now_or_never = false) noexcept;
   // Feeds back one finished wait of `waited`.
   void learn(std::chrono::nanoseconds waited) noexcept;
+
+  // What this waiter did, counted on its slow paths only (for tests and diagnostics).
+  struct Stats {
+    std::uint64_t timed_waits = 0;  // waits that outlasted the quick spins
+    std::uint64_t yields = 0;
+    std::uint64_t blocks = 0;
+    std::uint64_t samples = 0;
+    std::uint64_t became_loaded = 0;
+  };
+  [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
 
  private:
   static void cpu_relax() noexcept {
@@ -211,21 +227,6 @@ class Waiter {
   std::size_t next_ = 0;                                // samples taken
   WaitClock::time_point last_sample_{};
   WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
-
- public:
-  // What this waiter did, counted on its slow paths only (for tests and diagnostics).
-  struct Stats {
-    std::uint64_t timed_waits = 0;  // waits that outlasted the quick spins
-    std::uint64_t yields = 0;
-    std::uint64_t blocks = 0;
-    std::uint64_t samples = 0;
-    std::uint64_t became_loaded = 0;
-  };
-  [[nodiscard]] const Stats& stats() const noexcept {
-    return stats_;
-  }
-
- private:
   Stats stats_;
 };
 
@@ -249,6 +250,10 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
   auto next_check = start + check_interval;
+  if (loaded_ && spin_end != forever && spin_end > start && !shape_.across_nodes &&
+      site.late_peer_here()) {
+    spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
+  }
   bool sampled = false;  // this wait's one regular load sample, when the spin is over
   auto finish = [&] {
     learn(now - start);

@@ -22,7 +22,8 @@
  * Abstracted away: memory ordering (spin is sequentially consistent; the code's Dekker pair,
  * the arrival and the sleepers count, is seq_cst, and the rest is acquire/release that the
  * counter's release sequence covers); the spin and yield phases (a waiter may go to sleep at
- * any time); the 32-bit wrap of the futex word (modelled mod 4); the multi-node release; pid
+ * any time, so every choice of lib/src/wait.hpp's policy, from load or from history, is a path
+ * checked here; the per-slot `asleep_until` it reads is a hint outside the protocol); the 32-bit wrap of the futex word (modelled mod 4); the multi-node release; pid
  * liveness checks (modelled as the `dead` flags).
  */
 

@@ -1,6 +1,13 @@
 // The wait module alone: the policy (plan_wait) and the Waiter's loop, driven by a fake clock and
 // fake load, with a fake site that counts what the Waiter did.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <thread>
+#include <vector>
 
 #include <chrono>
 #include <optional>
@@ -319,6 +326,27 @@ TEST(Waiter, LoadedSpinStaysShort) {
   EXPECT_EQ(waiter.options().yield, nanoseconds(0));
 }
 
+TEST(Waiter, LoadedMachineSkipsTheSpinWhenALatePeerSharesTheCpu) {
+  FakeMachine machine;
+  machine.runnable = 2 + 1;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  for (int i = 0; i < 10; ++i) {
+    (void)waiter.sample_load(machine.clock + milliseconds(5 * i));
+  }
+  ASSERT_TRUE(waiter.loaded());
+  ASSERT_GT(waiter.options().spin, nanoseconds(0));
+  FakeSite elsewhere(machine);
+  elsewhere.peer_here = false;
+  elsewhere.ready_at = machine.clock + microseconds(3);
+  EXPECT_EQ(waiter.wait(elsewhere, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_EQ(elsewhere.blocks, 0) << "the peer runs elsewhere: a short spin catches it";
+  FakeSite here(machine);
+  here.peer_here = true;
+  here.ready_at = machine.clock + microseconds(3);
+  EXPECT_EQ(waiter.wait(here, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_EQ(here.blocks, 1) << "the peer waits for this CPU: sleep at once";
+}
+
 TEST(Waiter, ADescheduledSpinnerOnALoadedMachineSleeps) {
   FakeMachine machine;
   machine.runnable = 2 + 2;
@@ -398,6 +426,37 @@ TEST(Waiter, OversubscribedSpinsInsteadOfYieldingWhileNoLatePeerIsHere) {
   site.ready_at = machine.clock + microseconds(30);
   EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
   EXPECT_GT(machine.yields, 0);
+}
+
+// The real machine: /proc/loadavg read as the waiter reads it, with busy processes made here.
+TEST(SystemSignals, SeeBusyProcesses) {
+  WaitSignals& machine = lockstep::detail::system_signals();
+  ASSERT_GE(machine.runnable_tasks(), 1) << "/proc/loadavg unreadable";
+  const int cpus = machine.online_cpus();
+  ASSERT_GE(cpus, 1);
+  std::vector<pid_t> busy;
+  for (int i = 0; i < cpus + 2; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+      for (;;) {
+      }
+    }
+    ASSERT_GT(pid, 0);
+    busy.push_back(pid);
+  }
+  Waiter waiter(WaitPolicy::adaptive, {1, cpus, false});
+  for (int i = 0; i < 40 && !waiter.loaded(); ++i) {
+    std::this_thread::sleep_for(milliseconds(5));
+    (void)waiter.sample_load(lockstep::detail::WaitClock::now());
+  }
+  const bool loaded = waiter.loaded();
+  const double foreign = waiter.foreign_load();
+  for (pid_t pid : busy) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  EXPECT_TRUE(loaded) << cpus + 2 << " busy processes on " << cpus << " CPUs; foreign " << foreign;
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ namespace lockstep {
 [[nodiscard]] LOCKSTEP_API std::vector<std::string> available_backends();
 
 // How a process waits in a barrier for the others to arrive.
-//   adaptive: spin briefly, sized by processes per core, then yield, then sleep on a futex.
+//   adaptive: spin briefly (sized by processes per CPU and by the waits seen), then yield, then
+//             sleep on a futex; on a machine busy with other work, never yield (sleep instead).
 //   spin:     never sleep (lowest latency when every process has its own core; burns a core).
 //   block:    sleep on a futex at once (lowest CPU use; about 10-15 us per wake-up).
 enum class WaitPolicy { adaptive, spin, block };

@@ -46,7 +46,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   // Stored after the arrival so that a process that dies in between is never taken as arrived.
   Slot& me = segment_.slot(segment_.my_slot());
   me.arrived.store(episode_ + 1, std::memory_order_relaxed);
-  if (waiter_.yields_to_peers()) {
+  if (waiter_.asks_where_peers_are()) {
     // Relaxed: a scheduling hint for the peers, never needed for correctness.
     me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   }

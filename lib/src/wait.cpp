@@ -99,10 +99,12 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
     const nanoseconds yield = own_cpu ? nanoseconds(kYieldAcrossNodes) : nanoseconds(kYieldIdle);
     return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};
   }
+  if (loaded && own_cpu) {
+    return WaitOptions{nanoseconds(kSpinLoaded), nanoseconds{0}, true};
+  }
   if (own_cpu) {
-    const nanoseconds cap = loaded ? nanoseconds(kSpinMaxLoaded) : nanoseconds(kSpinMaxIdle);
-    return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), cap),
-                       loaded ? nanoseconds{0} : kYieldIdle, true};
+    return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), nanoseconds(kSpinMaxIdle)),
+                       kYieldIdle, true};
   }
   return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldIdle, true};
 }
@@ -163,16 +165,16 @@ double Waiter::foreign_load() const noexcept {
   return sum / static_cast<double>(n);
 }
 
-// The spin phase follows the waits seen (adaptive, one node, a CPU per process): a wait that a
-// spin of the current cap would have covered, and that took more than half the current spin,
-// doubles it (up to the cap); a wait longer than the cap halves it (down to kSpinMin). So a loop
+// The spin phase follows the waits seen (adaptive, one node, a CPU per process, idle machine):
+// a wait that a spin of kSpinMaxIdle would have covered, and that took more than half the
+// current spin, doubles it (up to that); a longer wait halves it (down to kSpinMin). So a loop
 // whose waits last 30-100 us learns to spin through them, and a peer that is often late by
-// milliseconds costs a short spin each time.
+// milliseconds costs a short spin each time. Waits on a loaded machine teach nothing here.
 void Waiter::learn(nanoseconds waited) noexcept {
-  if (!adaptive_ || shape_.across_nodes || shape_.processes > shape_.cpus) {
+  if (!adaptive_ || loaded_ || shape_.across_nodes || shape_.processes > shape_.cpus) {
     return;
   }
-  const nanoseconds cap = loaded_ ? nanoseconds(kSpinMaxLoaded) : nanoseconds(kSpinMaxIdle);
+  const nanoseconds cap = kSpinMaxIdle;
   if (waited <= cap) {
     if (waited > spin_ / 2) {
       spin_ = std::min(cap, spin_ * 2);

@@ -80,18 +80,20 @@ using std::chrono::milliseconds;
 inline constexpr int kQuickSpins = 64;
 // Spins between clock reads (a clock read costs ~25 ns here, a pause ~10-40 ns).
 inline constexpr int kSpinsPerClockRead = 64;
-// The spin phase of a process that has a CPU to itself, between these bounds, sized from the
-// waits it has seen (see Waiter::learn). 20 us is where it starts: ANCHORS.md (2-core EPYC VM,
-// 2026-11-29) measured a centralized barrier that spins ~20 us before its futex at 0.26 us for
-// N=2, while a ~2 us spin falls through to the 10-15 us futex wake often enough to average
-// ~1 us. Up to 200 us on an idle machine: a training-like loop (compute of 0-100 us, then a
-// barrier) has waits of that order, and a wake-up costs 10-15 us of latency each time the spin
-// falls short; on a loaded machine no more than 20 us, since a spinner may hold the CPU that a
-// descheduled peer needs.
+// The spin phase of a process that has a CPU to itself on an idle machine, between these bounds,
+// sized from the waits it has seen (see Waiter::learn). 20 us is where it starts: ANCHORS.md
+// (2-core EPYC VM, 2026-11-29) measured a centralized barrier that spins ~20 us before its
+// futex at 0.26 us for N=2, while a ~2 us spin falls through to the 10-15 us futex wake often
+// enough to average ~1 us. Up to 200 us: a training-like loop (compute of 0-100 us, then a
+// barrier) has waits of that order, and a wake-up costs 10-15 us each time the spin falls short.
+// On a loaded machine the spin is kSpinLoaded, about the quick spins' own length: in the
+// training-like loop with two busy processes beside N=2, a 20 us spin cost 240 us of overhead
+// per episode and the quick spins alone 48 (twice each, interleaved, 2026-11-30): a waiter that
+// spins spends the lag that would let it preempt the competitor when its peer wakes it.
 inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};
 inline constexpr microseconds kSpinMaxIdle{200};
-inline constexpr microseconds kSpinMaxLoaded{20};
+inline constexpr microseconds kSpinLoaded{1};
 // After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
 // sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
 // sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host
@@ -131,8 +133,8 @@ inline constexpr std::size_t kLoadWindow = 4;
 // waiter has learned (adaptive only):
 //   spin:     spin for ever, never yield or sleep.
 //   block:    sleep at once.
-//   adaptive, one node, a CPU per process: spin `learned_spin`; then, on an idle machine only,
-//             yield kYieldIdle; then sleep.
+//   adaptive, one node, a CPU per process: spin `learned_spin` and yield kYieldIdle on an idle
+//             machine, spin kSpinLoaded on a loaded one; then sleep.
 //   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
 //             sleep.
 //   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle

@@ -129,7 +129,7 @@ TEST(WaitPlan, AdaptiveNeverYieldsOnALoadedMachine) {
                           WaitShape{16, 16, false}}) {
     const WaitOptions options = plan_wait(WaitPolicy::adaptive, shape, true, tuning::kSpinMaxIdle);
     EXPECT_EQ(options.yield, nanoseconds(0)) << shape.processes << " on " << shape.cpus;
-    EXPECT_LE(options.spin, nanoseconds(tuning::kSpinMaxLoaded));
+    EXPECT_LE(options.spin, nanoseconds(tuning::kSpinLoaded));
     EXPECT_TRUE(options.sleep);
   }
 }
@@ -322,7 +322,7 @@ TEST(Waiter, LoadedSpinStaysShort) {
     (void)wait_once(waiter, machine, microseconds(i % 2 == 0 ? 300 : 15));
   }
   ASSERT_TRUE(waiter.loaded());
-  EXPECT_LE(waiter.options().spin, tuning::kSpinMaxLoaded);
+  EXPECT_LE(waiter.options().spin, tuning::kSpinLoaded);
   EXPECT_EQ(waiter.options().yield, nanoseconds(0));
 }
 
@@ -337,12 +337,12 @@ TEST(Waiter, LoadedMachineSkipsTheSpinWhenALatePeerSharesTheCpu) {
   ASSERT_GT(waiter.options().spin, nanoseconds(0));
   FakeSite elsewhere(machine);
   elsewhere.peer_here = false;
-  elsewhere.ready_at = machine.clock + microseconds(3);
+  elsewhere.ready_at = machine.clock + microseconds(1);
   EXPECT_EQ(waiter.wait(elsewhere, std::nullopt, milliseconds(100)), Waiter::End::done);
   EXPECT_EQ(elsewhere.blocks, 0) << "the peer runs elsewhere: a short spin catches it";
   FakeSite here(machine);
   here.peer_here = true;
-  here.ready_at = machine.clock + microseconds(3);
+  here.ready_at = machine.clock + microseconds(1);
   EXPECT_EQ(waiter.wait(here, std::nullopt, milliseconds(100)), Waiter::End::done);
   EXPECT_EQ(here.blocks, 1) << "the peer waits for this CPU: sleep at once";
 }

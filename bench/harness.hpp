@@ -150,6 +150,23 @@ bool fork_ranks(int ranks, Body body) {
   return ok;
 }
 
+// A rank's end of the measured loop: its CPU time, and rank 0's wall time.
+inline void report_rank(Report& report, int rank, double cpu0, double wall0, double wall1) {
+  report.cpu[rank] = cpu_seconds() - cpu0;
+  if (rank == 0) {
+    report.elapsed = wall1 - wall0;
+  }
+}
+
+// CPU seconds of the measured loop, summed over the ranks.
+inline double total_cpu(const Report& report, int ranks) {
+  double cpu = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    cpu += report.cpu[rank];
+  }
+  return cpu;
+}
+
 // Puts the distribution of the sampled episodes into `state`'s counters (microseconds).
 inline void report_tails(benchmark::State& state, Report& report) {
   const std::size_t n = std::min(report.num_samples, kMaxSamples);
@@ -198,20 +215,13 @@ void run_episodes(benchmark::State& state, int ranks) {
         family.wait(rank);
       }
     }
-    double wall1 = wall_seconds();
-    report->cpu[rank] = cpu_seconds() - cpu0;
-    if (rank == 0) {
-      report->elapsed = wall1 - wall0;
-    }
+    report_rank(*report, rank, cpu0, wall0, wall_seconds());
     family.detach(rank);
   });
   if (!ok) {
     fail_run(state, "a rank failed");
   }
-  double cpu = 0;
-  for (int rank = 0; rank < ranks; ++rank) {
-    cpu += report->cpu[rank];
-  }
+  const double cpu = total_cpu(*report, ranks);
   const double per_episode = report->elapsed / static_cast<double>(episodes);
   for (auto _ : state) {
     state.SetIterationTime(per_episode);
@@ -299,11 +309,7 @@ void run_training(benchmark::State& state, int ranks, double mean_us) {
           static_cast<float>((wall_seconds() - start) * 1e6);
       family.wait(rank);
     }
-    const double wall1 = wall_seconds();
-    report->cpu[rank] = cpu_seconds() - cpu0;
-    if (rank == 0) {
-      report->elapsed = wall1 - wall0;
-    }
+    report_rank(*report, rank, cpu0, wall0, wall_seconds());
     family.detach(rank);
   });
   if (!ok) {
@@ -320,10 +326,7 @@ void run_training(benchmark::State& state, int ranks, double mean_us) {
   for (auto _ : state) {
     state.SetIterationTime(report->elapsed / static_cast<double>(episodes));
   }
-  double cpu = 0;
-  for (int rank = 0; rank < ranks; ++rank) {
-    cpu += report->cpu[rank];
-  }
+  const double cpu = total_cpu(*report, ranks);
   state.counters["overhead_us"] = benchmark::Counter(overhead_us);
   state.counters["episode_us"] =
       benchmark::Counter(report->elapsed * 1e6 / static_cast<double>(episodes));

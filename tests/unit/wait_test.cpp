@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <chrono>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 
@@ -91,6 +92,17 @@ class FakeSite : public WaitSite {
  private:
   FakeMachine& machine_;
 };
+
+// Takes `samples` load samples on each waiter, `step` apart.
+void sample_all(FakeMachine& machine, std::initializer_list<Waiter*> waiters, int samples,
+                nanoseconds step) {
+  for (int i = 0; i < samples; ++i) {
+    machine.clock += step;
+    for (Waiter* waiter : waiters) {
+      (void)waiter->sample_load(machine.clock);
+    }
+  }
+}
 
 // Runs one wait that completes `after` from now; returns the site to inspect.
 FakeSite wait_once(Waiter& waiter, FakeMachine& machine, nanoseconds after,
@@ -256,11 +268,7 @@ TEST(Waiter, PeersAsleepAreNotCountedAsTheJobsRunnableTasks) {
   Waiter blind(WaitPolicy::adaptive, {4, 2, false}, machine);
   Waiter watching(WaitPolicy::adaptive, {4, 2, false}, machine);
   watching.watch_peers([] { return 2; });
-  for (int i = 0; i < 20; ++i) {
-    machine.clock += milliseconds(2);
-    (void)blind.sample_load(machine.clock);
-    (void)watching.sample_load(machine.clock);
-  }
+  sample_all(machine, {&blind, &watching}, 20, milliseconds(5));
   EXPECT_FALSE(blind.loaded());
   EXPECT_TRUE(watching.loaded());
 }
@@ -271,11 +279,7 @@ TEST(Waiter, SimulatedNodesOnThisMachineAreNotForeignLoad) {
   machine.runnable = 4;
   Waiter simulated(WaitPolicy::adaptive, {1, 2, true, 4}, machine);
   Waiter alone(WaitPolicy::adaptive, {1, 2, true}, machine);
-  for (int i = 0; i < 20; ++i) {
-    machine.clock += milliseconds(5);
-    (void)simulated.sample_load(machine.clock);
-    (void)alone.sample_load(machine.clock);
-  }
+  sample_all(machine, {&simulated, &alone}, 20, milliseconds(5));
   EXPECT_FALSE(simulated.loaded());
   EXPECT_TRUE(alone.loaded());
 }

@@ -789,9 +789,9 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
     }
     void block(std::chrono::nanoseconds limit) {
       if (!backend.sending_.empty()) {
-        // A send in flight goes out only as this worker progresses, and the event fd does not
-        // fire for it: sleeping on the fd would hold the message (and every node waiting for
-        // it) until the slice ends. Nap briefly instead, and progress again.
+        // A send in flight completes only as this worker progresses, and UCX does not say
+        // that its event fd fires for that: rather than risk holding the message (and every
+        // node waiting for it) for a slice, nap briefly and progress again.
         std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(limit, kSendNap));
         return;
       }

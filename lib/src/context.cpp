@@ -108,9 +108,11 @@ Context::Context(JobConfig config)
   local_index_ = segment_->local_index();
   waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical,
                                                  processes_on_this_machine(config_)});
+  // The barrier comes later across nodes (after the leader's backend has joined, through the
+  // same waiter): until then no peer is counted asleep.
+  waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
   if (!hierarchical) {
     barrier_.emplace(*segment_, *waiter_, nullptr, false);
-    waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
     return;
   }
   // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
@@ -125,7 +127,6 @@ Context::Context(JobConfig config)
     }
   }
   barrier_.emplace(*segment_, *waiter_, backend_.get(), true);
-  waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
                             "lockstep: joining the job");

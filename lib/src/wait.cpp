@@ -139,7 +139,7 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   }
   const int asleep = peers_asleep_ ? peers_asleep_() : 0;
   const int here = std::max(shape_.processes, shape_.processes_here);
-  const int ours = std::max(1, here - std::clamp(asleep, 0, here - 1));
+  const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
   const int foreign = runnable > signals_.online_cpus() ? std::max(0, runnable - ours) : 0;
   recent_[next_++ % recent_.size()] = foreign;
   if (next_ < recent_.size()) {
@@ -182,7 +182,6 @@ void Waiter::learn(nanoseconds waited) noexcept {
   } else {
     spin_ = std::max(nanoseconds(kSpinMin), spin_ / 2);
   }
-  spin_ = std::min(spin_, cap);
   options_ = plan_wait(policy_, shape_, loaded_, spin_);
 }
 

@@ -252,8 +252,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
   auto next_check = start + check_interval;
-  if (loaded_ && spin_end != forever && spin_end > start && !shape_.across_nodes &&
-      site.late_peer_here()) {
+  if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
     spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
   }
   bool sampled = false;  // this wait's one regular load sample, when the spin is over
@@ -262,6 +261,12 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
     return End::done;
   };
   for (;;) {
+    if (adaptive_ && !sampled && now >= spin_end) {
+      sampled = true;
+      if (sample_load(now)) {
+        yield_end = std::min(yield_end, now);  // loaded: no yield, sleep
+      }
+    }
     if (now < spin_end) {
       for (int i = 0; i < kSpinsPerClockRead; ++i) {
         if (site.done()) {
@@ -275,13 +280,6 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
         spin_end = yield_end = now;  // lost the CPU to work that is not the job's: sleep
       }
     } else if (now < yield_end || !options.sleep) {
-      if (adaptive_ && !sampled) {
-        sampled = true;
-        if (sample_load(now)) {
-          yield_end = now;
-          continue;
-        }
-      }
       // Yield only to a late peer that may need this CPU; while every late peer runs elsewhere,
       // a short spin steals nothing from them. A hint can be stale (the peer moved here since),
       // so spinning instead of yielding is bounded per wait.
@@ -307,10 +305,6 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
         yield_end = now;  // the yield went to work that is not the job's: sleep instead
       }
     } else {
-      if (adaptive_ && !sampled) {
-        sampled = true;
-        (void)sample_load(now);
-      }
       auto limit = next_check - now;
       if (deadline) {
         limit = std::min(limit, *deadline - now);

@@ -150,6 +150,16 @@ bool fork_ranks(int ranks, Body body) {
   return ok;
 }
 
+// A rank's start: pinned (if asked), attached, and through the warm-up episodes.
+template <class Family>
+void start_rank(Family& family, int rank) {
+  pin_if_asked(rank);
+  family.attach(rank);
+  for (std::int64_t i = 0; i < kWarmup; ++i) {
+    family.wait(rank);
+  }
+}
+
 // A rank's end of the measured loop: its CPU time, and rank 0's wall time.
 inline void report_rank(Report& report, int rank, double cpu0, double wall0, double wall1) {
   report.cpu[rank] = cpu_seconds() - cpu0;
@@ -191,11 +201,7 @@ void run_episodes(benchmark::State& state, int ranks) {
   Report* report = shared_report();
   Family family(ranks);
   const bool ok = fork_ranks(ranks, [&](int rank) {
-    pin_if_asked(rank);
-    family.attach(rank);
-    for (std::int64_t i = 0; i < kWarmup; ++i) {
-      family.wait(rank);
-    }
+    start_rank(family, rank);
     double cpu0 = cpu_seconds();
     double wall0 = wall_seconds();
     if (rank == 0) {
@@ -293,11 +299,7 @@ void run_training(benchmark::State& state, int ranks, double mean_us) {
   auto* computed = static_cast<float*>(memory);  // [episode][rank], microseconds
   Family family(ranks);
   const bool ok = fork_ranks(ranks, [&](int rank) {
-    pin_if_asked(rank);
-    family.attach(rank);
-    for (std::int64_t i = 0; i < kWarmup; ++i) {
-      family.wait(rank);
-    }
+    start_rank(family, rank);
     const double cpu0 = cpu_seconds();
     const double wall0 = wall_seconds();
     for (std::int64_t e = 0; e < episodes; ++e) {

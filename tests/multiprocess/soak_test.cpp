@@ -2,7 +2,6 @@
 // LOCKSTEP_SOAK_SECONDS), and after every barrier each checks that every process has entered the
 // round (an early pass) and none has run two rounds ahead. It prints what it counted.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "ranks.hpp"
+#include "wait.hpp"
 
 namespace {
 
@@ -22,12 +22,6 @@ using lockstep::testing::Job;
 using lockstep::testing::run_ranks;
 using lockstep::testing::shared_array;
 using Clock = std::chrono::steady_clock;
-
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-}
 
 double soak_seconds() {
   const char* value = std::getenv("LOCKSTEP_SOAK_SECONDS");  // NOLINT(concurrency-mt-unsafe)
@@ -39,7 +33,7 @@ struct alignas(64) Counter {
 };
 
 TEST(Soak, OversubscribedRandomDelaysNoEarlyPass) {
-  const int processes = std::max(8, 4 * usable_cpus());
+  const int processes = std::max(8, 4 * lockstep::detail::usable_cpus());
   const double seconds = soak_seconds();
   auto* round = shared_array<Counter>(static_cast<std::size_t>(processes));
   auto* stop = shared_array<std::atomic<int>>(1);
@@ -84,8 +78,8 @@ TEST(Soak, OversubscribedRandomDelaysNoEarlyPass) {
     }
   });
   EXPECT_EQ(failures(ends), "");
-  std::cout << "soak: " << processes << " processes on " << usable_cpus() << " CPUs for "
-            << std::chrono::duration<double>(Clock::now() - start).count()
+  std::cout << "soak: " << processes << " processes on " << lockstep::detail::usable_cpus()
+            << " CPUs for " << std::chrono::duration<double>(Clock::now() - start).count()
             << " s: " << rounds_done->load() * 2 << " barriers each, " << early->load()
             << " early passes" << std::endl;
   EXPECT_EQ(early->load(), 0);

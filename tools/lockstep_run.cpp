@@ -100,6 +100,35 @@ int exit_code_for(int status) {
   return 1;
 }
 
+// The identity the ranks derive from LOCKSTEP_JOB_ID (see lib/src/env.cpp).
+std::string job_identity(const Options& options) {
+  return "job=" + (options.job_id.empty() ? std::string(24, 'x') : options.job_id) + "@" +
+         options.master_addr + ":" + std::to_string(options.master_port);
+}
+
+// LOCKSTEP_LAUNCH_ID: 64 random bits in hexadecimal, never 0.
+std::string random_launch_id() {
+  std::uint64_t value = 0;
+  if (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
+    value = (static_cast<std::uint64_t>(::getpid()) << 32) ^
+            static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+  }
+  char text[17];
+  (void)std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(value | 1));
+  return text;
+}
+
+// lockstep-run --cleanup.
+int clean_up() {
+  auto removed = lockstep::detail::sweep_abandoned_segments(true);
+  for (const auto& name : removed) {
+    (void)std::printf("lockstep-run: removed /dev/shm/%s\n", name.c_str());
+  }
+  (void)std::printf("lockstep-run: %zu abandoned segment%s removed\n", removed.size(),
+                    removed.size() == 1 ? "" : "s");
+  return 0;
+}
+
 std::string random_job_id() {
   unsigned char bytes[12];
   std::size_t got = 0;
@@ -177,6 +206,7 @@ class Launcher {
 
   Options options_;
   std::string identity_;
+  std::string launch_id_;  // LOCKSTEP_LAUNCH_ID: this launch, apart from any other with its job id
   std::vector<Child> children_;
   std::optional<Clock::time_point> kill_at_;
   std::optional<int> exit_code_;
@@ -207,15 +237,11 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
       {"MASTER_ADDR", options_.master_addr},
       {"MASTER_PORT", std::to_string(options_.master_port)},
       {"LOCKSTEP_JOB_ID", identity_},
+      {"LOCKSTEP_LAUNCH_ID", launch_id_},
       {"LOCKSTEP_NNODES", std::to_string(options_.nnodes)},
   };
   if (!options_.backend.empty()) {
     env.emplace_back("LOCKSTEP_BACKEND", options_.backend);
-  }
-  // Node 0's port must be reusable at once by the next job (see backends/ucx); a user's own
-  // setting wins.
-  if (options_.nnodes > 1 && std::getenv("UCX_TCP_CM_REUSEADDR") == nullptr) {  // NOLINT
-    env.emplace_back("UCX_TCP_CM_REUSEADDR", "y");
   }
   if (!options_.wait_policy.empty()) {
     env.emplace_back("LOCKSTEP_WAIT_POLICY", options_.wait_policy);
@@ -361,11 +387,13 @@ int Launcher::run() {
   // One node: a random identity, so two jobs never meet. Several: every node's launcher must
   // name the same job, so the default is a fixed one (the address and port still tell jobs
   // apart; --job-id tells apart two jobs that reuse them).
-  std::string job_id = options_.job_id;
-  if (job_id.empty()) {
-    job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
+  if (options_.job_id.empty()) {
+    options_.job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
   }
-  identity_ = job_id + "@" + options_.master_addr + ":" + std::to_string(options_.master_port);
+  identity_ = job_identity(options_).substr(4);  // without "job=", which the ranks add
+  launch_id_ = random_launch_id();
+  // Segments of jobs killed with their launcher (nobody else would remove them).
+  (void)lockstep::detail::sweep_abandoned_segments();
 
   sigset_t mask;
   sigset_t old_mask;
@@ -511,6 +539,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ucx", "nccl"}));
   bool standalone = false;
   app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
+  bool cleanup = false;
+  app.add_flag("--cleanup", cleanup,
+               "Remove this user's lockstep shared-memory segments whose processes are all gone "
+               "(also those of other lockstep versions that no process maps), list them, and "
+               "exit; no program is run");
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
   app.prefix_command();
   try {
@@ -520,6 +553,13 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   options.command = app.remaining();
+  if (cleanup) {
+    if (!options.command.empty()) {
+      say("--cleanup runs no program: remove '" + options.command.front() + "'");
+      return 2;
+    }
+    return clean_up();
+  }
   if (!options.command.empty() && options.command.front() == "--") {
     options.command.erase(options.command.begin());
   } else if (!options.command.empty() && options.command.front().size() > 1 &&
@@ -533,6 +573,15 @@ int main(int argc, char** argv) {
   }
   if (app.count("--job-id") > 0 && options.job_id.empty()) {
     say("--job-id must not be empty");
+    return 2;
+  }
+  // The identity ("job=<id>@<addr>:<port>") must fit the segment's record of it.
+  if (std::size_t identity = job_identity(options).size();
+      identity > lockstep::detail::kMaxIdentity) {
+    say("--job-id is " + std::to_string(options.job_id.size()) +
+        " characters long: with --master-addr and --master-port the job's identity is " +
+        std::to_string(identity) + " characters, and at most " +
+        std::to_string(lockstep::detail::kMaxIdentity) + " fit");
     return 2;
   }
   if (options.master_addr.empty()) {

@@ -16,6 +16,7 @@
 
 #include "lockstep/error.hpp"
 #include "shm/segment.hpp"  // comma_list
+#include "ucx/rendezvous.hpp"
 #include "ucx/ucx_api.hpp"
 #include "ucx/wire.hpp"
 
@@ -25,8 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr unsigned kAmId = 0x4c;  // every lockstep message travels as this active message
-// Between attempts to reach node 0 while it is not listening yet.
-constexpr auto kRetryDelay = 100ms;
 // How long a waiting leader sleeps on the worker's event fd before it looks at the clock again.
 constexpr auto kSleepSlice = 100ms;
 // How long a leader waiting in a barrier sleeps on the worker's event fd before it progresses the
@@ -78,15 +77,9 @@ class UcxBackend;
 
 // One UCP endpoint and what UCX's error callback said about it.
 struct Endpoint {
-  int node = -1;           // the leader of this node; -1 while it is an unvalidated connection
-  bool bootstrap = false;  // a client-server connection: its errors count only while joining
+  int node = -1;  // the leader of this node
   ucp_ep_h ep = nullptr;
   ucs_status_t error = UCS_OK;
-};
-
-struct Received {
-  std::vector<std::byte> bytes;
-  ucp_ep_h reply_ep = nullptr;
 };
 
 // A barrier message waiting for its round.
@@ -122,7 +115,6 @@ class UcxBackend final : public Backend {
   static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
                                  void* data, std::size_t length, const ucp_am_recv_param_t* param);
   static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
-  static void on_connection(ucp_conn_request_h request, void* arg);
 
   void start_ucx();
   // Closes every endpoint (flushing what was sent, for a bounded time) and releases UCX.
@@ -130,15 +122,13 @@ class UcxBackend final : public Backend {
   void serve();
   void connect();
   void connect_mesh();
-  Endpoint& add_endpoint(ucp_ep_params_t params, int node, bool bootstrap);
-  void close_endpoint(Endpoint& endpoint, bool force) noexcept;
+  Endpoint& add_endpoint(ucp_ep_params_t params, int node);
   void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
   // Runs UCX until nothing more happens, then handles what arrived.
   void progress();
-  void handle(const wire::Message& message, ucp_ep_h reply_ep);
-  void handle_hello(const wire::Hello& hello, ucp_ep_h reply_ep);
+  // Node 0: why it refuses `hello` (empty: it takes it); `joiners`: connections by node.
+  [[nodiscard]] std::string check_hello(const wire::Hello& hello, const std::vector<int>& joiners);
   void handle_member(const wire::Message& message);
-  void refuse(ucp_ep_h ep, const std::string& reason);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes.
   template <class Done, class OnDeadline>
@@ -154,7 +144,6 @@ class UcxBackend final : public Backend {
   int num_nodes_ = 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  ucp_listener_h listener_ = nullptr;
   int event_fd_ = -1;
   std::vector<std::byte> address_;  // this worker's address
   std::uint64_t token_ = 0;
@@ -162,16 +151,12 @@ class UcxBackend final : public Backend {
 
   std::vector<std::unique_ptr<Endpoint>> endpoints_;  // owns every endpoint
   std::vector<Endpoint*> members_;                    // by node index (nullptr: this node)
-  std::deque<Received> received_;                     // from on_message, handled by progress()
-  std::deque<ucp_conn_request_h> connections_;        // from on_connection (node 0)
   std::vector<std::pair<void*, std::vector<std::byte>>> sending_;  // requests in flight
 
   // Joining.
   std::vector<NodeInfo> nodes_;
   std::vector<std::vector<std::byte>> addresses_;  // by node index
-  std::vector<Endpoint*> joiners_;                 // node 0: by node index, accepted hellos
   std::optional<wire::Welcome> welcome_;
-  std::optional<std::string> refused_;
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
 
   // The barrier and broadcasts.
@@ -216,11 +201,6 @@ UcxBackend::~UcxBackend() {
 
 void UcxBackend::start_ucx() {
   ucp_config_t* ucx_config = nullptr;
-  // Node 0 may close its connections first, which leaves them in TIME_WAIT on MASTER_PORT:
-  // without SO_REUSEADDR the next job on that port could not listen for a minute. UCX takes this
-  // setting only from the environment (ucp_config_modify refuses transport keys), so it is set
-  // there unless the user set it; lockstep-run sets it for its ranks before they start.
-  (void)::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);  // NOLINT(concurrency-mt-unsafe): see above
   check(ucx_api().config_read(nullptr, nullptr, &ucx_config),
         "reading UCX's configuration (UCX_*)");
   ucp_params_t params{};
@@ -260,10 +240,6 @@ void UcxBackend::shutdown() noexcept {
       context_ = nullptr;
     }
     return;
-  }
-  if (listener_ != nullptr) {
-    ucx_api().listener_destroy(listener_);
-    listener_ = nullptr;
   }
   std::vector<void*> closing;
   for (auto& endpoint : endpoints_) {
@@ -321,24 +297,27 @@ ucs_status_t UcxBackend::on_message(void* arg, const void* /*header*/,
     return UCS_OK;  // larger than any lockstep message: not ours (the data is never fetched)
   }
   const auto* begin = static_cast<const std::byte*>(data);
-  if (self->joined_ && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
-    // The barrier's hot path: a member's message is handled here, without a copy or a queue
-    // (handle_member makes no UCX call). Bootstrap messages wait for progress().
+  if (!self->joined_) {
+    // Another leader's message can come before this one has read node 0's welcome, which names
+    // the token to check it by: it is kept until then (bounded).
     try {
-      self->handle_member(wire::decode({begin, length}));
-    } catch (const wire::WireError&) {
-      // malformed or foreign: dropped
+      if (self->early_.size() < kMaxEarly) {
+        self->early_.emplace_back(begin, begin + length);
+      }
     } catch (...) {
-      return UCS_OK;  // (out of memory) nothing may cross into UCX
+      // (out of memory) nothing may cross into UCX
     }
     return UCS_OK;
   }
-  Received received;
-  received.bytes.assign(begin, begin + length);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
-    received.reply_ep = param->reply_ep;
+  // The barrier's hot path: a member's message is handled here, without a copy or a queue
+  // (handle_member makes no UCX call).
+  try {
+    self->handle_member(wire::decode({begin, length}));
+  } catch (const wire::WireError&) {
+    // malformed or foreign: dropped
+  } catch (...) {
+    // (out of memory) nothing may cross into UCX
   }
-  self->received_.push_back(std::move(received));
   return UCS_OK;
 }
 
@@ -349,14 +328,9 @@ void UcxBackend::on_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   }
 }
 
-void UcxBackend::on_connection(ucp_conn_request_h request, void* arg) {
-  static_cast<UcxBackend*>(arg)->connections_.push_back(request);
-}
-
-Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node, bool bootstrap) {
+Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node) {
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->node = node;
-  endpoint->bootstrap = bootstrap;
   params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead peer is an error, never a hang
   params.err_handler.cb = &UcxBackend::on_error;
@@ -368,20 +342,6 @@ Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node, bool bootst
   }
   endpoints_.push_back(std::move(endpoint));
   return *endpoints_.back();
-}
-
-void UcxBackend::close_endpoint(Endpoint& endpoint, bool force) noexcept {
-  if (endpoint.ep == nullptr) {
-    return;
-  }
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  void* request = ucx_api().ep_close_nbx(endpoint.ep, &param);
-  endpoint.ep = nullptr;
-  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-    sending_.emplace_back(request, std::vector<std::byte>{});  // freed once complete
-  }
 }
 
 void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
@@ -402,31 +362,6 @@ void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
 void UcxBackend::progress() {
   while (ucx_api().worker_progress(worker_) != 0) {
   }
-  while (!received_.empty()) {
-    Received received = std::move(received_.front());
-    received_.pop_front();
-    try {
-      handle(wire::decode(received.bytes), received.reply_ep);
-    } catch (const wire::WireError& error) {
-      // Malformed or foreign: dropped, and a connection still joining is told why.
-      if (received.reply_ep != nullptr && me_ == 0 && !joined_) {
-        refuse(received.reply_ep, std::string("malformed hello: ") + error.what());
-      }
-    }
-  }
-  if (me_ == 0) {
-    while (!connections_.empty()) {
-      ucp_ep_params_t params{};
-      params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
-      params.conn_request = connections_.front();
-      connections_.pop_front();
-      if (joined_) {
-        ucx_api().listener_reject(listener_, params.conn_request);
-        continue;
-      }
-      add_endpoint(params, -1, true);
-    }
-  }
   std::erase_if(sending_, [](auto& entry) {
     if (ucx_api().request_check_status(entry.first) == UCS_INPROGRESS) {
       return false;
@@ -436,93 +371,40 @@ void UcxBackend::progress() {
   });
 }
 
-void UcxBackend::refuse(ucp_ep_h ep, const std::string& reason) {
-  send(ep, wire::Refuse{reason});
-  (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s: %s\n",
-                     where(config_.job).c_str(), reason.c_str());
-}
-
-void UcxBackend::handle(const wire::Message& message, ucp_ep_h reply_ep) {
-  if (const auto* hello = std::get_if<wire::Hello>(&message)) {
-    if (me_ != 0 || reply_ep == nullptr) {
-      return;  // only node 0 takes hellos, over a connection it can answer
-    }
-    handle_hello(*hello, reply_ep);
-    return;
-  }
-  if (const auto* welcome = std::get_if<wire::Welcome>(&message)) {
-    if (me_ != 0 && !welcome_) {
-      welcome_ = *welcome;
-    }
-    return;
-  }
-  if (const auto* refusal = std::get_if<wire::Refuse>(&message)) {
-    if (me_ != 0 && !joined_) {
-      refused_ = refusal->reason;
-    }
-    return;
-  }
-  if (!joined_ && me_ != 0) {
-    // A member's message can overtake node 0's welcome, which names the token to check it by.
-    if (early_.size() < kMaxEarly) {
-      early_.push_back(wire::encode(message));
-    }
-    return;
-  }
-  handle_member(message);
-}
-
-void UcxBackend::handle_hello(const wire::Hello& hello, ucp_ep_h reply_ep) {
+std::string UcxBackend::check_hello(const wire::Hello& hello, const std::vector<int>& joiners) {
   const JobConfig& job = config_.job;
-  std::string reason;
   if (hello.identity != job.identity) {
-    reason = "it belongs to another job ('" + hello.identity + "', not '" + job.identity +
-             "'): give every node the same LOCKSTEP_JOB_ID (lockstep-run --job-id)";
-  } else if (hello.num_nodes != static_cast<std::uint32_t>(num_nodes_) ||
-             hello.world_size != static_cast<std::uint32_t>(job.world_size)) {
-    reason = "it describes a job of " + std::to_string(hello.world_size) + " processes on " +
-             std::to_string(hello.num_nodes) + " nodes, node 0 one of " +
-             std::to_string(job.world_size) + " on " + std::to_string(num_nodes_);
-  } else if (hello.node == 0 || hello.node >= static_cast<std::uint32_t>(num_nodes_)) {
-    reason = "node index " + std::to_string(hello.node) + " is not one of 1.." +
-             std::to_string(num_nodes_ - 1);
-  } else if (joiners_[hello.node] != nullptr) {
-    reason = "node " + std::to_string(hello.node) + " has already joined";
-  } else if (hello.ranks.empty()) {
-    reason = "it lists no processes";
-  } else {
-    for (auto rank : hello.ranks) {
-      if (rank < 0 || rank >= job.world_size) {
-        reason = "process index " + std::to_string(rank) + " is outside the job";
-        break;
-      }
-      for (const auto& node : nodes_) {
-        if (std::find(node.ranks.begin(), node.ranks.end(), rank) != node.ranks.end()) {
-          reason = "process " + std::to_string(rank) + " is already on node " +
-                   std::to_string(node.node);
-        }
+    return "it belongs to another job ('" + hello.identity + "', not '" + job.identity +
+           "'): give every node the same LOCKSTEP_JOB_ID (lockstep-run --job-id)";
+  }
+  if (hello.num_nodes != static_cast<std::uint32_t>(num_nodes_) ||
+      hello.world_size != static_cast<std::uint32_t>(job.world_size)) {
+    return "it describes a job of " + std::to_string(hello.world_size) + " processes on " +
+           std::to_string(hello.num_nodes) + " nodes, node 0 one of " +
+           std::to_string(job.world_size) + " on " + std::to_string(num_nodes_);
+  }
+  if (hello.node == 0 || hello.node >= static_cast<std::uint32_t>(num_nodes_)) {
+    return "node index " + std::to_string(hello.node) + " is not one of 1.." +
+           std::to_string(num_nodes_ - 1);
+  }
+  if (joiners[hello.node] >= 0) {
+    return "node " + std::to_string(hello.node) + " has already joined";
+  }
+  if (hello.ranks.empty()) {
+    return "it lists no processes";
+  }
+  for (auto rank : hello.ranks) {
+    if (rank < 0 || rank >= job.world_size) {
+      return "process index " + std::to_string(rank) + " is outside the job";
+    }
+    for (const auto& node : nodes_) {
+      if (std::find(node.ranks.begin(), node.ranks.end(), rank) != node.ranks.end()) {
+        return "process " + std::to_string(rank) + " is already on node " +
+               std::to_string(node.node);
       }
     }
   }
-  if (!reason.empty()) {
-    refuse(reply_ep, "node " + std::to_string(hello.node) + ": " + reason);
-    return;
-  }
-  for (auto& endpoint : endpoints_) {
-    if (endpoint->ep == reply_ep) {
-      endpoint->node = static_cast<int>(hello.node);
-      joiners_[hello.node] = endpoint.get();
-    }
-  }
-  if (joiners_[hello.node] == nullptr) {
-    return;  // not a connection this node accepted
-  }
-  NodeInfo info;
-  info.node = static_cast<int>(hello.node);
-  info.ranks.assign(hello.ranks.begin(), hello.ranks.end());
-  std::sort(info.ranks.begin(), info.ranks.end());
-  nodes_.push_back(std::move(info));
-  addresses_[hello.node] = hello.address;
+  return {};
 }
 
 void UcxBackend::serve() {
@@ -533,60 +415,72 @@ void UcxBackend::serve() {
 
   socklen_t length = 0;
   const sockaddr_storage address = master_address(job, length);
-  ucp_listener_params_t params{};
-  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
-  params.sockaddr.addrlen = length;
-  params.conn_handler.cb = &UcxBackend::on_connection;
-  params.conn_handler.arg = this;
-  ucs_status_t status = ucx_api().listener_create(worker_, &params, &listener_);
-  if (status == UCS_ERR_BUSY) {
-    throw ConfigError("lockstep: node 0 cannot listen on " + where(job) +
-                      ": the port is in use (another job? Under torchrun, MASTER_PORT is "
-                      "torchrun's own: give lockstep another with LOCKSTEP_MASTER_PORT)");
-  }
-  if (status != UCS_OK) {
-    throw ConfigError("lockstep: node 0 cannot listen on " + where(job) + " (" +
-                      ucx_api().status_string(status) +
-                      "): MASTER_ADDR must be an address of node 0 that the other nodes reach");
-  }
+  rendezvous::Server server(address, length, where(job));
 
-  joiners_.assign(static_cast<std::size_t>(num_nodes_), nullptr);
+  std::vector<int> joiners(static_cast<std::size_t>(num_nodes_), -1);  // connection by node
   addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
   addresses_[0] = address_;
   nodes_.push_back(NodeInfo{0, config_.ranks});
-  auto all_joined = [&] { return nodes_.size() == static_cast<std::size_t>(num_nodes_); };
-  while (!all_joined()) {
-    progress();
+  std::map<int, std::string> refusals;  // by node: why its last connection was refused
+  auto on_hello = [&](int id, std::span<const std::byte> bytes, const std::string& from) {
+    std::string reason;
+    std::optional<wire::Hello> hello;
+    try {
+      wire::Message message = wire::decode(bytes);
+      if (auto* decoded = std::get_if<wire::Hello>(&message)) {
+        hello = std::move(*decoded);
+      } else {
+        reason = "it sent a lockstep message that is not a hello";
+      }
+    } catch (const wire::WireError& error) {
+      reason = std::string("it sent no lockstep hello (") + error.what() + ")";
+    }
+    if (hello) {
+      reason = check_hello(*hello, joiners);
+    }
+    if (reason.empty()) {
+      joiners[hello->node] = id;
+      NodeInfo info{static_cast<int>(hello->node), {hello->ranks.begin(), hello->ranks.end()}};
+      std::sort(info.ranks.begin(), info.ranks.end());
+      nodes_.push_back(std::move(info));
+      addresses_[hello->node] = hello->address;
+      refusals.erase(static_cast<int>(hello->node));
+      return rendezvous::Verdict{true, {}};
+    }
+    const std::string node = hello ? "node " + std::to_string(hello->node) : "a connection";
+    if (hello && hello->node < static_cast<std::uint32_t>(num_nodes_)) {
+      refusals[static_cast<int>(hello->node)] = "connected from " + from + " and was refused: " + reason;
+    }
+    (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s from %s: %s: %s\n",
+                       where(job).c_str(), from.c_str(), node.c_str(), reason.c_str());
+    return rendezvous::Verdict{false, wire::encode(wire::Refuse{node + ": " + reason})};
+  };
+  auto on_lost = [&](int id) {
     // A node that died or hung up before everyone joined may come back: forget it.
     for (int node = 1; node < num_nodes_; ++node) {
-      Endpoint* joiner = joiners_[static_cast<std::size_t>(node)];
-      if (joiner != nullptr && joiner->error != UCS_OK) {
-        joiners_[static_cast<std::size_t>(node)] = nullptr;
+      if (joiners[static_cast<std::size_t>(node)] == id) {
+        joiners[static_cast<std::size_t>(node)] = -1;
         std::erase_if(nodes_, [&](const NodeInfo& info) { return info.node == node; });
       }
     }
-    if (all_joined()) {
-      break;
-    }
+  };
+  while (nodes_.size() != static_cast<std::size_t>(num_nodes_)) {
     if (Clock::now() >= config_.deadline) {
-      std::vector<int> missing;
+      std::string why;
       for (int node = 1; node < num_nodes_; ++node) {
-        if (joiners_[static_cast<std::size_t>(node)] == nullptr) {
-          missing.push_back(node);
+        if (joiners[static_cast<std::size_t>(node)] < 0) {
+          auto refused = refusals.find(node);
+          why += (why.empty() ? "" : "; ") + ("node " + std::to_string(node) + " ") +
+                 (refused != refusals.end() ? refused->second : "never connected");
         }
       }
-      throw TimeoutError(
-          "lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
-          "listened on " +
-              where(job) + ", but node" + (missing.size() == 1 ? " " : "s ") + comma_list(missing) +
-              " never connected",
-          {});
+      throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
+                         "listened on " + where(job) + ", but " + why,
+                         {});
     }
-    if (ucx_api().worker_arm(worker_) == UCS_OK) {
-      pollfd fd{event_fd_, POLLIN, 0};
-      (void)::poll(&fd, 1, static_cast<int>(kSleepSlice.count()));
-    }
+    server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
+                                          config_.deadline - Clock::now())),
+                on_hello, on_lost);
   }
   std::sort(nodes_.begin(), nodes_.end(),
             [](const NodeInfo& a, const NodeInfo& b) { return a.node < b.node; });
@@ -597,13 +491,14 @@ void UcxBackend::serve() {
                                             {node.ranks.begin(), node.ranks.end()},
                                             addresses_[static_cast<std::size_t>(node.node)]});
   }
+  const auto bytes = wire::encode(welcome);
   for (int node = 1; node < num_nodes_; ++node) {
-    send(joiners_[static_cast<std::size_t>(node)]->ep, welcome);
+    // A node that cannot take the welcome fails its own join; the others find it gone.
+    (void)server.send(joiners[static_cast<std::size_t>(node)], bytes,
+                      std::max(config_.deadline, Clock::now() + kCloseBound));
   }
   joined_ = true;
-  // Nobody else may join: later connections are rejected, and the port is free again soon.
-  ucx_api().listener_destroy(listener_);
-  listener_ = nullptr;
+  // The server goes: nobody else may join, and the port is free again.
 }
 
 void UcxBackend::connect() {
@@ -620,45 +515,31 @@ void UcxBackend::connect() {
   hello.address = address_;
 
   std::string last_error = "no answer";
-  for (;;) {
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&server);
-    params.sockaddr.addrlen = server_length;
-    Endpoint& endpoint = add_endpoint(params, 0, true);
-    send(endpoint.ep, hello, true);
-    const auto retry_at = Clock::now() + kRetryDelay;
-    while (!welcome_ && !refused_ && endpoint.error == UCS_OK && Clock::now() < config_.deadline) {
-      progress();
-      if (!welcome_ && !refused_ && endpoint.error == UCS_OK &&
-          ucx_api().worker_arm(worker_) == UCS_OK) {
-        pollfd fd{event_fd_, POLLIN, 0};
-        (void)::poll(&fd, 1, 10);
-      }
-    }
-    if (refused_) {
-      throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +
-                        std::to_string(me_) + ": " + *refused_);
-    }
-    if (welcome_) {
-      break;
-    }
-    if (endpoint.error != UCS_OK) {
-      last_error = ucx_api().status_string(endpoint.error);
-      close_endpoint(endpoint, true);
-    }
-    if (Clock::now() >= config_.deadline) {
+  std::optional<wire::Message> answer;
+  try {
+    auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello), config_.deadline,
+                                      last_error);
+    if (!bytes) {
       throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
                              std::to_string(me_) + " could not join node 0's main process at " +
                              where(job) + " (last: " + last_error + ")",
                          {});
     }
-    while (Clock::now() < retry_at) {  // node 0 is not listening yet: try again shortly
-      progress();
-      (void)::poll(nullptr, 0, 10);
-    }
+    answer = wire::decode(*bytes);
+  } catch (const wire::WireError& error) {
+    throw ConfigError("lockstep: what answers at " + where(job) +
+                      " is not lockstep's node 0 (" + error.what() +
+                      "): is MASTER_ADDR:MASTER_PORT another program's?");
   }
+  if (const auto* refusal = std::get_if<wire::Refuse>(&*answer)) {
+    throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +
+                      std::to_string(me_) + ": " + refusal->reason);
+  }
+  if (std::get_if<wire::Welcome>(&*answer) == nullptr) {
+    throw ConfigError("lockstep: node 0's main process at " + where(job) +
+                      " answered with neither a welcome nor a refusal");
+  }
+  welcome_ = std::get<wire::Welcome>(std::move(*answer));
 
   // Check node 0's table before trusting it.
   const wire::Welcome& welcome = *welcome_;
@@ -707,7 +588,7 @@ void UcxBackend::connect_mesh() {
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(address.data());
-    members_[static_cast<std::size_t>(node)] = &add_endpoint(params, node, false);
+    members_[static_cast<std::size_t>(node)] = &add_endpoint(params, node);
   }
 }
 
@@ -781,6 +662,11 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
     const char* what;
     bool done() {
       backend.progress();
+      if (backend.aborted_) {
+        // Another node gave up on the job: no episode completes here after that, even when
+        // the message that would complete it came in with the abort (or before it, unread).
+        backend.fail(*backend.aborted_, what);
+      }
       if (ready()) {
         return true;
       }
@@ -845,6 +731,9 @@ std::vector<int> UcxBackend::ranks_of_nodes(const std::vector<int>& nodes) const
 void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  if (aborted_) {
+    fail(*aborted_, what);
   }
   const std::uint64_t episode = episode_;
   std::vector<std::uint64_t> known((static_cast<std::size_t>(num_nodes_) + 63) / 64, 0);

@@ -47,8 +47,9 @@ struct Registry {
   // that called std::exit, a static destroyed later): the segment must not be left behind.
   // (A forked child's inherited context only forgets the segment: see Context::leave.)
   ~Registry() {
-    if (context) {
-      context->leave();
+    if (context && !context->leave()) {
+      // A thread still waits in the barrier: what it uses must outlive it, to the process's end.
+      new std::shared_ptr<Context>(std::move(context));  // NOLINT(*-owning-memory): kept for good
     }
   }
 };
@@ -61,14 +62,15 @@ Registry& registry() {
 class BusyGuard {
  public:
   BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
-    // Relaxed: only mutual exclusion of calls, no data is published through it.
-    if (busy_.exchange(true, std::memory_order_relaxed)) {
+    // seq_cst: with Context::leave, a Dekker pair (this sets busy, then reads left; leave sets
+    // left, then reads busy): at least one of them sees the other.
+    if (busy_.exchange(true, std::memory_order_seq_cst)) {
       throw Error(std::string(what) +
                   ": called from a second thread while another thread of this process waits in "
                   "a lockstep barrier");
     }
   }
-  ~BusyGuard() { busy_.store(false, std::memory_order_relaxed); }
+  ~BusyGuard() { busy_.store(false, std::memory_order_release); }
   BusyGuard(const BusyGuard&) = delete;
   BusyGuard& operator=(const BusyGuard&) = delete;
 
@@ -136,7 +138,18 @@ Context::~Context() {
   leave();
 }
 
-void Context::leave() noexcept {
+bool Context::leave() noexcept {
+  if (left_.exchange(true, std::memory_order_seq_cst) && !segment_ && !barrier_) {
+    return true;  // left before
+  }
+  if (::getpid() == owner_ && busy_.load(std::memory_order_seq_cst)) {
+    // Another thread waits in the barrier while the process exits: leave the job (the peers see
+    // this process gone), but keep everything that thread uses mapped and alive.
+    if (segment_) {
+      segment_->leave_mapped();
+    }
+    return false;
+  }
   // The GPU barrier's destructor makes no CUDA call (at exit the runtime may be gone): its
   // events go with the process.
   stream_barrier_.reset();
@@ -150,8 +163,21 @@ void Context::leave() noexcept {
     segment_->abandon();  // a forked child's copy: the parent still belongs to the job
   }
   segment_.reset();
-  left_ = true;
+  return true;
 }
+
+namespace {
+
+// A thread that waited in the barrier while its process exited: it must neither return into
+// code that the exit is tearing down nor throw (an uncaught exception in a thread aborts the
+// process, which would replace its exit status). It sleeps until the process ends.
+[[noreturn]] void park_until_exit() {
+  for (;;) {
+    ::pause();
+  }
+}
+
+}  // namespace
 
 void Context::check_usable(const char* what) {
   // Relaxed: both are process-local flags; the mutex below orders the deferred error itself.
@@ -168,9 +194,13 @@ void Context::check_usable(const char* what) {
       std::rethrow_exception(error);
     }
   }
-  if (left_) {
-    throw Error(std::string(what) + ": this process has left the job (it is exiting)");
+  if (left_.load(std::memory_order_relaxed)) {
+    throw_left(what);
   }
+}
+
+void Context::throw_left(const char* what) {
+  throw Error(std::string(what) + ": this process has left the job (it is exiting)");
 }
 
 void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
@@ -179,17 +209,37 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
     return;  // a job of one
   }
   BusyGuard busy(busy_, what);
+  if (left_.load(std::memory_order_seq_cst)) {
+    throw_left(what);  // the process began to exit meanwhile (see leave)
+  }
   std::optional<std::chrono::steady_clock::time_point> deadline;
   // A timeout beyond a century is no deadline (and would overflow the clock's nanoseconds).
   if (timeout && *timeout < std::chrono::hours(24 * 365 * 100)) {
     deadline = std::chrono::steady_clock::now() + *timeout;
   }
-  barrier_->arrive_and_wait(deadline, what);
+  try {
+    barrier_->arrive_and_wait(deadline, what);
+  } catch (...) {
+    if (left_.load(std::memory_order_seq_cst)) {
+      park_until_exit();
+    }
+    throw;
+  }
+}
+
+void Context::check_intact(const char* what) {
+  check_usable(what);
+  if (barrier_) {
+    barrier_->check_intact(what);
+  }
 }
 
 void Context::wait_stream(CUstream_st* stream, const char* what) {
   check_usable(what);
   BusyGuard busy(busy_, what);
+  if (left_.load(std::memory_order_seq_cst)) {
+    throw_left(what);
+  }
   if (!stream_barrier_) {
     stream_barrier_ = make_stream_barrier(segment_.get(), config_);
   }

@@ -37,14 +37,21 @@ class Context {
   void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
   // The stream-ordered barrier (see gpu/stream_barrier.hpp).
   void wait_stream(CUstream_st* stream, const char* what);
+  // Throws what wait() would throw before it arrives: this handle is unusable here, or the job
+  // is broken (a peer lost, a cross-node failure).
+  void check_intact(const char* what);
   // Keeps an error that a destructor could not throw; the next wait() rethrows it.
   void defer(std::exception_ptr error) noexcept;
-  // Leaves the job (at process exit), whatever handles still exist; later waits throw.
-  void leave() noexcept;
+  // Leaves the job (at process exit), whatever handles still exist; later waits throw. Returns
+  // false when another thread of this process waits in a barrier now: the job is left, but
+  // what that thread uses stays (the caller must then never destroy this context), and the
+  // thread parks until the process ends rather than return or throw into an exiting process.
+  bool leave() noexcept;
 
  private:
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
+  [[noreturn]] static void throw_left(const char* what);
 
   JobConfig config_;
   int local_index_ = 0;
@@ -55,8 +62,8 @@ class Context {
   std::unique_ptr<Backend> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
-  std::atomic<bool> busy_{false};
-  bool left_ = false;
+  std::atomic<bool> busy_{false};  // a thread waits in a barrier (see BusyGuard)
+  std::atomic<bool> left_{false};  // the process left the job (it exits)
   std::atomic<bool> has_deferred_{false};
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;

@@ -261,6 +261,11 @@ JobConfig validate(const Family& family) {
                          family.local_rank.name + "=" + *family.local_rank.value + " and " +
                          per_node);
   }
+  if (*local_size > kMaxLocalProcesses) {
+    bad(family.local_size.present() ? family.local_size : family.size,
+        "puts " + std::to_string(*local_size) + " processes on one node; lockstep takes at most " +
+            std::to_string(kMaxLocalProcesses) + " per node");
+  }
   config.local_rank = local_rank.value_or(-1);
   config.local_size = *local_size;
   config.num_nodes = *nnodes;
@@ -425,13 +430,33 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
     config.wait_policy = *parsed;
   }
   if (auto timeout = lookup(env, "LOCKSTEP_JOIN_TIMEOUT"); timeout.present()) {
-    char* end = nullptr;
-    double seconds = std::strtod(timeout.value->c_str(), &end);
-    if (timeout.value->empty() || end != timeout.value->c_str() + timeout.value->size() ||
-        !(seconds > 0) || seconds > 1e7) {
-      bad(timeout, "is not a positive number of seconds");
+    // Decimal seconds only ("30", "2.5"): no sign, spaces, exponent or hexadecimal.
+    const std::string& text = *timeout.value;
+    const auto dot = text.find('.');
+    const auto digits = [](std::string_view part) {
+      return !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+    };
+    const std::string_view whole = std::string_view(text).substr(0, dot);
+    if (!digits(whole) ||
+        (dot != std::string::npos && !digits(std::string_view(text).substr(dot + 1)))) {
+      bad(timeout, "is not a number of seconds (digits, optionally with a decimal point)");
+    }
+    const double seconds = std::strtod(text.c_str(), nullptr);
+    if (seconds > 1e7) {
+      bad(timeout, "is more than 10000000 seconds");
+    }
+    if (seconds < 0.001) {
+      bad(timeout, "is less than a millisecond");
     }
     config.join_timeout = std::chrono::milliseconds(std::llround(seconds * 1000));
+  }
+  if (auto launch = lookup(env, "LOCKSTEP_LAUNCH_ID"); launch.present()) {
+    const std::string& text = *launch.value;
+    if (text.empty() || text.size() > 16 ||
+        text.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      bad(launch, "is not 1 to 16 lower-case hexadecimal digits (lockstep-run sets it)");
+    }
+    config.launch = std::stoull(text, nullptr, 16);
   }
   if (auto backend = lookup(env, "LOCKSTEP_BACKEND"); backend.present()) {
     if (*backend.value != "ucx" && *backend.value != "nccl") {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -18,6 +19,10 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_environment();
 
 // Who this process is in its job. Validated: every index lies inside its size.
+// The most processes one node's segment takes (a segment of 4096 slots is 2.3 MiB); a job that
+// puts more on a node is refused with ConfigError rather than laid out.
+inline constexpr int kMaxLocalProcesses = 4096;
+
 struct JobConfig {
   std::string source = "none";  // which set of variables described the job
   int rank = 0;
@@ -27,6 +32,9 @@ struct JobConfig {
   int node_index = 0;
   int num_nodes = 1;
   std::string identity;  // unique per job (and per attempt); names the node's segment
+  // LOCKSTEP_LAUNCH_ID (lockstep-run sets a random one per launch; 0: none): the node's
+  // processes must share it, so that two launches given one job id never meet.
+  std::uint64_t launch = 0;
   WaitPolicy wait_policy = WaitPolicy::adaptive;
   std::chrono::milliseconds join_timeout{300'000};
   // Cross-node jobs only (num_nodes > 1): where node 0's main process listens for the others

@@ -1,11 +1,15 @@
 #include "proc.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string_view>
 
 #include "lockstep/error.hpp"
@@ -81,6 +85,64 @@ Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
     return Liveness::dead;
   }
   return Liveness::alive;
+}
+
+std::optional<pid_t> process_mapping(const std::string& path, ino_t inode) {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) {
+    return std::nullopt;
+  }
+  const pid_t self = ::getpid();
+  const std::string inode_text = " " + std::to_string(inode) + " ";
+  std::optional<pid_t> found;
+  while (!found) {
+    const dirent* entry = ::readdir(proc);  // NOLINT(concurrency-mt-unsafe): a private DIR
+    if (entry == nullptr) {
+      break;
+    }
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self) {
+      continue;
+    }
+    std::ifstream maps("/proc/" + std::string(entry->d_name) + "/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      // "start-end perms offset dev inode   path"
+      if (line.size() > path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0 &&
+          line.find(inode_text) != std::string::npos) {
+        found = static_cast<pid_t>(pid);
+        break;
+      }
+    }
+  }
+  ::closedir(proc);
+  return found;
+}
+
+std::optional<pid_t> flock_holder(ino_t inode) {
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (std::getline(locks, line)) {
+    // "1: FLOCK  ADVISORY  WRITE 4121 00:1a:2345 0 EOF"; waiters' lines carry "->".
+    char kind[16] = {};
+    int pid = 0;
+    unsigned major = 0;
+    unsigned minor = 0;
+    unsigned long long number = 0;
+    if (line.find("->") == std::string::npos &&
+        std::sscanf(line.c_str(), "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &pid, &major, &minor,
+                    &number) == 5 &&
+        std::strcmp(kind, "FLOCK") == 0 && number == inode) {
+      return pid;
+    }
+  }
+  return std::nullopt;
+}
+
+std::uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
 }
 
 std::string error_text(int error_number) {

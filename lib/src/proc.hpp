@@ -19,6 +19,18 @@ enum class Liveness { alive, dead };
 // reaped) is dead; so is a different process that now has the pid.
 Liveness process_liveness(pid_t pid, std::uint64_t start_time);
 
+// A process (other than this one) that has the file `path` (inode `inode`) mapped, if any: a
+// scan of /proc/*/maps, for rare paths only (a segment of another lockstep version, a torn one).
+// Processes of other users and other pid namespaces are not seen.
+std::optional<pid_t> process_mapping(const std::string& path, ino_t inode);
+
+// The process holding a flock() on the file with inode `inode`, from /proc/locks, if any.
+std::optional<pid_t> flock_holder(ino_t inode);
+
+// The inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown: pids and start
+// times mean something only within one namespace.
+std::uint64_t pid_namespace();
+
 // strerror for `error_number`, thread-safe.
 std::string error_text(int error_number);
 

@@ -60,6 +60,10 @@ void State::wait_for_everyone() {
 
 void State::wait_for_everyone(std::chrono::milliseconds timeout) {
   std::string what = "wait_for_everyone(" + std::to_string(timeout.count()) + " ms)";
+  if (timeout.count() < 0) {
+    throw ConfigError("lockstep: " + what + ": the timeout is negative (0 means: fail at once " +
+                      "unless everyone has arrived)");
+  }
   context_->wait(timeout, what.c_str());
 }
 
@@ -90,6 +94,9 @@ FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first)
     : context_(std::move(context)), first_(first), uncaught_at_entry_(std::uncaught_exceptions()) {
   if (!first_) {
     context_->wait(std::nullopt, "main_process_first (waiting for the first process)");
+  } else {
+    // The first process enters its block only if the job can still release the others.
+    context_->check_intact("main_process_first");
   }
 }
 

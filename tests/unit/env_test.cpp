@@ -285,10 +285,24 @@ TEST(Environment, WaitPolicyVariable) {
 
 TEST(Environment, JoinTimeoutVariable) {
   EXPECT_EQ(read({{"LOCKSTEP_JOIN_TIMEOUT", "2.5"}}).join_timeout.count(), 2500);
-  for (const char* bad : {"0", "-1", "soon", "", "nan"}) {
+  EXPECT_EQ(read({{"LOCKSTEP_JOIN_TIMEOUT", "30"}}).join_timeout.count(), 30000);
+  EXPECT_EQ(read({{"LOCKSTEP_JOIN_TIMEOUT", "0.001"}}).join_timeout.count(), 1);
+  // Issue 12: " 5", "0x10" and "1e-9" were accepted (the last as 0 ms).
+  for (const char* bad : {"0", "-1", "soon", "", "nan", " 5", "5 ", "0x10", "1e-9", "1e3", "+5",
+                          ".5", "5.", "1.2.3", "inf", "0.0001", "10000001"}) {
     auto message = config_error({{"LOCKSTEP_JOIN_TIMEOUT", bad}});
-    EXPECT_NE(message.find("LOCKSTEP_JOIN_TIMEOUT"), std::string::npos) << message;
+    EXPECT_NE(message.find("LOCKSTEP_JOIN_TIMEOUT=\"" + std::string(bad) + "\""),
+              std::string::npos)
+        << message;
   }
+}
+
+TEST(Environment, TooManyProcessesOnANodeAreRefused) {
+  // Issue 12: WORLD_SIZE=1000000 laid out a 512 MB segment (SIGBUS on a small /dev/shm).
+  auto message = config_error(torchrun(0, 1000000, 0, 1000000, 0));
+  EXPECT_NE(message.find("at most 4096 per node"), std::string::npos) << message;
+  EXPECT_NE(message.find("LOCAL_WORLD_SIZE=\"1000000\""), std::string::npos) << message;
+  EXPECT_EQ(read(torchrun(0, 4096, 0, 4096, 0)).local_size, 4096);
 }
 
 TEST(Environment, EmptyJobIdIsAnError) {

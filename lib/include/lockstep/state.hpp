@@ -104,8 +104,12 @@ class LOCKSTEP_API State {
   State();
   State(const State&) = default;
   State& operator=(const State&) = default;
-  State(State&&) noexcept = default;
-  State& operator=(State&&) noexcept = default;
+  // Moving copies the handle: the moved-from State stays a valid handle to the same membership.
+  State(State&& other) noexcept : context_(other.context_) {}  // NOLINT(*-rvalue-reference-*)
+  State& operator=(State&& other) noexcept {  // NOLINT(*-rvalue-reference-*)
+    context_ = other.context_;
+    return *this;
+  }
   ~State();
 
   // Global index of this process, in [0, num_processes()).
@@ -128,13 +132,20 @@ class LOCKSTEP_API State {
 
   // Returns once every process of the job has called wait_for_everyone(); a no-op in a job of
   // one. Throws PeerLostError when a process that has not arrived dies or leaves the job (noticed
-  // within about 0.2 s).
+  // within about 0.1 s on its node; across nodes, as soon as its node's main process learns of
+  // it). After a PeerLostError the job is broken: every later call (and main_process_first())
+  // throws it again at once.
   // Memory ordering: everything a process wrote before its call happens-before everything any
   // process does after its call returns (for memory shared between the processes).
   void wait_for_everyone();
   // As above, but throws TimeoutError naming the processes that had not arrived when `timeout`
-  // passes. On a timeout this process's arrival is withdrawn: the barrier is still intact and a
-  // later call waits for the same episode again.
+  // passes (a process that timed out and withdrew counts as not arrived). A timeout of 0 fails
+  // at once unless every other process is already waiting; a negative one is refused with
+  // ConfigError (as the C API refuses it); one beyond a century means no timeout.
+  // On one node, a timed-out process's arrival is withdrawn: the barrier stays intact and a later
+  // call waits for the same episode again. Across nodes a timeout breaks the job: the node that
+  // timed out tells the others, and every process of every node gets the error (this episode
+  // and every later call); none of them completes the episode once its node has learned of it.
   void wait_for_everyone(std::chrono::milliseconds timeout);
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling

@@ -15,12 +15,16 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
-  SegmentHeader& header = segment_.header();
+void NodeBarrier::check_intact(const char* what) {
   // Relaxed: the flag is only a fast refusal; recorded_lost re-reads it with acquire.
-  if (header.lost.value.load(std::memory_order_relaxed) != 0) {
+  if (segment_.header().lost.value.load(std::memory_order_relaxed) != 0) {
     throw_lost(*segment_.recorded_lost(), what);
   }
+}
+
+void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
+  SegmentHeader& header = segment_.header();
+  check_intact(what);
   if (tokens_ == 1) {
     ++episode_;  // a job of one on one node
     return;
@@ -30,6 +34,9 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     return;
   }
   const std::uint64_t full = (episode_ + 1) * tokens_;
+  if (deadline) {
+    arrived_at_ = Clock::now().time_since_epoch().count();  // for throw_timeout
+  }
   // seq_cst (acq_rel and more): the release publishes this process's writes to every process
   // that later reads a count at or past `full` (all arrivals form one release sequence on the
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
@@ -108,10 +115,12 @@ bool NodeBarrier::withdraw(std::uint64_t limit) noexcept {
     // acq_rel on success keeps the withdrawal in the counter's single modification order.
     if (arrivals.compare_exchange_weak(seen, seen - 1, std::memory_order_acq_rel,
                                        std::memory_order_relaxed)) {
-      // Withdrawn, not arrived: the liveness checks watch this process again, while the
-      // missing lists of peers that time out too do not count it as one that never came.
-      segment_.slot(segment_.my_slot())
-          .arrived.store((episode_ + 1) | kWithdrawn, std::memory_order_relaxed);
+      // Withdrawn, not arrived: the liveness checks watch this process again, and the missing
+      // lists of peers that arrive later name it. Release: a peer that reads the mark (acquire)
+      // reads the time with it.
+      Slot& me = segment_.slot(segment_.my_slot());
+      me.withdrawn_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      me.arrived.store((episode_ + 1) | kWithdrawn, std::memory_order_release);
       return true;
     }
   }
@@ -121,8 +130,18 @@ bool NodeBarrier::withdraw(std::uint64_t limit) noexcept {
 void NodeBarrier::throw_timeout(const char* what) {
   std::vector<int> missing;
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    if (slot != segment_.my_slot() && !came(slot)) {
-      missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
+    if (slot == segment_.my_slot()) {
+      continue;
+    }
+    // A peer that withdrew its arrival before this process arrived had not arrived; one that
+    // withdrew later waited with this one (both time out now). Acquire: see withdraw().
+    const Slot& peer = segment_.slot(slot);
+    const std::uint64_t mark = peer.arrived.load(std::memory_order_acquire);
+    const bool here = mark == episode_ + 1 ||
+                      (mark == ((episode_ + 1) | kWithdrawn) &&
+                       peer.withdrawn_at.load(std::memory_order_relaxed) >= arrived_at_);
+    if (!here) {
+      missing.push_back(peer.rank.load(std::memory_order_relaxed));
     }
   }
   std::string message = std::string(what) +

@@ -46,6 +46,9 @@ class NodeBarrier {
                        const char* what);
 
   [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
+  // Throws what arrive_and_wait would throw at once: the job on this node is broken (a peer
+  // lost, or the leader gave up on a cross-node barrier).
+  void check_intact(const char* what);
 
   // How many of the node's other processes sleep in a barrier wait now (a hint for the waiter's
   // load samples: an episode that is complete counts its sleepers as woken).
@@ -84,6 +87,9 @@ class NodeBarrier {
   bool leader_;
   std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)
   std::uint64_t episode_ = 0;  // episodes this process has completed
+  // When this process arrived at its current timed wait (steady clock, ns): a peer that withdrew
+  // before then had not arrived as far as this wait's timeout is concerned.
+  std::int64_t arrived_at_ = 0;
 };
 
 }  // namespace lockstep::detail

@@ -15,7 +15,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 7;
+inline constexpr std::uint32_t kLayoutVersion = 8;
 inline constexpr std::size_t kMaxIdentity = 480;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
@@ -74,6 +74,10 @@ struct alignas(kCacheLine) Slot {
   // While the owner sleeps in a barrier wait: the arrival count it waits for (else 0). A hint
   // for the peers' load samples (lib/src/wait.hpp), never needed for correctness.
   std::atomic<std::uint64_t> asleep_until;
+  // When the owner last withdrew an arrival (steady clock, ns), stored before `arrived` is
+  // (release): peers that time out too tell a process that gave up before they arrived (not
+  // arrived) from one that waited with them and gave up at the same moment (arrived).
+  std::atomic<std::int64_t> withdrawn_at;
 };
 
 struct SegmentHeader {
@@ -84,6 +88,12 @@ struct SegmentHeader {
   std::uint32_t world_size;
   std::uint32_t identity_length;
   char identity[kMaxIdentity];
+  // The launch that created the segment (LOCKSTEP_LAUNCH_ID, set by lockstep-run; 0 without
+  // one): processes of two launches never share a segment, even with one job identity.
+  std::uint64_t launch;
+  // The creator's pid namespace (/proc/self/ns/pid): the slots' pids mean something only there,
+  // so only processes of that namespace judge whether the segment's processes are dead.
+  std::uint64_t pid_namespace;
 
   Line<std::uint32_t> joined;  // slots claimed; futex word of the join rendezvous
   Line<std::uint32_t> left;    // slots whose process left the job
@@ -129,6 +139,11 @@ static_assert(std::is_standard_layout_v<GpuSlot>, "GpuSlot lives in shared memor
 static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
+// Every layout version keeps these where version 1 had them: a process reads them (with pread,
+// before mapping) to tell another version's segment from a torn one.
+static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&
+                  offsetof(SegmentHeader, num_slots) == 12,
+              "the header's first fields are the same in every layout version");
 
 // The header, then the slots, then one GpuSlot per slot.
 inline constexpr std::size_t segment_size(std::uint32_t num_slots) {

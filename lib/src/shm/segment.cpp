@@ -1,5 +1,6 @@
 #include "shm/segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -14,8 +15,10 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "fault.hpp"
+#include "lockstep/version.hpp"
 #include "lockstep/error.hpp"
 #include "proc.hpp"
 #include "shm/futex.hpp"
@@ -27,27 +30,101 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a leaving process waits for the segment's lock.
+constexpr auto kLeaveLockBound = std::chrono::seconds(1);
+
 std::string shm_path(const std::string& name) {
   return "/dev/shm/" + name;
 }
 
-// Holds flock(LOCK_EX) on a descriptor. The kernel drops it if the process dies.
+// Holds flock(LOCK_EX) on a descriptor. The kernel drops it if the process dies; a process
+// that holds it while stopped (SIGSTOP) must not block the others beyond their deadline.
 class FileLock {
  public:
-  explicit FileLock(int fd) : fd_(fd) {
-    while (::flock(fd_, LOCK_EX) != 0) {
+  // Waits for the lock until `deadline`, then throws TimeoutError naming the holder.
+  FileLock(int fd, Clock::time_point deadline, const std::string& name) : fd_(fd) {
+    auto pause = std::chrono::microseconds(20);
+    while (!try_lock()) {
+      if (Clock::now() >= deadline) {
+        struct stat st {};
+        std::optional<pid_t> holder;
+        if (::fstat(fd_, &st) == 0) {
+          holder = flock_holder(st.st_ino);
+        }
+        throw TimeoutError("lockstep: could not lock shared-memory segment " + shm_path(name) +
+                               " in time: " +
+                               (holder ? "process " + std::to_string(*holder)
+                                       : std::string("another process")) +
+                               " holds its lock (is it stopped?)",
+                           {});
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
+    }
+  }
+  // Tries once; held() says whether it got the lock.
+  FileLock(int fd, std::try_to_lock_t /*tag*/) : fd_(fd) { (void)try_lock(); }
+  ~FileLock() {
+    if (held_) {
+      ::flock(fd_, LOCK_UN);
+    }
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  [[nodiscard]] bool held() const noexcept { return held_; }
+
+ private:
+  bool try_lock() {
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return false;
+      }
       if (errno != EINTR) {
         throw_errno("lockstep: locking the node segment", "flock");
       }
     }
+    held_ = true;
+    return true;
   }
-  ~FileLock() { ::flock(fd_, LOCK_UN); }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
 
- private:
   int fd_;
+  bool held_ = false;
 };
+
+// Makes tmpfs back all `size` bytes of the segment now: ftruncate reserves nothing, and the
+// first touch of a page that /dev/shm has no room for would kill the process with SIGBUS.
+void reserve(int fd, std::size_t size, const std::string& name) {
+  int error = 0;
+  do {
+    error = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  } while (error == EINTR);
+  if (error != 0) {
+    throw SystemError("lockstep: shared-memory segment " + shm_path(name) + ": cannot reserve " +
+                          std::to_string(size) + " bytes: " + error_text(error) +
+                          (error == ENOSPC ? " (/dev/shm is full: see df -h /dev/shm)" : ""),
+                      error);
+  }
+}
+
+// The header fields every layout version keeps in place, read without mapping the file.
+struct Prefix {
+  std::uint64_t magic = 0;
+  std::uint32_t layout_version = 0;
+  std::uint32_t num_slots = 0;
+};
+enum class Peek { ours, torn, other_version };
+
+Peek peek(int fd, std::size_t size, Prefix& prefix) {
+  if (size < sizeof(SegmentHeader) ||
+      ::pread(fd, &prefix, sizeof prefix, 0) != static_cast<ssize_t>(sizeof prefix) ||
+      prefix.magic != kSegmentMagic) {
+    return Peek::torn;  // its creator died while laying it out (it held the lock we hold)
+  }
+  if (prefix.layout_version != kLayoutVersion) {
+    return Peek::other_version;
+  }
+  return size >= segment_size(prefix.num_slots) ? Peek::ours : Peek::torn;
+}
 
 // Whether `name` still names the file open on `fd` (another process may have replaced it).
 bool still_named(int fd, const std::string& name, struct stat& by_fd) {
@@ -127,26 +204,14 @@ Slot* slots_of(SegmentHeader* header) {
   return reinterpret_cast<Slot*>(header + 1);
 }
 
-// Maps `shm` (of `size` bytes) into `region` and returns its header if it holds a segment laid
-// out by this library version; null for a torn layout (its creator died mid-way) or another
-// version's segment.
-SegmentHeader* map_laid_out(bip::shared_memory_object& shm, std::size_t size,
-                            std::optional<bip::mapped_region>& region) {
-  if (size < sizeof(SegmentHeader)) {
-    return nullptr;
-  }
-  region.emplace(shm, bip::read_write);
-  auto* header = static_cast<SegmentHeader*>(region->get_address());
-  const bool ours = header->magic == kSegmentMagic && header->layout_version == kLayoutVersion &&
-                    size >= segment_size(header->num_slots);
-  return ours ? header : nullptr;
-}
-
 // A segment that a process has left, or whose member died, belongs to a job that has ended (or
 // failed): its survivors keep their mapping, new joiners get a fresh one.
 bool job_ended(SegmentHeader& header) {
   if (header.left.value.load() > 0) {
     return true;
+  }
+  if (header.pid_namespace != pid_namespace()) {
+    return false;  // its pids mean nothing here: it cannot be judged dead from this namespace
   }
   const Slot* slots = slots_of(&header);
   for (std::uint32_t i = 0; i < header.num_slots; ++i) {
@@ -172,6 +237,18 @@ std::string shape(std::uint32_t local, std::uint32_t world) {
          std::to_string(world);
 }
 
+// The pids of the processes that claimed a slot.
+std::vector<int> pids_of(const SegmentHeader& header) {
+  std::vector<int> pids;
+  const Slot* slots = slots_of(const_cast<SegmentHeader*>(&header));  // NOLINT: read only
+  for (std::uint32_t i = 0; i < header.num_slots; ++i) {
+    if (status_of(slots[i]) != SlotStatus::empty) {
+      pids.push_back(slots[i].pid.load());
+    }
+  }
+  return pids;
+}
+
 // Throws ConfigError when a live job's segment cannot take this process: another shape, or full.
 void check_joinable(SegmentHeader& header, const JobConfig& config, const std::string& name) {
   const auto local_size = static_cast<std::uint32_t>(config.local_size);
@@ -183,15 +260,16 @@ void check_joinable(SegmentHeader& header, const JobConfig& config, const std::s
                       ", this process (rank " + std::to_string(config.rank) + ") expects " +
                       shape(local_size, world_size));
   }
-  if (header.joined.value.load() >= header.num_slots) {
-    std::vector<int> pids;
-    pids.reserve(header.num_slots);
-    const Slot* slots = slots_of(&header);
-    for (std::uint32_t i = 0; i < header.num_slots; ++i) {
-      pids.push_back(slots[i].pid.load());
-    }
+  if (header.launch != config.launch) {
     throw ConfigError("lockstep: a job with identity '" + config.identity +
-                      "' is already running on this node (pids " + comma_list(pids) +
+                      "' started by another launch is already running on this node (pids " +
+                      comma_list(pids_of(header)) +
+                      "): two launches were given the same --job-id (LOCKSTEP_JOB_ID); give each "
+                      "its own (without one, lockstep-run picks a unique one)");
+  }
+  if (header.joined.value.load() >= header.num_slots) {
+    throw ConfigError("lockstep: a job with identity '" + config.identity +
+                      "' is already running on this node (pids " + comma_list(pids_of(header)) +
                       "): give this job its own LOCKSTEP_JOB_ID or MASTER_PORT");
   }
 }
@@ -216,26 +294,73 @@ std::string segment_name(const std::string& identity, int node_index) {
   return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-n" + std::to_string(node_index);
 }
 
-bool remove_abandoned_segment(const std::string& name) {
+bool remove_abandoned_segment(const std::string& name, bool other_versions) {
   std::optional<bip::shared_memory_object> shm;
   try {
     shm.emplace(bip::open_only, name.c_str(), bip::read_write);
   } catch (const bip::interprocess_exception&) {
     return false;  // absent, or not ours to open
   }
-  int fd = shm->get_mapping_handle().handle;
-  FileLock lock(fd);
+  const int fd = shm->get_mapping_handle().handle;
+  FileLock lock(fd, std::try_to_lock);
   struct stat st {};
-  if (!still_named(fd, name, st) || st.st_uid != ::geteuid()) {
+  if (!lock.held() || !still_named(fd, name, st) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 0077) != 0) {
+    // In use this moment (a process joins or leaves), replaced, or not one lockstep made (it
+    // makes them owner-only): never removed.
     return false;
   }
-  std::optional<bip::mapped_region> region;
-  if (SegmentHeader* header = map_laid_out(*shm, static_cast<std::size_t>(st.st_size), region);
-      header != nullptr &&
-      any_peer_alive(slots_of(header), static_cast<int>(header->num_slots), -1)) {
-    return false;
+  Prefix prefix;
+  switch (peek(fd, static_cast<std::size_t>(st.st_size), prefix)) {
+    case Peek::ours: {
+      // Reserved in full by its creator before it was laid out: mapping it cannot fault.
+      bip::mapped_region region(*shm, bip::read_write);
+      auto* header = static_cast<SegmentHeader*>(region.get_address());
+      if (header->pid_namespace != pid_namespace() ||
+          any_peer_alive(slots_of(header), static_cast<int>(header->num_slots), -1)) {
+        return false;
+      }
+      break;
+    }
+    case Peek::torn:
+      break;  // its creator died holding the lock that this process holds now
+    case Peek::other_version:
+      // Another lockstep's layout: only nobody mapping it says that its job is over.
+      if (!other_versions || process_mapping(shm_path(name), st.st_ino)) {
+        return false;
+      }
+      break;
   }
   return bip::shared_memory_object::remove(name.c_str());
+}
+
+std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
+  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    // Bounded: a sweep looks at no more than this many of the user's segments.
+    constexpr std::size_t kMaxLooked = 256;
+    while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
+      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0) {
+        names.emplace_back(entry->d_name);
+        if (names.size() == kMaxLooked) {
+          break;
+        }
+      }
+    }
+    ::closedir(dir);
+  }
+  std::vector<std::string> removed;
+  for (const auto& name : names) {
+    try {
+      if (remove_abandoned_segment(name, other_versions)) {
+        removed.push_back(name);
+      }
+    } catch (const std::exception&) {
+      // (flock failing, out of memory) a sweep is best effort: this one stays for the next
+    }
+  }
+  return removed;
 }
 
 std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
@@ -246,6 +371,9 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     throw ConfigError("lockstep: the job identity is longer than " + std::to_string(kMaxIdentity) +
                       " characters: " + config.identity.substr(0, 64) + "...");
   }
+  // Jobs that were killed (their launcher too) leave segments that nobody would reclaim: the
+  // first State of every process removes this user's abandoned ones (bounded, best effort).
+  (void)sweep_abandoned_segments();
   std::unique_ptr<NodeSegment> segment(new NodeSegment);
   segment->name_ = segment_name(config.identity, config.node_index);
   const std::string& name = segment->name_;
@@ -265,7 +393,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       continue;  // removed between create and open: try again
     }
     int fd = shm->get_mapping_handle().handle;
-    FileLock lock(fd);
+    FileLock lock(fd, deadline, name);
     fault_point("join.locked");
     struct stat st {};
     if (!still_named(fd, name, st)) {
@@ -276,7 +404,14 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     if (size == 0) {
       // First to hold the lock: lay the segment out. A creator that died before this point left
       // an empty file, which is laid out the same way.
-      shm->truncate(static_cast<bip::offset_t>(segment_size(local_size)));
+      const std::size_t bytes = segment_size(local_size);
+      try {
+        shm->truncate(static_cast<bip::offset_t>(bytes));
+        reserve(fd, bytes, name);
+      } catch (...) {
+        bip::shared_memory_object::remove(name.c_str());  // nothing is left behind
+        throw;
+      }
       region.emplace(*shm, bip::read_write);
       auto* header = new (region->get_address()) SegmentHeader{};
       header->layout_version = kLayoutVersion;
@@ -284,15 +419,33 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       header->world_size = world_size;
       header->identity_length = static_cast<std::uint32_t>(config.identity.size());
       std::memcpy(header->identity, config.identity.data(), config.identity.size());
+      header->launch = config.launch;
+      header->pid_namespace = pid_namespace();
       new (header + 1) Slot[local_size]{};
       new (reinterpret_cast<Slot*>(header + 1) + local_size) GpuSlot[local_size]{};
       header->magic = kSegmentMagic;
     } else {
-      SegmentHeader* header = map_laid_out(*shm, size, region);
-      if (header != nullptr) {
-        check_identity(*header, config, name);
+      Prefix prefix;
+      const Peek kind = peek(fd, size, prefix);
+      if (kind == Peek::other_version) {
+        if (auto user = process_mapping(shm_path(name), st.st_ino)) {
+          throw ConfigError(
+              "lockstep: shared-memory segment " + shm_path(name) + " is in use (pid " +
+              std::to_string(*user) + ") by a process of another lockstep version: its layout " +
+              "version is " + std::to_string(prefix.layout_version) + ", this process's (lockstep " +
+              LOCKSTEP_VERSION_STRING + ") is " + std::to_string(kLayoutVersion) +
+              ": every process of a job must use the same lockstep build");
+        }
       }
-      if (header == nullptr || job_ended(*header)) {
+      if (kind != Peek::ours) {
+        bip::shared_memory_object::remove(name.c_str());  // torn, or an ended job's
+        continue;
+      }
+      // Reserved in full by its creator before it was laid out: mapping it cannot fault.
+      region.emplace(*shm, bip::read_write);
+      auto* header = static_cast<SegmentHeader*>(region->get_address());
+      check_identity(*header, config, name);
+      if (job_ended(*header)) {
         region.reset();
         bip::shared_memory_object::remove(name.c_str());
         continue;
@@ -326,6 +479,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
     slot.arrived.store(0);
     slot.cpu.store(-1);
     slot.asleep_until.store(0);
+    slot.withdrawn_at.store(0);
     slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
     header->joined.value.fetch_add(1);
     futex_wake_all(header->joined.value);
@@ -369,10 +523,20 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       }
       auto now = Clock::now();
       if (now >= deadline) {
-        std::vector<int> missing;
+        std::vector<int> missing;  // local indices
         for (int i = 0; i < segment->num_slots_; ++i) {
           if (status_of(segment->slots_[i]) == SlotStatus::empty) {
             missing.push_back(i);
+          }
+        }
+        // Their process indices, where the job places ranks by node (the launcher's, torchrun's
+        // layout: rank = node * local size + local rank); else unknown, and missing() is empty.
+        std::vector<int> missing_ranks;
+        const int first = config.rank - config.local_rank;
+        if (config.local_rank >= 0 && config.world_size == config.num_nodes * config.local_size &&
+            first == config.node_index * config.local_size) {
+          for (int slot : missing) {
+            missing_ranks.push_back(first + slot);
           }
         }
         auto seconds = std::chrono::duration<double>(config.join_timeout).count();
@@ -387,7 +551,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
                                " s (LOCKSTEP_JOIN_TIMEOUT): " + who + " (" +
                                std::to_string(joined) + " of " + std::to_string(local_size) +
                                " have)",
-                           {});
+                           std::move(missing_ranks));
       }
       futex_wait(header.joined.value, joined,
                  std::min<Clock::duration>(kPollInterval, deadline - now));
@@ -438,24 +602,35 @@ void NodeSegment::abandon() noexcept {
 }
 
 void NodeSegment::leave() noexcept {
-  if (header_ == nullptr) {
+  leave_mapped();
+  abandon();
+}
+
+void NodeSegment::leave_mapped() noexcept {
+  if (header_ == nullptr || left_) {
     return;
   }
+  left_ = true;
+  // The lock orders leaving with joining; a process stopped while it holds it must not keep
+  // this one from exiting: then it leaves without it, and a later sweep removes the segment.
+  std::optional<FileLock> lock;
   try {
-    FileLock lock(fd_);
-    slots_[my_slot_].status.store(static_cast<std::uint32_t>(SlotStatus::left));
-    header_->left.value.fetch_add(1);
-    futex_wake_all(header_->episode.generation);
-    futex_wake_all(header_->joined.value);
-    fault_point("leave.marked");
-    struct stat st {};
-    if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
-      bip::shared_memory_object::remove(name_.c_str());
-    }
+    lock.emplace(fd_, Clock::now() + kLeaveLockBound, name_);
   } catch (...) {
-    // Leaving must not throw; the launcher or the next job removes what is left.
   }
-  abandon();
+  slots_[my_slot_].status.store(static_cast<std::uint32_t>(SlotStatus::left));
+  header_->left.value.fetch_add(1);
+  futex_wake_all(header_->episode.generation);
+  futex_wake_all(header_->joined.value);
+  fault_point("leave.marked");
+  struct stat st {};
+  if (lock && !any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
+    try {
+      bip::shared_memory_object::remove(name_.c_str());
+    } catch (...) {
+      // Leaving must not throw; the launcher or the next job's sweep removes what is left.
+    }
+  }
 }
 
 std::optional<LostPeer> NodeSegment::check_peer(int slot) const {

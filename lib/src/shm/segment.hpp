@@ -29,9 +29,17 @@ std::string comma_list(const std::vector<int>& numbers);
 // apart; the full identity is stored in the segment and checked on attach.
 std::string segment_name(const std::string& identity, int node_index);
 
-// Removes the segment `name` if no process that joined it still runs (a job that was killed).
-// Returns true when it removed one. For the launcher, after its children have exited.
-bool remove_abandoned_segment(const std::string& name);
+// Removes the segment `name` if no process that joined it still runs (a job that was killed):
+// never one being joined or left this moment (its lock is held), one whose processes live in
+// another pid namespace, or (unless `other_versions`) one laid out by another lockstep version;
+// with `other_versions`, such a one only when no process maps it. Returns true when it removed
+// the segment.
+bool remove_abandoned_segment(const std::string& name, bool other_versions = false);
+
+// remove_abandoned_segment() for each of this user's lockstep segments in /dev/shm (at most 256
+// looked at); returns the names removed. Every lockstep-run and every process's first State
+// sweep, so that killed jobs (a launcher killed with SIGKILL) leave nothing behind for long.
+std::vector<std::string> sweep_abandoned_segments(bool other_versions = false);
 
 // A peer found gone: which slot, and a sentence on how.
 struct LostPeer {
@@ -82,6 +90,9 @@ class NodeSegment {
   [[nodiscard]] Failure recorded_failure() const;
   // Called in a forked child: forget the segment without leaving (the parent still owns it).
   void abandon() noexcept;
+  // Leaves the job (as the destructor does) but keeps the segment mapped: for a process that
+  // exits while another of its threads still waits in the barrier. Idempotent.
+  void leave_mapped() noexcept;
 
  private:
   NodeSegment() = default;
@@ -99,6 +110,7 @@ class NodeSegment {
   int my_slot_ = -1;
   int local_index_ = -1;
   int leader_slot_ = 0;
+  bool left_ = false;
 };
 
 template <class Arrived>

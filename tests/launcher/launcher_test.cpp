@@ -226,7 +226,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{{"--wait-policy", "fast", "true"}, "--wait-policy"},
                       BadFlags{{"--job-id", "", "true"}, "--job-id must not be empty"},
                       BadFlags{{"--master-addr", "", "true"}, "--master-addr must not be empty"},
-                      BadFlags{{"--backend", "mpi", "true"}, "--backend"}));
+                      BadFlags{{"--backend", "mpi", "true"}, "--backend"},
+                      BadFlags{{"--job-id", std::string(500, 'x'), "true"},
+                               "--job-id is 500 characters long"},
+                      BadFlags{{"--cleanup", "true"}, "--cleanup runs no program"}));
 
 TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
   // The launcher is SIGKILLed: it cannot forward anything, so the ranks must learn it by
@@ -268,12 +271,53 @@ TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
   }
 }
 
+// Issue 12: a launcher killed with SIGKILL left its segment for good (its ranks die of SIGTERM
+// without leaving, and the random job id means no later job reclaims it). lockstep-run --cleanup
+// removes it, and so does the next lockstep-run without being asked.
+TEST(Launcher, ASegmentLeftByAKilledLauncherIsCleanedUp) {
+  for (const bool ask : {true, false}) {
+    const std::string id = "killed-launcher-" + std::to_string(::getpid()) + (ask ? "a" : "b");
+    const std::string name = lockstep::detail::segment_name("job=" + id + "@127.0.0.1:29500", 0);
+    const std::string path = "/dev/shm/" + name;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl(tool("LOCKSTEP_RUN").c_str(), "lockstep-run", "--nproc-per-node", "2", "--job-id",
+              id.c_str(), tool("LOCKSTEP_WORKER").c_str(), "sleep", nullptr);
+      ::_exit(126);
+    }
+    struct stat st {};
+    for (int attempt = 0; attempt < 500 && ::stat(path.c_str(), &st) != 0; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both ranks joined
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the ranks die (SIGTERM)
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << "the test needs the segment left behind";
+    for (int attempt = 0; attempt < 50 && ::stat(path.c_str(), &st) == 0; ++attempt) {
+      if (ask) {
+        auto result = run({tool("LOCKSTEP_RUN"), "--cleanup"});
+        EXPECT_EQ(result.code(), 0) << result.err;
+        if (::stat(path.c_str(), &st) != 0) {
+          EXPECT_TRUE(contains(result.out, "removed " + path)) << result.out;
+        }
+      } else {
+        auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_WORKER")});
+        EXPECT_EQ(result.code(), 0) << result.err;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " was left behind (ask=" << ask << ")";
+  }
+}
+
 TEST(Launcher, HelpDocumentsEveryFlag) {
   auto result = run({tool("LOCKSTEP_RUN"), "--help"});
   EXPECT_EQ(result.code(), 0);
   for (const char* flag :
        {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id",
-        "--tag-output", "--grace-period", "--wait-policy", "--standalone", "--version"}) {
+        "--tag-output", "--grace-period", "--wait-policy", "--standalone", "--cleanup",
+        "--version"}) {
     EXPECT_TRUE(contains(result.out, flag)) << flag;
   }
 }

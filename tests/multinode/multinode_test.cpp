@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,7 +125,8 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
       ::setenv("UCX_NET_DEVICES", "lo", 1);        // NOLINT(concurrency-mt-unsafe): the child alone
-      ::setenv("LOCKSTEP_JOIN_TIMEOUT", "30", 1);  // NOLINT(concurrency-mt-unsafe)
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): the child alone
+      ::setenv("LOCKSTEP_JOIN_TIMEOUT", join_timeout_.c_str(), 1);
       if (!fault.empty()) {
         ::setenv("LOCKSTEP_FAULT_POINT", fault.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
       }
@@ -198,6 +200,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
   fs::path shared_;
   int port_ = 0;
   std::string job_;
+  std::string join_timeout_ = "30";  // LOCKSTEP_JOIN_TIMEOUT of the nodes started next
   std::vector<Node> nodes_;
 };
 
@@ -340,6 +343,86 @@ TEST_P(MultiNode, AStrayConnectionIsRefusedAndNeverJoins) {
   EXPECT_EQ(nodes_[0].code(), 0) << all_output();
   EXPECT_EQ(nodes_[2].code(), 0) << all_output();
   EXPECT_NE(nodes_[0].output().find("refused a connection"), std::string::npos) << all_output();
+}
+
+// Issue 12: node 1's processes arrived 1.2 s late at a wait that node 0 timed out on after
+// 1 s, and returned normally (node 1's leader found node 0's arrival and its abort together and
+// took the arrival first). Every process of both nodes must get the error.
+TEST_P(MultiNode, ALateNodeNeverPassesAnEpisodeTheOthersTimedOutOn) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    nodes_.clear();
+    for (int node = 0; node < 2; ++node) {
+      start(node, 2, 2, {"late", shared_.string(), "1200"});
+    }
+    wait_all();
+    auto ends = results();
+    ASSERT_EQ(ends.size(), 4U) << all_output();
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_TRUE(ends[rank].starts_with("timeout missing=2,3, ")) << rank << ": " << ends[rank];
+    }
+    for (int rank : {2, 3}) {
+      EXPECT_NE(ends[rank].find("gave up"), std::string::npos) << ends[rank];
+    }
+  }
+}
+
+// Issue 12: 8 bytes of 0xff and 8 of 0x00 sent to MASTER_PORT made UCX's connection manager
+// fail an assertion and abort node 0. The port is lockstep's own now: that packet, garbage, a
+// half-sent frame and more idle connections than node 0 keeps waiting are all dropped.
+TEST_P(MultiNode, CraftedBytesAtTheMasterPortNeverHurtTheJob) {
+  start(0, 2, 2, {"rounds", shared_.string(), "100"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto open_connection = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    return fd;
+  };
+  std::vector<int> fds;
+  std::vector<unsigned char> packet(16, 0x00);
+  std::fill(packet.begin(), packet.begin() + 8, 0xff);
+  fds.push_back(open_connection());
+  EXPECT_EQ(::write(fds.back(), packet.data(), packet.size()), 16);
+  std::mt19937 random(12);
+  for (int i = 0; i < 8; ++i) {
+    std::vector<unsigned char> junk(1 + random() % 4096);
+    for (auto& byte : junk) {
+      byte = static_cast<unsigned char>(random());
+    }
+    fds.push_back(open_connection());
+    (void)::write(fds.back(), junk.data(), junk.size());
+  }
+  // A frame that promises 100 bytes and sends 3, then a valid length with a foreign message.
+  fds.push_back(open_connection());
+  const unsigned char half[] = {100, 0, 0, 0, 1, 2, 3};
+  EXPECT_EQ(::write(fds.back(), half, sizeof half), 7);
+  for (int i = 0; i < 100; ++i) {
+    fds.push_back(open_connection());  // idle
+  }
+  start(1, 2, 2, {"rounds", shared_.string(), "100"});
+  wait_all();
+  for (int fd : fds) {
+    ::close(fd);
+  }
+  EXPECT_EQ(nodes_[0].code(), 0) << all_output();
+  EXPECT_EQ(nodes_[1].code(), 0) << all_output();
+}
+
+// Node 0 used to wait the whole join timeout and then say that node 1 "never connected" when
+// node 1 had connected and been refused. It says that it was refused, and why.
+TEST_P(MultiNode, NodeZerosTimeoutSaysThatANodeWasRefused) {
+  join_timeout_ = "3";
+  start(0, 2, 1, {"rounds", shared_.string(), "10"});
+  start(1, 2, 1, {"rounds", shared_.string(), "10"}, job_ + "-other");
+  wait_all();
+  EXPECT_NE(nodes_[0].code(), 0);
+  const std::string output = nodes_[0].output();
+  EXPECT_NE(output.find("node 1 connected from 127.0.0.1:"), std::string::npos) << all_output();
+  EXPECT_NE(output.find("and was refused: it belongs to another job"), std::string::npos)
+      << all_output();
 }
 
 TEST_P(MultiNode, TheNcclBackendRunsOrFailsCleanly) {

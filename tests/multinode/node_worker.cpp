@@ -133,6 +133,14 @@ int main(int argc, char** argv) {
       std::cout << "RESULT passed" << std::endl;
       return 1;
     }
+    if (scenario == "late") {  // node 1's processes come `arg` ms late to the one timed wait
+      if (state.node_index() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(arg));
+      }
+      state.wait_for_everyone(std::chrono::milliseconds(1000));
+      std::cout << "RESULT passed" << std::endl;
+      return 1;
+    }
     if (scenario == "kill") {  // process `arg` dies after 20 rounds; the others keep waiting
       for (int r = 0; r < 20; ++r) {
         state.wait_for_everyone();

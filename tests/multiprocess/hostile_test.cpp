@@ -311,4 +311,60 @@ TEST(OtherLayoutVersion, LiveIsRefusedAndDeadIsReplaced) {
   EXPECT_EQ(failures(joined), "");
 }
 
+TEST(Contract, AMovedFromStateIsStillAHandle) {
+  auto ends = run_ranks(Job::of(2), [](int rank) {
+    lockstep::State a;
+    lockstep::State b = std::move(a);
+    RANK_CHECK(a.process_index() == rank);  // NOLINT(bugprone-use-after-move): the point
+    lockstep::State c;
+    c = std::move(b);
+    RANK_CHECK(b.num_processes() == 2);  // NOLINT(bugprone-use-after-move)
+    a.wait_for_everyone();
+    b.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(Contract, NegativeTimeoutsAreRefusedAndHugeOnesMeanNone) {
+  auto ends = run_ranks(Job::of(2), [](int) {
+    lockstep::State state;
+    for (auto timeout : {std::chrono::milliseconds(-1),
+                         std::chrono::milliseconds(-10'000'000'000'000),
+                         std::chrono::milliseconds::min()}) {
+      try {
+        state.wait_for_everyone(timeout);  // overflowed (UBSan) and waited for ever
+        RANK_CHECK(false);
+      } catch (const lockstep::ConfigError& error) {
+        RANK_CHECK(contains(error.what(), "the timeout is negative"));
+      }
+    }
+    state.wait_for_everyone(std::chrono::milliseconds::max());
+    state.wait_for_everyone(std::chrono::milliseconds(10'000'000'000'000));
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+TEST(Contract, MainProcessFirstFailsAtOnceAfterALostPeer) {
+  auto ends = run_ranks(Job::of(2), [](int rank) {
+    lockstep::State state;
+    if (rank == 1) {
+      ::_exit(0);  // gone without leaving
+    }
+    try {
+      state.wait_for_everyone();
+      RANK_CHECK(false);
+    } catch (const lockstep::PeerLostError&) {
+    }
+    bool entered = false;
+    try {
+      auto guard = state.main_process_first();
+      entered = true;
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 1);
+    }
+    RANK_CHECK(!entered);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 }  // namespace

@@ -86,7 +86,8 @@ std::size_t FrameReader::feed(std::span<const std::byte> input) {
     if (have_ == 4) {
       length_ = 0;
       for (int i = 3; i >= 0; --i) {
-        length_ = (length_ << 8) | std::to_integer<std::size_t>(prefix_[static_cast<std::size_t>(i)]);
+        length_ =
+            (length_ << 8) | std::to_integer<std::size_t>(prefix_[static_cast<std::size_t>(i)]);
       }
       if (length_ == 0 || length_ > kMaxFrame) {
         throw wire::WireError("a frame of " + std::to_string(length_) + " bytes (1 to " +
@@ -149,10 +150,10 @@ void Server::drop(int id, const std::string& why) {
   peers_.erase(found);
 }
 
-void Server::step(std::chrono::milliseconds limit,
-                  const std::function<Verdict(int, std::span<const std::byte>,
-                                              const std::string&)>& on_hello,
-                  const std::function<void(int)>& on_lost) {
+void Server::step(
+    std::chrono::milliseconds limit,
+    const std::function<Verdict(int, std::span<const std::byte>, const std::string&)>& on_hello,
+    const std::function<void(int)>& on_lost) {
   std::vector<pollfd> fds{{fd_, POLLIN, 0}};
   std::vector<int> ids{-1};
   for (const auto& [id, peer] : peers_) {

@@ -99,7 +99,6 @@ class Server {
 // Empty when `deadline` passes first; then `last_error` says what happened last.
 std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, socklen_t length,
                                                std::span<const std::byte> hello,
-                                               Clock::time_point deadline,
-                                               std::string& last_error);
+                                               Clock::time_point deadline, std::string& last_error);
 
 }  // namespace lockstep::detail::rendezvous

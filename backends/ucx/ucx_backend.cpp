@@ -449,7 +449,8 @@ void UcxBackend::serve() {
     }
     const std::string node = hello ? "node " + std::to_string(hello->node) : "a connection";
     if (hello && hello->node < static_cast<std::uint32_t>(num_nodes_)) {
-      refusals[static_cast<int>(hello->node)] = "connected from " + from + " and was refused: " + reason;
+      refusals[static_cast<int>(hello->node)] =
+          "connected from " + from + " and was refused: " + reason;
     }
     (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s from %s: %s: %s\n",
                        where(job).c_str(), from.c_str(), node.c_str(), reason.c_str());
@@ -474,9 +475,11 @@ void UcxBackend::serve() {
                  (refused != refusals.end() ? refused->second : "never connected");
         }
       }
-      throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
-                         "listened on " + where(job) + ", but " + why,
-                         {});
+      throw TimeoutError(
+          "lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
+          "listened on " +
+              where(job) + ", but " + why,
+          {});
     }
     server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
                                           config_.deadline - Clock::now())),
@@ -527,9 +530,8 @@ void UcxBackend::connect() {
     }
     answer = wire::decode(*bytes);
   } catch (const wire::WireError& error) {
-    throw ConfigError("lockstep: what answers at " + where(job) +
-                      " is not lockstep's node 0 (" + error.what() +
-                      "): is MASTER_ADDR:MASTER_PORT another program's?");
+    throw ConfigError("lockstep: what answers at " + where(job) + " is not lockstep's node 0 (" +
+                      error.what() + "): is MASTER_ADDR:MASTER_PORT another program's?");
   }
   if (const auto* refusal = std::get_if<wire::Refuse>(&*answer)) {
     throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +

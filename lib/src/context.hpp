@@ -62,8 +62,8 @@ class Context {
   std::unique_ptr<Backend> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
-  std::atomic<bool> busy_{false};  // a thread waits in a barrier (see BusyGuard)
-  std::atomic<bool> left_{false};  // the process left the job (it exits)
+  std::atomic<bool> busy_{false};                  // a thread waits in a barrier (see BusyGuard)
+  std::atomic<bool> left_{false};                  // the process left the job (it exits)
   std::atomic<bool> has_deferred_{false};
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;

@@ -109,7 +109,8 @@ std::optional<pid_t> process_mapping(const std::string& path, ino_t inode) {
     std::string line;
     while (std::getline(maps, line)) {
       // "start-end perms offset dev inode   path"
-      if (line.size() > path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0 &&
+      if (line.size() > path.size() &&
+          line.compare(line.size() - path.size(), path.size(), path) == 0 &&
           line.find(inode_text) != std::string::npos) {
         found = static_cast<pid_t>(pid);
         break;

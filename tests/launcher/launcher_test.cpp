@@ -314,10 +314,9 @@ TEST(Launcher, ASegmentLeftByAKilledLauncherIsCleanedUp) {
 TEST(Launcher, HelpDocumentsEveryFlag) {
   auto result = run({tool("LOCKSTEP_RUN"), "--help"});
   EXPECT_EQ(result.code(), 0);
-  for (const char* flag :
-       {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id",
-        "--tag-output", "--grace-period", "--wait-policy", "--standalone", "--cleanup",
-        "--version"}) {
+  for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
+                           "--master-port", "--job-id", "--tag-output", "--grace-period",
+                           "--wait-policy", "--standalone", "--cleanup", "--version"}) {
     EXPECT_TRUE(contains(result.out, flag)) << flag;
   }
 }

@@ -16,8 +16,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,7 +124,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       int fd = ::open(node.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
-      ::setenv("UCX_NET_DEVICES", "lo", 1);        // NOLINT(concurrency-mt-unsafe): the child alone
+      ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): the child alone
       // NOLINTNEXTLINE(concurrency-mt-unsafe): the child alone
       ::setenv("LOCKSTEP_JOIN_TIMEOUT", join_timeout_.c_str(), 1);
       if (!fault.empty()) {

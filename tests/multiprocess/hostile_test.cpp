@@ -88,7 +88,8 @@ TEST(FullDevShm, IsASystemErrorAndLeavesNothing) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
         ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m,mode=1777") != 0) {
       ::_exit(77);  // no mount namespace here (not root, or no CAP_SYS_ADMIN)
     }
@@ -202,8 +203,7 @@ TEST(AbandonedSegments, ALiveJobsSegmentIsNeverSwept) {
   while (phase->load() < 2) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_TRUE(lockstep::detail::sweep_abandoned_segments(true).empty() ||
-              exists(shm_path(id)));
+  EXPECT_TRUE(lockstep::detail::sweep_abandoned_segments(true).empty() || exists(shm_path(id)));
   EXPECT_TRUE(exists(shm_path(id)));
   phase->store(100);
   EXPECT_EQ(failures(lockstep::testing::wait_ranks(running)), "");
@@ -217,8 +217,7 @@ TEST(TwoLaunches, WithOneJobIdNeverMeet) {
   job.env["LOCKSTEP_LAUNCH_ID"] = "a1";
   auto ends = run_ranks(job, [](int rank) {
     if (rank == 0) {
-      expect_join_error<lockstep::TimeoutError>([] { lockstep::State state; },
-                                                "never joined");
+      expect_join_error<lockstep::TimeoutError>([] { lockstep::State state; }, "never joined");
       return;
     }
     std::this_thread::sleep_for(200ms);
@@ -252,9 +251,8 @@ TEST(JoinLock, HeldByAStoppedProcessIsBoundedByTheJoinTimeout) {
   job.env["LOCKSTEP_JOIN_TIMEOUT"] = "1";
   auto ends = run_ranks(job, [holder](int) {
     const auto start = Clock::now();
-    expect_join_error<lockstep::TimeoutError>([] { lockstep::State state; },
-                                              "process " + std::to_string(holder) +
-                                                  " holds its lock");
+    expect_join_error<lockstep::TimeoutError>(
+        [] { lockstep::State state; }, "process " + std::to_string(holder) + " holds its lock");
     RANK_CHECK(Clock::now() - start < 2500ms);
   });
   ::kill(holder, SIGKILL);
@@ -328,9 +326,9 @@ TEST(Contract, AMovedFromStateIsStillAHandle) {
 TEST(Contract, NegativeTimeoutsAreRefusedAndHugeOnesMeanNone) {
   auto ends = run_ranks(Job::of(2), [](int) {
     lockstep::State state;
-    for (auto timeout : {std::chrono::milliseconds(-1),
-                         std::chrono::milliseconds(-10'000'000'000'000),
-                         std::chrono::milliseconds::min()}) {
+    for (auto timeout :
+         {std::chrono::milliseconds(-1), std::chrono::milliseconds(-10'000'000'000'000),
+          std::chrono::milliseconds::min()}) {
       try {
         state.wait_for_everyone(timeout);  // overflowed (UBSan) and waited for ever
         RANK_CHECK(false);

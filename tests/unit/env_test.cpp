@@ -291,8 +291,7 @@ TEST(Environment, JoinTimeoutVariable) {
   for (const char* bad : {"0", "-1", "soon", "", "nan", " 5", "5 ", "0x10", "1e-9", "1e3", "+5",
                           ".5", "5.", "1.2.3", "inf", "0.0001", "10000001"}) {
     auto message = config_error({{"LOCKSTEP_JOIN_TIMEOUT", bad}});
-    EXPECT_NE(message.find("LOCKSTEP_JOIN_TIMEOUT=\"" + std::string(bad) + "\""),
-              std::string::npos)
+    EXPECT_NE(message.find("LOCKSTEP_JOIN_TIMEOUT=\"" + std::string(bad) + "\""), std::string::npos)
         << message;
   }
 }

@@ -106,7 +106,7 @@ class LOCKSTEP_API State {
   State& operator=(const State&) = default;
   // Moving copies the handle: the moved-from State stays a valid handle to the same membership.
   State(State&& other) noexcept : context_(other.context_) {}  // NOLINT(*-rvalue-reference-*)
-  State& operator=(State&& other) noexcept {  // NOLINT(*-rvalue-reference-*)
+  State& operator=(State&& other) noexcept {                   // NOLINT(*-rvalue-reference-*)
     context_ = other.context_;
     return *this;
   }

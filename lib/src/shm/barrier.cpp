@@ -137,9 +137,9 @@ void NodeBarrier::throw_timeout(const char* what) {
     // withdrew later waited with this one (both time out now). Acquire: see withdraw().
     const Slot& peer = segment_.slot(slot);
     const std::uint64_t mark = peer.arrived.load(std::memory_order_acquire);
-    const bool here = mark == episode_ + 1 ||
-                      (mark == ((episode_ + 1) | kWithdrawn) &&
-                       peer.withdrawn_at.load(std::memory_order_relaxed) >= arrived_at_);
+    const bool here =
+        mark == episode_ + 1 || (mark == ((episode_ + 1) | kWithdrawn) &&
+                                 peer.withdrawn_at.load(std::memory_order_relaxed) >= arrived_at_);
     if (!here) {
       missing.push_back(peer.rank.load(std::memory_order_relaxed));
     }

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "fault.hpp"
-#include "lockstep/version.hpp"
 #include "lockstep/error.hpp"
+#include "lockstep/version.hpp"
 #include "proc.hpp"
 #include "shm/futex.hpp"
 
@@ -51,12 +51,11 @@ class FileLock {
         if (::fstat(fd_, &st) == 0) {
           holder = flock_holder(st.st_ino);
         }
-        throw TimeoutError("lockstep: could not lock shared-memory segment " + shm_path(name) +
-                               " in time: " +
-                               (holder ? "process " + std::to_string(*holder)
-                                       : std::string("another process")) +
-                               " holds its lock (is it stopped?)",
-                           {});
+        throw TimeoutError(
+            "lockstep: could not lock shared-memory segment " + shm_path(name) + " in time: " +
+                (holder ? "process " + std::to_string(*holder) : std::string("another process")) +
+                " holds its lock (is it stopped?)",
+            {});
       }
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
@@ -429,12 +428,13 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
       const Peek kind = peek(fd, size, prefix);
       if (kind == Peek::other_version) {
         if (auto user = process_mapping(shm_path(name), st.st_ino)) {
-          throw ConfigError(
-              "lockstep: shared-memory segment " + shm_path(name) + " is in use (pid " +
-              std::to_string(*user) + ") by a process of another lockstep version: its layout " +
-              "version is " + std::to_string(prefix.layout_version) + ", this process's (lockstep " +
-              LOCKSTEP_VERSION_STRING + ") is " + std::to_string(kLayoutVersion) +
-              ": every process of a job must use the same lockstep build");
+          throw ConfigError("lockstep: shared-memory segment " + shm_path(name) +
+                            " is in use (pid " + std::to_string(*user) +
+                            ") by a process of another lockstep version: its layout " +
+                            "version is " + std::to_string(prefix.layout_version) +
+                            ", this process's (lockstep " + LOCKSTEP_VERSION_STRING + ") is " +
+                            std::to_string(kLayoutVersion) +
+                            ": every process of a job must use the same lockstep build");
         }
       }
       if (kind != Peek::ours) {

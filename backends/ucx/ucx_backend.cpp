@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "lockstep/error.hpp"
 #include "shm/segment.hpp"  // comma_list
@@ -189,6 +190,14 @@ UcxBackend::UcxBackend(const LeaderConfig& config)
       connect();
     }
     connect_mesh();
+    // What other leaders sent before this one knew the job's token.
+    for (const auto& bytes : std::exchange(early_, {})) {
+      try {
+        handle_member(wire::decode(bytes));
+      } catch (const wire::WireError&) {
+        // malformed or foreign: dropped
+      }
+    }
   } catch (...) {
     shutdown();
     throw;
@@ -575,10 +584,6 @@ void UcxBackend::connect() {
   }
   token_ = welcome.token;
   joined_ = true;
-  auto early = std::move(early_);
-  for (const auto& bytes : early) {
-    handle_member(wire::decode(bytes));
-  }
 }
 
 void UcxBackend::connect_mesh() {

@@ -105,8 +105,9 @@ class LOCKSTEP_API State {
   State(const State&) = default;
   State& operator=(const State&) = default;
   // Moving copies the handle: the moved-from State stays a valid handle to the same membership.
-  State(State&& other) noexcept : context_(other.context_) {}  // NOLINT(*-rvalue-reference-*)
-  State& operator=(State&& other) noexcept {                   // NOLINT(*-rvalue-reference-*)
+  // NOLINTNEXTLINE(performance-move-constructor-init,*-rvalue-reference-*): a copy on purpose
+  State(State&& other) noexcept : context_(other.context_) {}
+  State& operator=(State&& other) noexcept {  // NOLINT(*-rvalue-reference-*)
     context_ = other.context_;
     return *this;
   }

@@ -2,6 +2,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -309,6 +311,49 @@ TEST(Launcher, ASegmentLeftByAKilledLauncherIsCleanedUp) {
     }
     EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " was left behind (ask=" << ask << ")";
   }
+}
+
+// Issue 12: with /dev/shm full, lockstep-run itself died of SIGBUS (in its stale-segment check)
+// and so did every rank. Now the ranks fail with a SystemError naming the full /dev/shm and the
+// launcher reports it. Runs in a mount namespace with a full 1 MiB tmpfs on /dev/shm.
+TEST(Launcher, AFullDevShmIsReportedNotACrash) {
+  int err[2];
+  ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(err[1], STDERR_FILENO);
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m,mode=1777") != 0) {
+      ::_exit(77);
+    }
+    int fd = ::open("/dev/shm/filler", O_CREAT | O_WRONLY, 0600);
+    static char block[4096];
+    while (::write(fd, block, sizeof block) > 0) {
+    }
+    ::close(fd);
+    ::execl(tool("LOCKSTEP_RUN").c_str(), "lockstep-run", "--nproc-per-node", "2",
+            tool("LOCKSTEP_WORKER").c_str(), nullptr);
+    ::_exit(126);
+  }
+  ::close(err[1]);
+  std::string output;
+  char buffer[4096];
+  for (ssize_t got = 0; (got = ::read(err[0], buffer, sizeof buffer)) > 0;) {
+    output.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(err[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+    GTEST_SKIP() << "cannot mount a small tmpfs on /dev/shm here (needs root in a mount namespace)";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "lockstep-run was killed by signal " << WTERMSIG(status);
+  // The worker does not catch the error (std::terminate): the launcher reports that rank.
+  EXPECT_NE(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(WEXITSTATUS(status), 128 + SIGBUS) << output;
+  EXPECT_TRUE(contains(output, "/dev/shm is full")) << output;
+  EXPECT_FALSE(contains(output, "signal 7")) << output;  // no rank died of SIGBUS
 }
 
 TEST(Launcher, HelpDocumentsEveryFlag) {

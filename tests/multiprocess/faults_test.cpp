@@ -171,9 +171,14 @@ TEST(JoinTimeout, NamesTheLocalProcessesThatNeverJoined) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       return;  // never joins
     }
-    expect_join_error<lockstep::TimeoutError>(
-        [] { lockstep::State state; },
-        "(LOCKSTEP_JOIN_TIMEOUT): local processes 2 of node 0 never joined");
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::TimeoutError& error) {
+      RANK_CHECK(contains(error.what(),
+                          "(LOCKSTEP_JOIN_TIMEOUT): local processes 2 of node 0 never joined"));
+      RANK_CHECK(error.missing() == std::vector<int>{2});  // issue 12: it was empty
+    }
   });
   EXPECT_EQ(failures(ends), "");
 }

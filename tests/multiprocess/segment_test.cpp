@@ -29,14 +29,11 @@ using lockstep::testing::expect_join_error;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
 using lockstep::testing::run_ranks;
+using lockstep::testing::segment_path;
 using lockstep::testing::shared_array;
 using lockstep::testing::start_ranks;
 using lockstep::testing::unique_job_id;
 using lockstep::testing::wait_ranks;
-
-std::string shm_path_of(const std::string& id) {
-  return "/dev/shm/" + segment_name("job=" + id, 0);
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -120,7 +117,7 @@ TEST(NodeSegment, AnotherUserCannotOpenOrJoinTheJob) {
   std::string id = unique_job_id("other-user");
   HeldJob job(id);
   ASSERT_TRUE(job.joined());
-  const std::string path = shm_path_of(id);
+  const std::string path = segment_path(id);
   ASSERT_TRUE(exists(path));
   auto* result = shared_array<int>(4);
   pid_t pid = ::fork();
@@ -170,7 +167,7 @@ TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
     lockstep::State state;
     if (rank == 0) {
       struct stat st {};
-      RANK_CHECK(::stat(shm_path_of(id).c_str(), &st) == 0);
+      RANK_CHECK(::stat(segment_path(id).c_str(), &st) == 0);
       *mode = st.st_mode & 07777;
       RANK_CHECK(st.st_uid == ::geteuid());
     }
@@ -178,7 +175,7 @@ TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
   });
   ASSERT_EQ(failures(ends), "");
   EXPECT_EQ(mode->load(), 0600U);
-  EXPECT_FALSE(exists(shm_path_of(id))) << "left behind after a clean exit";
+  EXPECT_FALSE(exists(segment_path(id))) << "left behind after a clean exit";
 }
 
 TEST(NodeSegment, IsGoneAfterExitWhileAStateIsStillInScope) {
@@ -189,7 +186,7 @@ TEST(NodeSegment, IsGoneAfterExitWhileAStateIsStillInScope) {
     std::exit(0);  // NOLINT(concurrency-mt-unsafe): the local State is never destroyed
   });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_FALSE(exists(shm_path_of(id))) << "left behind by processes that called exit()";
+  EXPECT_FALSE(exists(segment_path(id))) << "left behind by processes that called exit()";
 }
 
 TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
@@ -202,8 +199,8 @@ TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
   EXPECT_EQ(failures(wait_ranks(job_b)), "");
   EXPECT_EQ(counters[0], 2 * 20'000);
   EXPECT_EQ(counters[1], 3 * 20'000);
-  EXPECT_FALSE(exists(shm_path_of(a)));
-  EXPECT_FALSE(exists(shm_path_of(b)));
+  EXPECT_FALSE(exists(segment_path(a)));
+  EXPECT_FALSE(exists(segment_path(b)));
 }
 
 TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
@@ -215,7 +212,7 @@ TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
   });
   EXPECT_EQ(first.finish(), "");
   EXPECT_EQ(failures(second), "");
-  EXPECT_FALSE(exists(shm_path_of(id)));
+  EXPECT_FALSE(exists(segment_path(id)));
 }
 
 class StaleSegment : public ::testing::TestWithParam<int> {};
@@ -232,28 +229,28 @@ TEST_P(StaleSegment, FromAKilledJobIsReplaced) {
   for (const auto& end : killed) {
     ASSERT_TRUE(end.killed_by(SIGKILL)) << end.describe();
   }
-  ASSERT_TRUE(exists(shm_path_of(id))) << "the killed job should have left its segment";
+  ASSERT_TRUE(exists(segment_path(id))) << "the killed job should have left its segment";
   auto* counter = shared_array<std::atomic<int>>(1);
   auto ends = run_ranks(Job::of(GetParam(), id), [&](int) { barriers(counter, 1000); });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_FALSE(exists(shm_path_of(id)));
+  EXPECT_FALSE(exists(segment_path(id)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Processes, StaleSegment, ::testing::Values(2, 3, 4));
 
 TEST(NodeSegment, AnEmptySegmentFromACreatorThatDiedIsLaidOut) {
   std::string id = unique_job_id("torn");
-  int fd = ::open(shm_path_of(id).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int fd = ::open(segment_path(id).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ASSERT_GE(fd, 0);
   ::close(fd);
   auto* counter = shared_array<std::atomic<int>>(1);
   EXPECT_EQ(failures(run_ranks(Job::of(2, id), [&](int) { barriers(counter, 100); })), "");
-  EXPECT_FALSE(exists(shm_path_of(id)));
+  EXPECT_FALSE(exists(segment_path(id)));
 }
 
 TEST(NodeSegment, ASegmentOthersCanOpenIsRefused) {
   std::string id = unique_job_id("open");
-  std::string path = shm_path_of(id);
+  std::string path = segment_path(id);
   int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ASSERT_GE(fd, 0);
   ::fchmod(fd, 0644);
@@ -294,7 +291,7 @@ TEST(NodeSegment, ProcessesThatDisagreeOnTheShapeAreRefused) {
     }
   });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_FALSE(exists(shm_path_of(id)));
+  EXPECT_FALSE(exists(segment_path(id)));
 }
 
 TEST(NodeSegment, TwoProcessesWithOneLocalRankAreRefused) {
@@ -381,7 +378,7 @@ TEST(NodeSegment, ProcessesThatLeaveAtOnceAreNotLost) {
                                  })),
               "")
         << "barrier, round " << round;
-    EXPECT_FALSE(exists(shm_path_of(id)));
+    EXPECT_FALSE(exists(segment_path(id)));
   }
 }
 
@@ -390,7 +387,7 @@ TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
   HeldJob running(id);
   ASSERT_TRUE(running.joined());
   EXPECT_FALSE(lockstep::detail::remove_abandoned_segment(segment_name("job=" + id, 0)));
-  EXPECT_TRUE(exists(shm_path_of(id)));
+  EXPECT_TRUE(exists(segment_path(id)));
   EXPECT_EQ(running.finish(), "");
 }
 

@@ -233,6 +233,10 @@ std::string failures(const std::vector<RankEnd>& ends, int killed) {
   return out;
 }
 
+std::string segment_path(const std::string& id) {
+  return "/dev/shm/" + lockstep::detail::segment_name("job=" + id, 0);
+}
+
 std::vector<std::string> shm_entries(const std::string& prefix) {
   std::vector<std::string> out;
   DIR* dir = ::opendir("/dev/shm");

@@ -109,6 +109,9 @@ void expect_join_error(Make make, const std::string& part) {
   throw std::logic_error("joining succeeded; wanted an error containing: " + part);
 }
 
+// The path of node 0's segment of the job with LOCKSTEP_JOB_ID `id` (as run_ranks sets it).
+std::string segment_path(const std::string& id);
+
 // Names in /dev/shm that start with `prefix`.
 std::vector<std::string> shm_entries(const std::string& prefix);
 

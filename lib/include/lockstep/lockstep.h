@@ -52,7 +52,10 @@ LOCKSTEP_C_API int lockstep_is_last_process(const lockstep_state* state);
 /* Returns once every process of the job has called it (see State::wait_for_everyone). */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone(lockstep_state* state);
 /* As above; LOCKSTEP_TIMEOUT when the others have not all arrived within `timeout_ms`
- * milliseconds (the message names them; this process's arrival is withdrawn). */
+ * milliseconds (the message names them; on one machine this process's arrival is withdrawn,
+ * across machines the job is broken). The rule is State::wait_for_everyone(timeout)'s: 0 fails
+ * at once unless everyone already waits, a negative timeout is LOCKSTEP_INVALID_ARGUMENT, one
+ * beyond a century means none. */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state,
                                                               int64_t timeout_ms);
 

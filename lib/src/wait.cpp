@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <new>
 
 namespace lockstep::detail {
 
@@ -19,11 +20,8 @@ class SystemSignals final : public WaitSignals {
   SystemSignals() noexcept
       : loadavg_(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC)),
         online_(static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)))) {}
-  ~SystemSignals() override {
-    if (loadavg_ >= 0) {
-      ::close(loadavg_);
-    }
-  }
+  // Never destroyed (see system_signals): its descriptor goes with the process.
+  ~SystemSignals() override = default;
   SystemSignals(const SystemSignals&) = delete;
   SystemSignals& operator=(const SystemSignals&) = delete;
 
@@ -66,8 +64,11 @@ class SystemSignals final : public WaitSignals {
 }  // namespace
 
 WaitSignals& system_signals() noexcept {
-  static SystemSignals signals;
-  return signals;
+  // Never destroyed: a thread may still wait in a barrier while its process exits (see
+  // Context::leave), and a descriptor closed under it could be reused for another file.
+  alignas(SystemSignals) static unsigned char storage[sizeof(SystemSignals)];
+  static SystemSignals* const signals = new (storage) SystemSignals;
+  return *signals;
 }
 
 int usable_cpus() noexcept {

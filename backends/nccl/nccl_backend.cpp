@@ -221,6 +221,8 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
     const char* what;
     bool done() {
       try {
+        // An abort received wins over a completion (see Backend::check_aborted).
+        backend.bootstrap_->check_aborted(what);
         if (ready()) {
           return true;
         }

@@ -104,6 +104,11 @@ class UcxBackend final : public Backend {
                                    std::optional<Clock::time_point> deadline,
                                    const char* what) override;
   void abort(const Failure& failure) noexcept override;
+  void check_aborted(const char* what) override {
+    if (aborted_) {
+      fail(*aborted_, what);
+    }
+  }
   void poll(const char* what) override {
     if (broken_) {
       throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
@@ -669,11 +674,9 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
     const char* what;
     bool done() {
       backend.progress();
-      if (backend.aborted_) {
-        // Another node gave up on the job: no episode completes here after that, even when
-        // the message that would complete it came in with the abort (or before it, unread).
-        backend.fail(*backend.aborted_, what);
-      }
+      // Another node gave up on the job: no episode completes here after that, even when the
+      // message that would complete it came in with the abort (or before it, unread).
+      backend.check_aborted(what);
       if (ready()) {
         return true;
       }

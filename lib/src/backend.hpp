@@ -80,6 +80,10 @@ class Backend {
   // Makes progress on the transport and throws (as barrier() would) if a leader is gone or
   // aborted. For backends layered on another (NCCL bootstraps over UCX).
   virtual void poll(const char* /*what*/) {}
+  // Throws if another leader's abort has been received (no progress, no system call): a
+  // layered backend asks this before it takes an operation as complete (once a node has
+  // received the job's abort, none of its processes completes the episode).
+  virtual void check_aborted(const char* /*what*/) {}
 
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws; the backend is broken afterwards.

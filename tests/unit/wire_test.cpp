@@ -47,6 +47,7 @@ struct Golden {
 };
 
 const Golden kGolden[] = {
+    // NOLINT(cert-err58-cpp): a test's fixed data
     {Hello{"job=a@h:1", 2, 4, 1, {2, 3}, bytes("addr")},
      "4c4b533101000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
      "00000061646472"},
@@ -95,7 +96,9 @@ TEST(Wire, TruncatedForeignAndOverLimitMessagesAreRefused) {
   unknown_kind[6] = std::byte{9};
   EXPECT_THROW((void)decode(unknown_kind), WireError);
   // An identity length of 2^32 - 1: over the limit, never allocated.
-  auto huge = unhex("4c4b53310100010" "0ffffffff");
+  auto huge = unhex(
+      "4c4b53310100010"
+      "0ffffffff");
   EXPECT_THROW((void)decode(huge), WireError);
 }
 

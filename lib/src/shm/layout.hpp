@@ -139,6 +139,28 @@ static_assert(std::is_standard_layout_v<GpuSlot>, "GpuSlot lives in shared memor
 static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
+// The layout of version 8, pinned: a change to any field's place or size fails here, and whoever
+// updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
+// share a segment).
+static_assert(kLayoutVersion == 8, "update the pinned layout below with the version");
+static_assert(sizeof(SegmentHeader) == 1984 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384,
+              "layout 8: sizes");
+static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
+                  offsetof(SegmentHeader, pid_namespace) == 512 &&
+                  offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
+                  offsetof(SegmentHeader, lost) == 704 && offsetof(SegmentHeader, episode) == 768 &&
+                  offsetof(SegmentHeader, sleepers) == 832 &&
+                  offsetof(SegmentHeader, failure) == 896,
+              "layout 8: the header's fields");
+static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
+                  offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
+                  offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
+                  offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
+                  offsetof(Slot, withdrawn_at) == 88,
+              "layout 8: a slot's fields");
+static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
+                  offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, flag) == 264,
+              "layout 8: a GPU slot's fields");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&

@@ -46,8 +46,8 @@ struct Golden {
   const char* bytes;  // "LKS1", version 1, kind, then the fields, little-endian
 };
 
+// NOLINTNEXTLINE(cert-err58-cpp): a test's fixed data
 const Golden kGolden[] = {
-    // NOLINT(cert-err58-cpp): a test's fixed data
     {Hello{"job=a@h:1", 2, 4, 1, {2, 3}, bytes("addr")},
      "4c4b533101000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
      "00000061646472"},

@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <random>
@@ -16,7 +17,7 @@
 #include <utility>
 
 #include "lockstep/error.hpp"
-#include "shm/segment.hpp"  // comma_list
+#include "text.hpp"
 #include "ucx/rendezvous.hpp"
 #include "ucx/ucx_api.hpp"
 #include "ucx/wire.hpp"

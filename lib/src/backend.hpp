@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "env.hpp"
+#include "failure.hpp"
 #include "wait.hpp"
 
 namespace lockstep::detail {
@@ -35,23 +36,6 @@ struct LeaderConfig {
   Waiter* waiter;              // how this process waits (outlives the backend)
   Clock::time_point deadline;  // for joining
 };
-
-// Why a leader gave up on the job, sent to the other leaders (Backend::abort) and kept in the
-// node segment for the node's other processes.
-enum class FailureKind : std::uint32_t { timeout = 1, peer_lost = 2, config = 3, error = 4 };
-
-struct Failure {
-  FailureKind kind = FailureKind::error;
-  int rank = -1;             // the process lost, for peer_lost
-  std::vector<int> missing;  // the processes that had not arrived, for timeout
-  std::string message;
-};
-
-// Throws the lockstep::Error that `failure` describes, its message prefixed by `context`.
-[[noreturn]] void throw_failure(const Failure& failure, const std::string& context = "");
-// The failure that a lockstep::Error thrown by a backend or the node engine describes; its
-// message without the leading "<what>: " that names the call (whoever rethrows names its own).
-Failure failure_of(const std::exception& error, const char* what);
 
 class Backend {
  public:

@@ -117,7 +117,7 @@ Context::Context(JobConfig config)
   // same waiter): until then no peer is counted asleep.
   waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
   if (!hierarchical) {
-    barrier_.emplace(*segment_, *waiter_, nullptr, false);
+    barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false);
     return;
   }
   // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
@@ -131,7 +131,13 @@ Context::Context(JobConfig config)
       throw;
     }
   }
-  barrier_.emplace(*segment_, *waiter_, backend_.get(), true);
+  CrossNodeStep cross;
+  if (Backend* backend = backend_.get()) {
+    cross.meet = [backend](std::optional<std::chrono::steady_clock::time_point> deadline,
+                           const char* what) { backend->barrier(deadline, what); };
+    cross.abort = [backend](const Failure& failure) { backend->abort(failure); };
+  }
+  barrier_.emplace(*segment_, *waiter_, std::move(cross), true);
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
                             "lockstep: joining the job");

@@ -92,7 +92,7 @@ void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> de
   }
   fault_point("lead.local");
   try {
-    backend_->barrier(deadline, what);
+    cross_.meet(deadline, what);
   } catch (const Error& error) {
     // The other nodes' processes may already be through: this node's are told why not.
     segment_.record_failure(failure_of(error, what));
@@ -269,7 +269,8 @@ bool NodeBarrier::check_peers(std::uint64_t target, const char* what) {
 void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   if (peer.how == LostHow::elsewhere) {
     if (peer.slot == segment_.my_slot()) {
-      backend_->barrier(std::nullopt, what);  // broken: throws its failure again
+      // This process is the leader that gave up: its own record, as the backend threw it.
+      throw_failure(segment_.recorded_failure(), std::string(what) + ": the job cannot go on: ");
     }
     throw_failure(segment_.recorded_failure(), std::string(what) + ": the node's main process, " +
                                                    segment_.describe(peer.slot) + ", gave up: ");
@@ -280,9 +281,9 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
                               std::to_string(waiting) + " process" + (waiting == 1 ? "" : "es") +
                               " waited";
   const int rank = segment_.slot(peer.slot).rank.load(std::memory_order_relaxed);
-  if (backend_ != nullptr) {
+  if (cross_.abort) {
     // The other nodes cannot go on without this one.
-    backend_->abort(Failure{FailureKind::peer_lost, rank, {}, message});
+    cross_.abort(Failure{FailureKind::peer_lost, rank, {}, message});
   }
   throw PeerLostError(std::string(what) + ": " + message, rank);
 }

@@ -3,13 +3,24 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "failure.hpp"
 #include "shm/segment.hpp"
 #include "wait.hpp"
 
 namespace lockstep::detail {
+
+// The node leader's step across nodes in a multi-node job (see NodeBarrier::lead): the node
+// engine knows no backend, only these two calls, which the context makes from its backend.
+struct CrossNodeStep {
+  // Meets the other nodes' leaders; throws (and the job is broken for good) as Backend::barrier.
+  std::function<void(std::optional<std::chrono::steady_clock::time_point>, const char*)> meet;
+  // Tells the other nodes' leaders that this node cannot go on; never throws.
+  std::function<void(const Failure&)> abort;
+};
 
 // Each process counts its own episodes. Arriving is one fetch_add on the shared `arrivals`
 // counter, and episode e is complete once the counter reaches (e + 1) * n: waiters spin on the
@@ -27,12 +38,12 @@ namespace lockstep::detail {
 class NodeBarrier {
  public:
   // `waiter`: how this process waits (it outlives the barrier).
-  // `backend`: the cross-node backend, for the node's leader in a multi-node job (else null).
-  // `hierarchical`: whether the job spans nodes (true on every process of such a job).
-  NodeBarrier(NodeSegment& segment, Waiter& waiter, Backend* backend, bool hierarchical) noexcept
+  // `cross`: the leader's step across nodes, for the node's leader in a multi-node job (else
+  // empty). `hierarchical`: whether the job spans nodes (true on every process of such a job).
+  NodeBarrier(NodeSegment& segment, Waiter& waiter, CrossNodeStep cross, bool hierarchical) noexcept
       : segment_(segment),
         waiter_(waiter),
-        backend_(backend),
+        cross_(std::move(cross)),
         hierarchical_(hierarchical),
         leader_(segment.my_slot() == segment.leader_slot()),
         tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)) {}
@@ -82,7 +93,7 @@ class NodeBarrier {
 
   NodeSegment& segment_;
   Waiter& waiter_;
-  Backend* backend_;
+  CrossNodeStep cross_;
   bool hierarchical_;
   bool leader_;
   std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)

@@ -275,14 +275,6 @@ void check_joinable(SegmentHeader& header, const JobConfig& config, const std::s
 
 }  // namespace
 
-std::string comma_list(const std::vector<int>& numbers) {
-  std::string out;
-  for (int number : numbers) {
-    out += (out.empty() ? "" : ", ") + std::to_string(number);
-  }
-  return out;
-}
-
 std::string segment_name(const std::string& identity, int node_index) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64-bit
   for (unsigned char c : identity) {

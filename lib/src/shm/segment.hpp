@@ -11,18 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
 #include "env.hpp"
+#include "failure.hpp"
 #include "shm/layout.hpp"
+#include "text.hpp"
 
 namespace lockstep::detail {
 
 // How often a waiter (joining, or in a barrier) looks at its peers' pids and the lost flag: a
 // dead peer is noticed within this (the issue asks for about a second).
 inline constexpr std::chrono::milliseconds kPollInterval{100};
-
-// "3, 5, 7": numbers for a message.
-std::string comma_list(const std::vector<int>& numbers);
 
 // The POSIX shared-memory name (without the leading '/') of a job's segment on a node:
 // "lockstep-u<uid>-<hash of identity>-n<node>". The uid keeps users apart; the hash keeps jobs

@@ -1,0 +1,12 @@
+// Small helpers for messages (internal).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lockstep::detail {
+
+// "3, 5, 7": numbers for a message.
+std::string comma_list(const std::vector<int>& numbers);
+
+}  // namespace lockstep::detail

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "job.hpp"
 #include "lockstep/version.hpp"
 #include "proc.hpp"
-#include "shm/segment.hpp"
 
 namespace {
 
@@ -100,9 +100,10 @@ int exit_code_for(int status) {
   return 1;
 }
 
-// The identity the ranks derive from LOCKSTEP_JOB_ID (see lib/src/env.cpp).
-std::string job_identity(const Options& options) {
-  return "job=" + (options.job_id.empty() ? std::string(24, 'x') : options.job_id) + "@" +
+// LOCKSTEP_JOB_ID as the launcher gives it: the job id, node 0's address and port (a random
+// job id, when none is given, is 24 characters).
+std::string launched_job_id(const Options& options) {
+  return (options.job_id.empty() ? std::string(24, 'x') : options.job_id) + "@" +
          options.master_addr + ":" + std::to_string(options.master_port);
 }
 
@@ -120,9 +121,9 @@ std::string random_launch_id() {
 
 // lockstep-run --cleanup.
 int clean_up() {
-  auto removed = lockstep::detail::sweep_abandoned_segments(true);
-  for (const auto& name : removed) {
-    (void)std::printf("lockstep-run: removed /dev/shm/%s\n", name.c_str());
+  auto removed = lockstep::detail::remove_abandoned_jobs(true);
+  for (const auto& path : removed) {
+    (void)std::printf("lockstep-run: removed %s\n", path.c_str());
   }
   (void)std::printf("lockstep-run: %zu abandoned segment%s removed\n", removed.size(),
                     removed.size() == 1 ? "" : "s");
@@ -225,27 +226,20 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     }
   }
   int world = options_.nnodes * options_.nproc_per_node;
-  std::vector<std::pair<std::string, std::string>> env = {
-      {"RANK", std::to_string(child.rank)},
-      {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(world)},
-      {"LOCAL_WORLD_SIZE", std::to_string(options_.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(options_.node_rank)},
-      {"GROUP_WORLD_SIZE", std::to_string(options_.nnodes)},
-      {"ROLE_RANK", std::to_string(child.rank)},
-      {"ROLE_WORLD_SIZE", std::to_string(world)},
-      {"MASTER_ADDR", options_.master_addr},
-      {"MASTER_PORT", std::to_string(options_.master_port)},
-      {"LOCKSTEP_JOB_ID", identity_},
-      {"LOCKSTEP_LAUNCH_ID", launch_id_},
-      {"LOCKSTEP_NNODES", std::to_string(options_.nnodes)},
-  };
-  if (!options_.backend.empty()) {
-    env.emplace_back("LOCKSTEP_BACKEND", options_.backend);
-  }
-  if (!options_.wait_policy.empty()) {
-    env.emplace_back("LOCKSTEP_WAIT_POLICY", options_.wait_policy);
-  }
+  lockstep::detail::LaunchSpec spec;
+  spec.rank = child.rank;
+  spec.world_size = world;
+  spec.local_rank = local_rank;
+  spec.local_size = options_.nproc_per_node;
+  spec.node_index = options_.node_rank;
+  spec.num_nodes = options_.nnodes;
+  spec.job_id = identity_;
+  spec.master_addr = options_.master_addr;
+  spec.master_port = options_.master_port;
+  spec.launch_id = launch_id_;
+  spec.backend = options_.backend;
+  spec.wait_policy = options_.wait_policy;
+  const auto env = lockstep::detail::job_environment(spec);
   const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -390,10 +384,10 @@ int Launcher::run() {
   if (options_.job_id.empty()) {
     options_.job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
   }
-  identity_ = job_identity(options_).substr(4);  // without "job=", which the ranks add
+  identity_ = launched_job_id(options_);
   launch_id_ = random_launch_id();
   // Segments of jobs killed with their launcher (nobody else would remove them).
-  (void)lockstep::detail::sweep_abandoned_segments();
+  (void)lockstep::detail::remove_abandoned_jobs(false);
 
   sigset_t mask;
   sigset_t old_mask;
@@ -485,8 +479,7 @@ int Launcher::run() {
     }
   }
   // A rank killed before leaving cannot remove the node's segment: remove it for them.
-  lockstep::detail::remove_abandoned_segment(
-      lockstep::detail::segment_name("job=" + identity_, options_.node_rank));
+  (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank);
   return exit_code_.value_or(0);
 }
 
@@ -576,12 +569,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   // The identity ("job=<id>@<addr>:<port>") must fit the segment's record of it.
-  if (std::size_t identity = job_identity(options).size();
-      identity > lockstep::detail::kMaxIdentity) {
+  if (std::size_t identity = lockstep::detail::job_identity(launched_job_id(options)).size();
+      identity > lockstep::detail::max_job_identity()) {
     say("--job-id is " + std::to_string(options.job_id.size()) +
         " characters long: with --master-addr and --master-port the job's identity is " +
         std::to_string(identity) + " characters, and at most " +
-        std::to_string(lockstep::detail::kMaxIdentity) + " fit");
+        std::to_string(lockstep::detail::max_job_identity()) + " fit");
     return 2;
   }
   if (options.master_addr.empty()) {

@@ -1,5 +1,7 @@
 #include "env.hpp"
 
+#include "job.hpp"
+
 #include <unistd.h>
 
 #include <array>
@@ -418,7 +420,7 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   }
   config.identity = config.source + ":" + config.identity;
   if (job_id.present()) {
-    config.identity = "job=" + *job_id.value;  // the user's or launcher's identity wins
+    config.identity = job_identity(*job_id.value);  // the user's or launcher's identity wins
   }
 
   config.wait_policy = default_policy;

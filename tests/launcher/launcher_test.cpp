@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "job.hpp"
 #include "ranks.hpp"
 #include "shm/segment.hpp"
 
@@ -191,8 +192,8 @@ TEST(Launcher, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
 
 TEST(Launcher, RemovesTheSegmentOfAJobWhoseRanksWereKilled) {
   std::string id = "launcher-test-" + std::to_string(::getpid());
-  std::string path =
-      "/dev/shm/" + lockstep::detail::segment_name("job=" + id + "@127.0.0.1:29500", 0);
+  std::string path = "/dev/shm/" + lockstep::detail::segment_name(
+                                       lockstep::detail::job_identity(id + "@127.0.0.1:29500"), 0);
   auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--job-id", id,
                      tool("LOCKSTEP_WORKER"), "allkill"});
   EXPECT_EQ(result.code(), 128 + SIGKILL) << result.err;
@@ -279,7 +280,8 @@ TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
 TEST(Launcher, ASegmentLeftByAKilledLauncherIsCleanedUp) {
   for (const bool ask : {true, false}) {
     const std::string id = "killed-launcher-" + std::to_string(::getpid()) + (ask ? "a" : "b");
-    const std::string name = lockstep::detail::segment_name("job=" + id + "@127.0.0.1:29500", 0);
+    const std::string name =
+        lockstep::detail::segment_name(lockstep::detail::job_identity(id + "@127.0.0.1:29500"), 0);
     const std::string path = "/dev/shm/" + name;
     const pid_t pid = ::fork();
     if (pid == 0) {

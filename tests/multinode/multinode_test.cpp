@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "job.hpp"
 #include "ranks.hpp"
 #include "shm/segment.hpp"
 
@@ -85,9 +86,10 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     // No node segment of this job may be left behind.
     for (const auto& entry : fs::directory_iterator("/dev/shm")) {
       for (int node = 0; node < 4; ++node) {
-        EXPECT_NE(entry.path().filename().string(),
-                  lockstep::detail::segment_name(
-                      "job=" + job_ + "@127.0.0.1:" + std::to_string(port_), node))
+        EXPECT_NE(
+            entry.path().filename().string(),
+            lockstep::detail::segment_name(
+                lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_)), node))
             << "left behind";
       }
     }

@@ -11,6 +11,7 @@
 #include <lockstep/lockstep.hpp>
 #include <string>
 
+#include "job.hpp"
 #include "ranks.hpp"
 #include "shm/segment.hpp"
 
@@ -88,8 +89,9 @@ TEST_P(Injected, SurvivorsGetAnErrorAndTheNextJobStartsCleanly) {
     }
   });
   EXPECT_EQ(failures(second), "") << point.spec;
-  EXPECT_TRUE(
-      lockstep::testing::shm_entries(lockstep::detail::segment_name("job=" + id, 0)).empty())
+  EXPECT_TRUE(lockstep::testing::shm_entries(
+                  lockstep::detail::segment_name(lockstep::detail::job_identity(id), 0))
+                  .empty())
       << point.spec;
 }
 

@@ -1,5 +1,6 @@
 // The node segment: two jobs never meet, stale and torn segments are replaced, nothing is left.
 #include "shm/segment.hpp"
+#include "job.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -386,7 +387,8 @@ TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
   std::string id = unique_job_id("abandon");
   HeldJob running(id);
   ASSERT_TRUE(running.joined());
-  EXPECT_FALSE(lockstep::detail::remove_abandoned_segment(segment_name("job=" + id, 0)));
+  EXPECT_FALSE(lockstep::detail::remove_abandoned_segment(
+      segment_name(lockstep::detail::job_identity(id), 0)));
   EXPECT_TRUE(exists(segment_path(id)));
   EXPECT_EQ(running.finish(), "");
 }

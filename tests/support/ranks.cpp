@@ -1,5 +1,7 @@
 #include "ranks.hpp"
 
+#include "job.hpp"
+
 #include "shm/segment.hpp"
 
 #include <dirent.h>
@@ -78,38 +80,21 @@ void* shared_bytes(std::size_t size) {
 
 namespace {
 
-constexpr const char* kJobVariables[] = {"RANK",
-                                         "LOCAL_RANK",
-                                         "WORLD_SIZE",
-                                         "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK",
-                                         "GROUP_WORLD_SIZE",
-                                         "LOCKSTEP_JOB_ID",
-                                         "LOCKSTEP_NNODES",
-                                         "MASTER_ADDR",
-                                         "MASTER_PORT",
-                                         "OMPI_COMM_WORLD_RANK",
-                                         "OMPI_COMM_WORLD_SIZE",
-                                         "PMI_RANK",
-                                         "PMI_SIZE",
-                                         "SLURM_PROCID",
-                                         "SLURM_NTASKS",
-                                         "SLURM_STEP_ID",
-                                         "LOCKSTEP_WAIT_POLICY"};
-
 [[noreturn]] void child(const Job& job, const std::string& id, int rank,
                         const std::function<void(int)>& body) {
-  for (const char* name : kJobVariables) {
-    ::unsetenv(name);
+  for (const auto& name : lockstep::detail::job_variables()) {
+    ::unsetenv(name.c_str());
   }
   if (!job.plain) {
-    ::setenv("RANK", std::to_string(rank).c_str(), 1);
-    ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-    ::setenv("WORLD_SIZE", std::to_string(job.processes).c_str(), 1);
-    ::setenv("LOCAL_WORLD_SIZE", std::to_string(job.processes).c_str(), 1);
-    ::setenv("GROUP_RANK", "0", 1);
-    ::setenv("LOCKSTEP_NNODES", "1", 1);
-    ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
+    lockstep::detail::LaunchSpec spec;
+    spec.rank = rank;
+    spec.local_rank = rank;
+    spec.world_size = job.processes;
+    spec.local_size = job.processes;
+    spec.job_id = id;
+    for (const auto& [name, value] : lockstep::detail::job_environment(spec)) {
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
   }
   for (const auto& [name, value] : job.env) {
     if (value.empty()) {
@@ -160,7 +145,7 @@ void remember_segment(const std::string& id) {
     (void)started_segments();  // constructed before the handler is registered
     std::atexit(remove_abandoned_segments);
   }
-  started_segments().insert(lockstep::detail::segment_name("job=" + id, 0));
+  started_segments().insert(lockstep::detail::segment_name(lockstep::detail::job_identity(id), 0));
 }
 
 }  // namespace
@@ -234,7 +219,7 @@ std::string failures(const std::vector<RankEnd>& ends, int killed) {
 }
 
 std::string segment_path(const std::string& id) {
-  return "/dev/shm/" + lockstep::detail::segment_name("job=" + id, 0);
+  return "/dev/shm/" + lockstep::detail::segment_name(lockstep::detail::job_identity(id), 0);
 }
 
 std::vector<std::string> shm_entries(const std::string& prefix) {

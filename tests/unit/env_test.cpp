@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
+#include "job.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -313,6 +315,61 @@ TEST(Environment, JobIdOverridesIdentity) {
   auto vars = torchrun(0, 2, 0, 2, 0);
   vars["LOCKSTEP_JOB_ID"] = "mine";
   EXPECT_EQ(read(vars).identity, "job=mine");
+}
+
+// What a launcher writes (job_environment) reads back as the job it describes.
+TEST(Environment, WhatALauncherWritesReadsBack) {
+  std::vector<LaunchSpec> specs;
+  LaunchSpec one;
+  one.rank = 2;
+  one.world_size = 4;
+  one.local_rank = 2;
+  one.local_size = 4;
+  one.job_id = "abc@127.0.0.1:29500";
+  specs.push_back(one);
+  LaunchSpec nodes;
+  nodes.rank = 5;
+  nodes.world_size = 8;
+  nodes.local_rank = 1;
+  nodes.local_size = 4;
+  nodes.node_index = 1;
+  nodes.num_nodes = 2;
+  nodes.job_id = "run7@10.0.0.1:29400";
+  nodes.master_addr = "10.0.0.1";
+  nodes.master_port = 29400;
+  nodes.launch_id = "1f";
+  nodes.backend = "ucx";
+  nodes.wait_policy = "block";
+  specs.push_back(nodes);
+  for (const auto& spec : specs) {
+    Vars vars;
+    for (const auto& [name, value] : job_environment(spec)) {
+      vars[name] = value;
+    }
+    const JobConfig config = read(vars);
+    EXPECT_EQ(config.source, "lockstep-run");
+    EXPECT_EQ(config.rank, spec.rank);
+    EXPECT_EQ(config.world_size, spec.world_size);
+    EXPECT_EQ(config.local_rank, spec.local_rank);
+    EXPECT_EQ(config.local_size, spec.local_size);
+    EXPECT_EQ(config.node_index, spec.node_index);
+    EXPECT_EQ(config.num_nodes, spec.num_nodes);
+    EXPECT_EQ(config.identity, job_identity(spec.job_id));
+    EXPECT_EQ(config.launch, spec.launch_id.empty() ? 0 : std::stoull(spec.launch_id, nullptr, 16));
+    EXPECT_EQ(config.backend, spec.backend);
+    if (spec.num_nodes > 1) {
+      EXPECT_EQ(config.master_addr, spec.master_addr);
+      EXPECT_EQ(config.master_port, spec.master_port);
+    }
+    if (!spec.wait_policy.empty()) {
+      EXPECT_EQ(config.wait_policy, *parse_wait_policy(spec.wait_policy));
+    }
+    for (const auto& [name, value] : job_environment(spec)) {
+      EXPECT_NE(std::find(job_variables().begin(), job_variables().end(), name),
+                job_variables().end())
+          << name << " is written but not among the job variables a launcher clears";
+    }
+  }
 }
 
 TEST(Environment, ParseInteger) {

@@ -356,8 +356,6 @@ std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
 
 std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
   const auto deadline = Clock::now() + config.join_timeout;
-  const auto local_size = static_cast<std::uint32_t>(config.local_size);
-  const auto world_size = static_cast<std::uint32_t>(config.world_size);
   if (config.identity.size() > kMaxIdentity) {
     throw ConfigError("lockstep: the job identity is longer than " + std::to_string(kMaxIdentity) +
                       " characters: " + config.identity.substr(0, 64) + "...");
@@ -367,218 +365,243 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
   (void)sweep_abandoned_segments();
   std::unique_ptr<NodeSegment> segment(new NodeSegment);
   segment->name_ = segment_name(config.identity, config.node_index);
-  const std::string& name = segment->name_;
-  const pid_t pid = ::getpid();
-  const std::uint64_t start_time = process_start_time(pid).value_or(0);
-
-  std::optional<bip::shared_memory_object> shm;
-  std::optional<bip::mapped_region> region;
-  for (;;) {
+  while (!segment->attach(config, deadline)) {
     if (Clock::now() > deadline) {
-      throw TimeoutError("lockstep: could not attach shared-memory segment " + shm_path(name) +
-                             " before the join timeout",
+      throw TimeoutError("lockstep: could not attach shared-memory segment " +
+                             shm_path(segment->name_) + " before the join timeout",
                          {});
     }
-    shm = open_segment(name);
-    if (!shm) {
-      continue;  // removed between create and open: try again
-    }
-    int fd = shm->get_mapping_handle().handle;
-    FileLock lock(fd, deadline, name);
-    fault_point("join.locked");
-    struct stat st {};
-    if (!still_named(fd, name, st)) {
-      continue;  // replaced or removed while we waited for the lock
-    }
-    check_owner(st, name);
-    const auto size = static_cast<std::size_t>(st.st_size);
-    if (size == 0) {
-      // First to hold the lock: lay the segment out. A creator that died before this point left
-      // an empty file, which is laid out the same way.
-      const std::size_t bytes = segment_size(local_size);
-      try {
-        shm->truncate(static_cast<bip::offset_t>(bytes));
-        reserve(fd, bytes, name);
-      } catch (...) {
-        bip::shared_memory_object::remove(name.c_str());  // nothing is left behind
-        throw;
-      }
-      region.emplace(*shm, bip::read_write);
-      auto* header = new (region->get_address()) SegmentHeader{};
-      header->layout_version = kLayoutVersion;
-      header->num_slots = local_size;
-      header->world_size = world_size;
-      header->identity_length = static_cast<std::uint32_t>(config.identity.size());
-      std::memcpy(header->identity, config.identity.data(), config.identity.size());
-      header->launch = config.launch;
-      header->pid_namespace = pid_namespace();
-      new (header + 1) Slot[local_size]{};
-      new (reinterpret_cast<Slot*>(header + 1) + local_size) GpuSlot[local_size]{};
-      header->magic = kSegmentMagic;
-    } else {
-      Prefix prefix;
-      const Peek kind = peek(fd, size, prefix);
-      if (kind == Peek::other_version) {
-        if (auto user = process_mapping(shm_path(name), st.st_ino)) {
-          throw ConfigError("lockstep: shared-memory segment " + shm_path(name) +
-                            " is in use (pid " + std::to_string(*user) +
-                            ") by a process of another lockstep version: its layout " +
-                            "version is " + std::to_string(prefix.layout_version) +
-                            ", this process's (lockstep " + LOCKSTEP_VERSION_STRING + ") is " +
-                            std::to_string(kLayoutVersion) +
-                            ": every process of a job must use the same lockstep build");
-        }
-      }
-      if (kind != Peek::ours) {
-        bip::shared_memory_object::remove(name.c_str());  // torn, or an ended job's
-        continue;
-      }
-      // Reserved in full by its creator before it was laid out: mapping it cannot fault.
-      region.emplace(*shm, bip::read_write);
-      auto* header = static_cast<SegmentHeader*>(region->get_address());
-      check_identity(*header, config, name);
-      if (job_ended(*header)) {
-        region.reset();
-        bip::shared_memory_object::remove(name.c_str());
-        continue;
-      }
-      check_joinable(*header, config, name);
-    }
-
-    auto* header = static_cast<SegmentHeader*>(region->get_address());
-    Slot* slots = slots_of(header);
-    int mine = config.local_rank;
-    if (mine >= 0) {
-      if (status_of(slots[mine]) != SlotStatus::empty) {
-        throw ConfigError("lockstep: local process " + std::to_string(mine) + " of job '" +
-                          config.identity + "' has already joined (pid " +
-                          std::to_string(slots[mine].pid.load()) +
-                          "): two processes were given the same local rank");
-      }
-    } else {
-      // Local-main election: the ticket is the first free slot; the local index is decided by
-      // rank once every process has joined.
-      mine = 0;
-      while (status_of(slots[mine]) != SlotStatus::empty) {
-        ++mine;
-      }
-    }
-    Slot& slot = slots[mine];
-    slot.pid.store(pid);
-    slot.rank.store(config.rank);
-    slot.start_time.store(start_time);
-    slot.local_rank.store(config.local_rank);
-    slot.arrived.store(0);
-    slot.cpu.store(-1);
-    slot.asleep_until.store(0);
-    slot.withdrawn_at.store(0);
-    slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));
-    header->joined.value.fetch_add(1);
-    futex_wake_all(header->joined.value);
-    fault_point("join.claimed");
-
-    segment->fd_ = fd;
-    segment->header_ = header;
-    segment->slots_ = slots;
-    segment->gpu_slots_ = reinterpret_cast<GpuSlot*>(slots + local_size);
-    segment->num_slots_ = static_cast<int>(local_size);
-    segment->my_slot_ = mine;
-    segment->shm_ = std::move(shm);
-    segment->region_ = std::move(region);
-    break;
   }
-  // Rendezvous: every process of the node must claim its slot before anyone proceeds.
   try {
-    SegmentHeader& header = *segment->header_;
-    for (;;) {
-      std::uint32_t joined = header.joined.value.load(std::memory_order_acquire);
-      if (joined >= local_size) {
-        break;
-      }
-      auto lost = segment->recorded_lost();
-      if (!lost) {
-        // A peer that left while joining gave up (its own join timed out a moment before
-        // ours, or it saw a dead peer): only the dead count here, and the timeout below names
-        // the processes that never came.
-        lost = segment->find_lost(
-            [&](int slot) { return status_of(segment->slots_[slot]) != SlotStatus::joined; });
-      }
-      if (lost && header.joined.value.load(std::memory_order_acquire) >= local_size) {
-        break;  // everyone joined meanwhile; the peer finished joining, then left or died
-      }
-      if (lost) {
-        lost = segment->mark_lost(*lost);
-        throw PeerLostError("lockstep: joining the job: " + segment->describe(lost->slot) + " " +
-                                lockstep::detail::describe(lost->how) +
-                                " while the node's processes joined",
-                            segment->slots_[lost->slot].rank.load());
-      }
-      auto now = Clock::now();
-      if (now >= deadline) {
-        std::vector<int> missing;  // local indices
-        for (int i = 0; i < segment->num_slots_; ++i) {
-          if (status_of(segment->slots_[i]) == SlotStatus::empty) {
-            missing.push_back(i);
-          }
-        }
-        // Their process indices, where the job places ranks by node (the launcher's, torchrun's
-        // layout: rank = node * local size + local rank); else unknown, and missing() is empty.
-        std::vector<int> missing_ranks;
-        const int first = config.rank - config.local_rank;
-        if (config.local_rank >= 0 && config.world_size == config.num_nodes * config.local_size &&
-            first == config.node_index * config.local_size) {
-          for (int slot : missing) {
-            missing_ranks.push_back(first + slot);
-          }
-        }
-        auto seconds = std::chrono::duration<double>(config.join_timeout).count();
-        char waited[32];
-        (void)std::snprintf(waited, sizeof waited, "%g", seconds);
-        std::string who = config.local_rank >= 0
-                              ? "local processes " + comma_list(missing) + " of node " +
-                                    std::to_string(config.node_index) + " never joined"
-                              : std::to_string(missing.size()) + " of the node's " +
-                                    std::to_string(local_size) + " processes never joined";
-        throw TimeoutError("lockstep: joining the job timed out after " + std::string(waited) +
-                               " s (LOCKSTEP_JOIN_TIMEOUT): " + who + " (" +
-                               std::to_string(joined) + " of " + std::to_string(local_size) +
-                               " have)",
-                           std::move(missing_ranks));
-      }
-      futex_wait(header.joined.value, joined,
-                 std::min<Clock::duration>(kPollInterval, deadline - now));
-    }
-    // The elected local index: this process's rank order among the node's ranks.
-    int mine = segment->my_slot_;
-    int my_rank = segment->slots_[mine].rank.load();
-    int below = 0;
-    for (int i = 0; i < segment->num_slots_; ++i) {
-      int rank = segment->slots_[i].rank.load();
-      if (i != mine && rank == my_rank) {
-        throw ConfigError("lockstep: two processes of node " + std::to_string(config.node_index) +
-                          " (pids " + std::to_string(segment->slots_[i].pid.load()) + " and " +
-                          std::to_string(::getpid()) + ") both have rank " +
-                          std::to_string(my_rank));
-      }
-      below += rank < my_rank ? 1 : 0;
-    }
-    segment->local_index_ = config.local_rank >= 0 ? config.local_rank : below;
-    // The leader (local index 0): local rank 0 where local ranks were given, else the lowest rank.
-    int leader = 0;
-    for (int i = 0; i < segment->num_slots_; ++i) {
-      if (segment->slots_[i].local_rank.load() == 0 ||
-          (segment->slots_[i].local_rank.load() < 0 &&
-           segment->slots_[i].rank.load() < segment->slots_[leader].rank.load())) {
-        leader = i;
-      }
-    }
-    segment->leader_slot_ = leader;
+    segment->await_peers(config, deadline);
+    segment->elect(config);
     fault_point("join.joined");
   } catch (...) {
     segment.reset();  // leaves: the peers see this slot as gone
     throw;
   }
   return segment;
+}
+
+bool NodeSegment::attach(const JobConfig& config, Clock::time_point deadline) {
+  const std::string& name = name_;
+  std::optional<bip::shared_memory_object> shm = open_segment(name);
+  if (!shm) {
+    return false;  // removed between create and open: try again
+  }
+  const int fd = shm->get_mapping_handle().handle;
+  FileLock lock(fd, deadline, name);
+  fault_point("join.locked");
+  struct stat st {};
+  if (!still_named(fd, name, st)) {
+    return false;  // replaced or removed while we waited for the lock
+  }
+  check_owner(st, name);
+  std::optional<bip::mapped_region> region;
+  SegmentHeader* header = nullptr;
+  if (st.st_size == 0) {
+    // First to hold the lock. A creator that died before this point left an empty file, which
+    // is laid out the same way.
+    header = lay_out(*shm, fd, config, region);
+  } else {
+    header = open_laid_out(*shm, st, config, region);
+    if (header == nullptr) {
+      return false;  // it was removed (torn, or an ended job's): start again
+    }
+  }
+  my_slot_ = claim_slot(*header, config);
+  fault_point("join.claimed");
+  fd_ = fd;
+  header_ = header;
+  slots_ = slots_of(header);
+  num_slots_ = static_cast<int>(header->num_slots);
+  gpu_slots_ = reinterpret_cast<GpuSlot*>(slots_ + num_slots_);
+  shm_ = std::move(shm);
+  region_ = std::move(region);
+  return true;
+}
+
+SegmentHeader* NodeSegment::lay_out(bip::shared_memory_object& shm, int fd, const JobConfig& config,
+                                    std::optional<bip::mapped_region>& region) const {
+  const auto local_size = static_cast<std::uint32_t>(config.local_size);
+  const std::size_t bytes = segment_size(local_size);
+  try {
+    shm.truncate(static_cast<bip::offset_t>(bytes));
+    reserve(fd, bytes, name_);
+  } catch (...) {
+    bip::shared_memory_object::remove(name_.c_str());  // nothing is left behind
+    throw;
+  }
+  region.emplace(shm, bip::read_write);
+  auto* header = new (region->get_address()) SegmentHeader{};
+  header->layout_version = kLayoutVersion;
+  header->num_slots = local_size;
+  header->world_size = static_cast<std::uint32_t>(config.world_size);
+  header->identity_length = static_cast<std::uint32_t>(config.identity.size());
+  std::memcpy(header->identity, config.identity.data(), config.identity.size());
+  header->launch = config.launch;
+  header->pid_namespace = pid_namespace();
+  new (header + 1) Slot[local_size]{};
+  new (reinterpret_cast<Slot*>(header + 1) + local_size) GpuSlot[local_size]{};
+  header->magic = kSegmentMagic;  // last: a reader that sees it sees a whole layout
+  return header;
+}
+
+SegmentHeader* NodeSegment::open_laid_out(bip::shared_memory_object& shm, const struct stat& st,
+                                          const JobConfig& config,
+                                          std::optional<bip::mapped_region>& region) const {
+  Prefix prefix;
+  const Peek kind =
+      peek(shm.get_mapping_handle().handle, static_cast<std::size_t>(st.st_size), prefix);
+  if (kind == Peek::other_version) {
+    if (auto user = process_mapping(shm_path(name_), st.st_ino)) {
+      throw ConfigError("lockstep: shared-memory segment " + shm_path(name_) + " is in use (pid " +
+                        std::to_string(*user) +
+                        ") by a process of another lockstep version: its layout version is " +
+                        std::to_string(prefix.layout_version) + ", this process's (lockstep " +
+                        LOCKSTEP_VERSION_STRING + ") is " + std::to_string(kLayoutVersion) +
+                        ": every process of a job must use the same lockstep build");
+    }
+  }
+  if (kind != Peek::ours) {
+    bip::shared_memory_object::remove(name_.c_str());  // torn, or an ended job's
+    return nullptr;
+  }
+  // Reserved in full by its creator before it was laid out: mapping it cannot fault.
+  region.emplace(shm, bip::read_write);
+  auto* header = static_cast<SegmentHeader*>(region->get_address());
+  check_identity(*header, config, name_);
+  if (job_ended(*header)) {
+    region.reset();
+    bip::shared_memory_object::remove(name_.c_str());
+    return nullptr;
+  }
+  check_joinable(*header, config, name_);
+  return header;
+}
+
+int NodeSegment::claim_slot(SegmentHeader& header, const JobConfig& config) {
+  Slot* slots = slots_of(&header);
+  int mine = config.local_rank;
+  if (mine >= 0) {
+    if (status_of(slots[mine]) != SlotStatus::empty) {
+      throw ConfigError("lockstep: local process " + std::to_string(mine) + " of job '" +
+                        config.identity + "' has already joined (pid " +
+                        std::to_string(slots[mine].pid.load()) +
+                        "): two processes were given the same local rank");
+    }
+  } else {
+    // Local-main election: the ticket is the first free slot; the local index is decided by
+    // rank once every process has joined.
+    mine = 0;
+    while (status_of(slots[mine]) != SlotStatus::empty) {
+      ++mine;
+    }
+  }
+  Slot& slot = slots[mine];
+  const pid_t pid = ::getpid();
+  slot.pid.store(pid);
+  slot.rank.store(config.rank);
+  slot.start_time.store(process_start_time(pid).value_or(0));
+  slot.local_rank.store(config.local_rank);
+  slot.arrived.store(0);
+  slot.cpu.store(-1);
+  slot.asleep_until.store(0);
+  slot.withdrawn_at.store(0);
+  slot.status.store(static_cast<std::uint32_t>(SlotStatus::joined));  // last: see status_of
+  header.joined.value.fetch_add(1);
+  futex_wake_all(header.joined.value);
+  return mine;
+}
+
+void NodeSegment::await_peers(const JobConfig& config, Clock::time_point deadline) {
+  // Rendezvous: every process of the node must claim its slot before anyone proceeds.
+  const auto local_size = static_cast<std::uint32_t>(num_slots_);
+  for (;;) {
+    const std::uint32_t joined = header_->joined.value.load(std::memory_order_acquire);
+    if (joined >= local_size) {
+      return;
+    }
+    auto lost = recorded_lost();
+    if (!lost) {
+      // A peer that left while joining gave up (its own join timed out a moment before ours,
+      // or it saw a dead peer): only the dead count here, and the timeout below names the
+      // processes that never came.
+      lost = find_lost([&](int slot) { return status_of(slots_[slot]) != SlotStatus::joined; });
+    }
+    if (lost && header_->joined.value.load(std::memory_order_acquire) >= local_size) {
+      return;  // everyone joined meanwhile; the peer finished joining, then left or died
+    }
+    if (lost) {
+      lost = mark_lost(*lost);
+      throw PeerLostError("lockstep: joining the job: " + describe(lost->slot) + " " +
+                              lockstep::detail::describe(lost->how) +
+                              " while the node's processes joined",
+                          slots_[lost->slot].rank.load());
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw_join_timeout(config, joined);
+    }
+    futex_wait(header_->joined.value, joined,
+               std::min<Clock::duration>(kPollInterval, deadline - now));
+  }
+}
+
+void NodeSegment::throw_join_timeout(const JobConfig& config, std::uint32_t joined) const {
+  std::vector<int> missing;  // local indices
+  for (int i = 0; i < num_slots_; ++i) {
+    if (status_of(slots_[i]) == SlotStatus::empty) {
+      missing.push_back(i);
+    }
+  }
+  // Their process indices, where the job places ranks by node (the launcher's, torchrun's
+  // layout: rank = node * local size + local rank); else unknown, and missing() is empty.
+  std::vector<int> missing_ranks;
+  const int first = config.rank - config.local_rank;
+  if (config.local_rank >= 0 && config.world_size == config.num_nodes * config.local_size &&
+      first == config.node_index * config.local_size) {
+    for (int slot : missing) {
+      missing_ranks.push_back(first + slot);
+    }
+  }
+  char waited[32];
+  (void)std::snprintf(waited, sizeof waited, "%g",
+                      std::chrono::duration<double>(config.join_timeout).count());
+  const std::string who = config.local_rank >= 0
+                              ? "local processes " + comma_list(missing) + " of node " +
+                                    std::to_string(config.node_index) + " never joined"
+                              : std::to_string(missing.size()) + " of the node's " +
+                                    std::to_string(num_slots_) + " processes never joined";
+  throw TimeoutError("lockstep: joining the job timed out after " + std::string(waited) +
+                         " s (LOCKSTEP_JOIN_TIMEOUT): " + who + " (" + std::to_string(joined) +
+                         " of " + std::to_string(num_slots_) + " have)",
+                     std::move(missing_ranks));
+}
+
+void NodeSegment::elect(const JobConfig& config) {
+  // The local index: the given local rank, or this process's rank order among the node's.
+  const int my_rank = slots_[my_slot_].rank.load();
+  int below = 0;
+  for (int i = 0; i < num_slots_; ++i) {
+    const int rank = slots_[i].rank.load();
+    if (i != my_slot_ && rank == my_rank) {
+      throw ConfigError("lockstep: two processes of node " + std::to_string(config.node_index) +
+                        " (pids " + std::to_string(slots_[i].pid.load()) + " and " +
+                        std::to_string(::getpid()) + ") both have rank " + std::to_string(my_rank));
+    }
+    below += rank < my_rank ? 1 : 0;
+  }
+  local_index_ = config.local_rank >= 0 ? config.local_rank : below;
+  // The leader (local index 0): local rank 0 where local ranks were given, else the lowest rank.
+  int leader = 0;
+  for (int i = 0; i < num_slots_; ++i) {
+    if (slots_[i].local_rank.load() == 0 ||
+        (slots_[i].local_rank.load() < 0 && slots_[i].rank.load() < slots_[leader].rank.load())) {
+      leader = i;
+    }
+  }
+  leader_slot_ = leader;
 }
 
 NodeSegment::~NodeSegment() {

@@ -1,6 +1,7 @@
 // The node segment: joining, leaving and watching the node's processes (internal).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <boost/interprocess/mapped_region.hpp>
@@ -93,7 +94,24 @@ class NodeSegment {
   void leave_mapped() noexcept;
 
  private:
+  using Clock = std::chrono::steady_clock;
   NodeSegment() = default;
+  // join()'s steps. attach: opens or creates the segment under its lock (replacing an ended
+  // job's, laying out a new one) and claims a slot; false when it must start again.
+  bool attach(const JobConfig& config, Clock::time_point deadline);
+  SegmentHeader* lay_out(boost::interprocess::shared_memory_object& shm, int fd,
+                         const JobConfig& config,
+                         std::optional<boost::interprocess::mapped_region>& region) const;
+  // The laid-out segment, checked as this job's and joinable; null when it was removed.
+  SegmentHeader* open_laid_out(boost::interprocess::shared_memory_object& shm,
+                               const struct stat& st, const JobConfig& config,
+                               std::optional<boost::interprocess::mapped_region>& region) const;
+  static int claim_slot(SegmentHeader& header, const JobConfig& config);
+  // Waits until every process of the node has claimed its slot.
+  void await_peers(const JobConfig& config, Clock::time_point deadline);
+  [[noreturn]] void throw_join_timeout(const JobConfig& config, std::uint32_t joined) const;
+  // The local index and the node's leader.
+  void elect(const JobConfig& config);
   void leave() noexcept;
   [[nodiscard]] std::optional<LostPeer> check_peer(int slot) const;
 

@@ -133,8 +133,12 @@ class UcxBackend final : public Backend {
   void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
   // Runs UCX until nothing more happens, then handles what arrived.
   void progress();
-  // Node 0: why it refuses `hello` (empty: it takes it); `joiners`: connections by node.
-  [[nodiscard]] std::string check_hello(const wire::Hello& hello, const std::vector<int>& joiners);
+  // Node 0's rendezvous: a hello taken or refused (why: check_hello; empty when taken), a
+  // joined node's connection lost before the welcome, and the join timeout's message.
+  rendezvous::Verdict take_hello(int id, std::span<const std::byte> bytes, const std::string& from);
+  [[nodiscard]] std::string check_hello(const wire::Hello& hello) const;
+  void forget_joiner(int id);
+  [[noreturn]] void throw_serve_timeout() const;
   void handle_member(const wire::Message& message);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes.
@@ -163,6 +167,8 @@ class UcxBackend final : public Backend {
   // Joining.
   std::vector<NodeInfo> nodes_;
   std::vector<std::vector<std::byte>> addresses_;  // by node index
+  std::vector<int> joiners_;             // node 0: rendezvous connection by node (-1: none)
+  std::map<int, std::string> refusals_;  // node 0: why a node's last connection was refused
   std::optional<wire::Welcome> welcome_;
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
 
@@ -386,7 +392,7 @@ void UcxBackend::progress() {
   });
 }
 
-std::string UcxBackend::check_hello(const wire::Hello& hello, const std::vector<int>& joiners) {
+std::string UcxBackend::check_hello(const wire::Hello& hello) const {
   const JobConfig& job = config_.job;
   if (hello.identity != job.identity) {
     return "it belongs to another job ('" + hello.identity + "', not '" + job.identity +
@@ -402,7 +408,7 @@ std::string UcxBackend::check_hello(const wire::Hello& hello, const std::vector<
     return "node index " + std::to_string(hello.node) + " is not one of 1.." +
            std::to_string(num_nodes_ - 1);
   }
-  if (joiners[hello.node] >= 0) {
+  if (joiners_[hello.node] >= 0) {
     return "node " + std::to_string(hello.node) + " has already joined";
   }
   if (hello.ranks.empty()) {
@@ -431,70 +437,17 @@ void UcxBackend::serve() {
   socklen_t length = 0;
   const sockaddr_storage address = master_address(job, length);
   rendezvous::Server server(address, length, where(job));
-
-  std::vector<int> joiners(static_cast<std::size_t>(num_nodes_), -1);  // connection by node
+  joiners_.assign(static_cast<std::size_t>(num_nodes_), -1);
   addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
   addresses_[0] = address_;
   nodes_.push_back(NodeInfo{0, config_.ranks});
-  std::map<int, std::string> refusals;  // by node: why its last connection was refused
-  auto on_hello = [&](int id, std::span<const std::byte> bytes, const std::string& from) {
-    std::string reason;
-    std::optional<wire::Hello> hello;
-    try {
-      wire::Message message = wire::decode(bytes);
-      if (auto* decoded = std::get_if<wire::Hello>(&message)) {
-        hello = std::move(*decoded);
-      } else {
-        reason = "it sent a lockstep message that is not a hello";
-      }
-    } catch (const wire::WireError& error) {
-      reason = std::string("it sent no lockstep hello (") + error.what() + ")";
-    }
-    if (hello) {
-      reason = check_hello(*hello, joiners);
-    }
-    if (reason.empty()) {
-      joiners[hello->node] = id;
-      NodeInfo info{static_cast<int>(hello->node), {hello->ranks.begin(), hello->ranks.end()}};
-      std::sort(info.ranks.begin(), info.ranks.end());
-      nodes_.push_back(std::move(info));
-      addresses_[hello->node] = hello->address;
-      refusals.erase(static_cast<int>(hello->node));
-      return rendezvous::Verdict{true, {}};
-    }
-    const std::string node = hello ? "node " + std::to_string(hello->node) : "a connection";
-    if (hello && hello->node < static_cast<std::uint32_t>(num_nodes_)) {
-      refusals[static_cast<int>(hello->node)] =
-          "connected from " + from + " and was refused: " + reason;
-    }
-    (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s from %s: %s: %s\n",
-                       where(job).c_str(), from.c_str(), node.c_str(), reason.c_str());
-    return rendezvous::Verdict{false, wire::encode(wire::Refuse{node + ": " + reason})};
+  const auto on_hello = [this](int id, std::span<const std::byte> bytes, const std::string& from) {
+    return take_hello(id, bytes, from);
   };
-  auto on_lost = [&](int id) {
-    // A node that died or hung up before everyone joined may come back: forget it.
-    for (int node = 1; node < num_nodes_; ++node) {
-      if (joiners[static_cast<std::size_t>(node)] == id) {
-        joiners[static_cast<std::size_t>(node)] = -1;
-        std::erase_if(nodes_, [&](const NodeInfo& info) { return info.node == node; });
-      }
-    }
-  };
+  const auto on_lost = [this](int id) { forget_joiner(id); };
   while (nodes_.size() != static_cast<std::size_t>(num_nodes_)) {
     if (Clock::now() >= config_.deadline) {
-      std::string why;
-      for (int node = 1; node < num_nodes_; ++node) {
-        if (joiners[static_cast<std::size_t>(node)] < 0) {
-          auto refused = refusals.find(node);
-          why += (why.empty() ? "" : "; ") + ("node " + std::to_string(node) + " ") +
-                 (refused != refusals.end() ? refused->second : "never connected");
-        }
-      }
-      throw TimeoutError(
-          "lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
-          "listened on " +
-              where(job) + ", but " + why,
-          {});
+      throw_serve_timeout();
     }
     server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
                                           config_.deadline - Clock::now())),
@@ -512,11 +465,73 @@ void UcxBackend::serve() {
   const auto bytes = wire::encode(welcome);
   for (int node = 1; node < num_nodes_; ++node) {
     // A node that cannot take the welcome fails its own join; the others find it gone.
-    (void)server.send(joiners[static_cast<std::size_t>(node)], bytes,
+    (void)server.send(joiners_[static_cast<std::size_t>(node)], bytes,
                       std::max(config_.deadline, Clock::now() + kCloseBound));
   }
   joined_ = true;
   // The server goes: nobody else may join, and the port is free again.
+}
+
+rendezvous::Verdict UcxBackend::take_hello(int id, std::span<const std::byte> bytes,
+                                           const std::string& from) {
+  std::string reason;
+  std::optional<wire::Hello> hello;
+  try {
+    wire::Message message = wire::decode(bytes);
+    if (auto* decoded = std::get_if<wire::Hello>(&message)) {
+      hello = std::move(*decoded);
+    } else {
+      reason = "it sent a lockstep message that is not a hello";
+    }
+  } catch (const wire::WireError& error) {
+    reason = std::string("it sent no lockstep hello (") + error.what() + ")";
+  }
+  if (hello) {
+    reason = check_hello(*hello);
+  }
+  if (reason.empty()) {
+    joiners_[hello->node] = id;
+    NodeInfo info{static_cast<int>(hello->node), {hello->ranks.begin(), hello->ranks.end()}};
+    std::sort(info.ranks.begin(), info.ranks.end());
+    nodes_.push_back(std::move(info));
+    addresses_[hello->node] = hello->address;
+    refusals_.erase(static_cast<int>(hello->node));
+    return rendezvous::Verdict{true, {}};
+  }
+  const std::string node = hello ? "node " + std::to_string(hello->node) : "a connection";
+  if (hello && hello->node < static_cast<std::uint32_t>(num_nodes_)) {
+    refusals_[static_cast<int>(hello->node)] =
+        "connected from " + from + " and was refused: " + reason;
+  }
+  (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s from %s: %s: %s\n",
+                     where(config_.job).c_str(), from.c_str(), node.c_str(), reason.c_str());
+  return rendezvous::Verdict{false, wire::encode(wire::Refuse{node + ": " + reason})};
+}
+
+void UcxBackend::forget_joiner(int id) {
+  // A node that died or hung up before everyone joined may come back: forget it.
+  for (int node = 1; node < num_nodes_; ++node) {
+    if (joiners_[static_cast<std::size_t>(node)] == id) {
+      joiners_[static_cast<std::size_t>(node)] = -1;
+      std::erase_if(nodes_, [&](const NodeInfo& info) { return info.node == node; });
+    }
+  }
+}
+
+void UcxBackend::throw_serve_timeout() const {
+  std::string why;
+  for (int node = 1; node < num_nodes_; ++node) {
+    if (joiners_[static_cast<std::size_t>(node)] < 0) {
+      auto refused = refusals_.find(node);
+      why += (why.empty() ? "" : "; ") + ("node " + std::to_string(node) + " ") +
+             (refused != refusals_.end() ? refused->second : "never connected");
+    }
+  }
+  throw TimeoutError(
+      "lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
+      "listened on " +
+          where(config_.job) + ", but " + why,
+      {});
 }
 
 void UcxBackend::connect() {

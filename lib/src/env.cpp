@@ -173,15 +173,15 @@ void read_master(const EnvLookup& env, JobConfig& config) {
   config.master_port = number;
 }
 
-JobConfig validate(const Family& family) {
-  JobConfig config;
-  config.source = family.source;
-  config.world_size = integer(family.size, 1);
-  config.rank = integer(family.rank, 0);
-  if (config.rank >= config.world_size) {
-    bad(family.rank, "is not below " + family.size.name + "=" + *family.size.value);
-  }
+// The shape variables a family gave (absent: not given), each checked against the sizes given
+// with it.
+struct Given {
   std::optional<int> local_size, local_rank, nnodes, node;
+};
+
+Given read_given(const Family& family, const JobConfig& config) {
+  Given given;
+  auto& [local_size, local_rank, nnodes, node] = given;
   if (family.local_size.present()) {
     local_size = integer(family.local_size, 1);
     if (*local_size > config.world_size) {
@@ -210,6 +210,19 @@ JobConfig validate(const Family& family) {
       bad(family.node, "is not below " + family.nnodes.name + "=" + *family.nnodes.value);
     }
   }
+  return given;
+}
+
+JobConfig validate(const Family& family) {
+  JobConfig config;
+  config.source = family.source;
+  config.world_size = integer(family.size, 1);
+  config.rank = integer(family.rank, 0);
+  if (config.rank >= config.world_size) {
+    bad(family.rank, "is not below " + family.size.name + "=" + *family.size.value);
+  }
+  Given given = read_given(family, config);
+  auto& [local_size, local_rank, nnodes, node] = given;
   // Derive what was not given; a job whose shape cannot be told is an error, never a guess.
   if (!nnodes) {
     if (!local_size || *local_size == config.world_size) {
@@ -316,13 +329,10 @@ EnvLookup process_environment() {
   };
 }
 
-JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
-  auto job_id = lookup(env, "LOCKSTEP_JOB_ID");
-  if (job_id.present() && job_id.value->empty()) {
-    bad(job_id, "is empty");
-  }
-  std::vector<Family> families;
+namespace {
 
+// The launcher families, in order of precedence: the first complete one describes the job.
+Family launcher_family(const EnvLookup& env, const Var& job_id) {
   Family launcher;
   launcher.source = "lockstep-run";
   launcher.rank = lookup(env, "RANK");
@@ -335,8 +345,11 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
                              launcher.nnodes};
   launcher.rank_is_node_major = true;
   launcher.identity = job_id.present() ? *job_id.value : "";
-  families.push_back(launcher);
+  return launcher;
+}
 
+// torchrun's variables are lockstep-run's without lockstep's own.
+Family torchrun_family(const EnvLookup& env, const Family& launcher) {
   Family torchrun;
   torchrun.source = "torchrun";
   torchrun.rank = launcher.rank;
@@ -348,8 +361,10 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   torchrun.rank_is_node_major = true;
   torchrun.identity = join_identity(
       env, {"TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"});
-  families.push_back(torchrun);
+  return torchrun;
+}
 
+Family openmpi_family(const EnvLookup& env) {
   Family openmpi;
   openmpi.source = "openmpi";
   openmpi.rank = lookup(env, "OMPI_COMM_WORLD_RANK");
@@ -358,8 +373,10 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   openmpi.local_size = lookup(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
   openmpi.identity =
       join_identity(env, {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"});
-  families.push_back(openmpi);
+  return openmpi;
+}
 
+Family mpich_family(const EnvLookup& env) {
   Family mpich;
   mpich.source = "mpich";
   mpich.rank = lookup(env, "PMI_RANK");
@@ -367,8 +384,10 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   mpich.local_rank = lookup(env, "MPI_LOCALRANKID");
   mpich.local_size = lookup(env, "MPI_LOCALNRANKS");
   mpich.identity = join_identity(env, {"PMI_KVSNAME", "PMI_JOBID", "PMI_PORT"});
-  families.push_back(mpich);
+  return mpich;
+}
 
+Family slurm_family(const EnvLookup& env) {
   Family slurm;
   slurm.source = "slurm";
   slurm.rank = lookup(env, "SLURM_PROCID");
@@ -393,37 +412,53 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
       slurm.local_size = per_node;
     }
   }
-  families.push_back(slurm);
+  return slurm;
+}
 
-  const Family* chosen = nullptr;
+// The job the first complete family describes (a job of one when none is); ConfigError for a
+// family that is there only in part.
+JobConfig read_shape(const std::vector<Family>& families) {
   for (const auto& family : families) {
     if (family.complete()) {
-      chosen = &family;
-      break;
+      return validate(family);
     }
   }
-  JobConfig config;
-  if (chosen != nullptr) {
-    config = validate(*chosen);
-  } else {
-    for (const auto& family : families) {
-      // The launcher family is the torchrun family plus lockstep's own variables; report the
-      // torchrun one, which names only what users set.
-      if (family.source != "lockstep-run" && family.partial()) {
-        throw ConfigError("lockstep: the " + family.source + " variables are incomplete: " +
-                          family.missing() + " missing (a job needs both a rank and a size)");
-      }
+  for (const auto& family : families) {
+    // The launcher family is the torchrun family plus lockstep's own variables; report the
+    // torchrun one, which names only what users set.
+    if (family.source != "lockstep-run" && family.partial()) {
+      throw ConfigError("lockstep: the " + family.source + " variables are incomplete: " +
+                        family.missing() + " missing (a job needs both a rank and a size)");
     }
   }
-  if (config.identity.empty()) {
-    config.identity = fallback_identity();
-  }
-  config.identity = config.source + ":" + config.identity;
-  if (job_id.present()) {
-    config.identity = job_identity(*job_id.value);  // the user's or launcher's identity wins
-  }
+  return JobConfig{};
+}
 
-  config.wait_policy = default_policy;
+// LOCKSTEP_JOIN_TIMEOUT: decimal seconds only ("30", "2.5"): no sign, spaces, exponent or
+// hexadecimal; from a millisecond to 10^7 s.
+std::chrono::milliseconds join_timeout_of(const Var& timeout) {
+  const std::string& text = *timeout.value;
+  const auto dot = text.find('.');
+  const auto digits = [](std::string_view part) {
+    return !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  const std::string_view whole = std::string_view(text).substr(0, dot);
+  if (!digits(whole) ||
+      (dot != std::string::npos && !digits(std::string_view(text).substr(dot + 1)))) {
+    bad(timeout, "is not a number of seconds (digits, optionally with a decimal point)");
+  }
+  const double seconds = std::strtod(text.c_str(), nullptr);
+  if (seconds > 1e7) {
+    bad(timeout, "is more than 10000000 seconds");
+  }
+  if (seconds < 0.001) {
+    bad(timeout, "is less than a millisecond");
+  }
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
+// lockstep's own variables, beside the job's shape.
+void read_options(const EnvLookup& env, JobConfig& config) {
   if (auto policy = lookup(env, "LOCKSTEP_WAIT_POLICY"); policy.present()) {
     auto parsed = parse_wait_policy(*policy.value);
     if (!parsed) {
@@ -432,25 +467,7 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
     config.wait_policy = *parsed;
   }
   if (auto timeout = lookup(env, "LOCKSTEP_JOIN_TIMEOUT"); timeout.present()) {
-    // Decimal seconds only ("30", "2.5"): no sign, spaces, exponent or hexadecimal.
-    const std::string& text = *timeout.value;
-    const auto dot = text.find('.');
-    const auto digits = [](std::string_view part) {
-      return !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
-    };
-    const std::string_view whole = std::string_view(text).substr(0, dot);
-    if (!digits(whole) ||
-        (dot != std::string::npos && !digits(std::string_view(text).substr(dot + 1)))) {
-      bad(timeout, "is not a number of seconds (digits, optionally with a decimal point)");
-    }
-    const double seconds = std::strtod(text.c_str(), nullptr);
-    if (seconds > 1e7) {
-      bad(timeout, "is more than 10000000 seconds");
-    }
-    if (seconds < 0.001) {
-      bad(timeout, "is less than a millisecond");
-    }
-    config.join_timeout = std::chrono::milliseconds(std::llround(seconds * 1000));
+    config.join_timeout = join_timeout_of(timeout);
   }
   if (auto launch = lookup(env, "LOCKSTEP_LAUNCH_ID"); launch.present()) {
     const std::string& text = *launch.value;
@@ -472,6 +489,27 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
     }
     config.gpu_barrier = *mode.value;
   }
+}
+
+}  // namespace
+
+JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
+  auto job_id = lookup(env, "LOCKSTEP_JOB_ID");
+  if (job_id.present() && job_id.value->empty()) {
+    bad(job_id, "is empty");
+  }
+  const Family launcher = launcher_family(env, job_id);
+  JobConfig config = read_shape({launcher, torchrun_family(env, launcher), openmpi_family(env),
+                                 mpich_family(env), slurm_family(env)});
+  if (config.identity.empty()) {
+    config.identity = fallback_identity();
+  }
+  config.identity = config.source + ":" + config.identity;
+  if (job_id.present()) {
+    config.identity = job_identity(*job_id.value);  // the user's or launcher's identity wins
+  }
+  config.wait_policy = default_policy;
+  read_options(env, config);
   if (config.num_nodes > 1) {
     read_master(env, config);
   }

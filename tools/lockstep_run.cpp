@@ -197,6 +197,9 @@ class Launcher {
 
  private:
   void start(int local_rank, const sigset_t& old_mask);
+  // Relays the ranks' output and the signals to them, reaps them, until all have ended.
+  void supervise(int signals);
+  void forward_signals(int signals);
   void reap();
   void pump(Stream& stream, int rank, bool flush_all);
   void stop_all(int sig);
@@ -405,7 +408,13 @@ int Launcher::run() {
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     start(local, old_mask);
   }
+  supervise(signals);
+  // A rank killed before leaving cannot remove the node's segment: remove it for them.
+  (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank);
+  return exit_code_.value_or(0);
+}
 
+void Launcher::supervise(int signals) {
   auto streams_open = [&] {
     for (const Child& child : children_) {
       for (const Stream& stream : child.streams) {
@@ -448,20 +457,7 @@ int Launcher::run() {
       }
     }
     if ((fds[0].revents & POLLIN) != 0) {
-      signalfd_siginfo info{};
-      while (::read(signals, &info, sizeof info) == sizeof info) {
-        int sig = static_cast<int>(info.ssi_signo);
-        if (sig == SIGCHLD) {
-          continue;
-        }
-        if (!exit_code_) {
-          say("received SIG" + std::string(::sigabbrev_np(sig)) + "; forwarding it to " +
-              std::to_string(options_.nproc_per_node) + " rank(s)");
-          stop_job(sig, 128 + sig);
-        } else {
-          stop_all(SIGKILL);  // a second signal: the user insists
-        }
-      }
+      forward_signals(signals);
     }
     reap();
     if (kill_at_ && Clock::now() >= *kill_at_ && any_running()) {
@@ -478,24 +474,30 @@ int Launcher::run() {
       }
     }
   }
-  // A rank killed before leaving cannot remove the node's segment: remove it for them.
-  (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank);
-  return exit_code_.value_or(0);
+}
+
+void Launcher::forward_signals(int signals) {
+  signalfd_siginfo info{};
+  while (::read(signals, &info, sizeof info) == sizeof info) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      continue;
+    }
+    if (!exit_code_) {
+      say("received SIG" + std::string(::sigabbrev_np(sig)) + "; forwarding it to " +
+          std::to_string(options_.nproc_per_node) + " rank(s)");
+      stop_job(sig, 128 + sig);
+    } else {
+      stop_all(SIGKILL);  // a second signal: the user insists
+    }
+  }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Options options;
-  CLI::App app{
-      "lockstep-run: start a program as a lockstep job of N processes on this machine.\n"
-      "Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
-      "GROUP_RANK, MASTER_ADDR, MASTER_PORT) and a job identity of its own (LOCKSTEP_JOB_ID).\n"
-      "A job of several nodes runs one lockstep-run per node, each with the same --nnodes,\n"
-      "--master-addr, --master-port and --job-id, and its own --node-rank.\n"
-      "When a process fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
-      "period) and lockstep-run exits with the failed process's status.",
-      "lockstep-run"};
+// The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
+// spellings too).
+void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup) {
   app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
   app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_per_node,
                  "Processes to start on this node")
@@ -530,36 +532,16 @@ int main(int argc, char** argv) {
                  "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
                  "the first built)")
       ->check(CLI::IsMember({"ucx", "nccl"}));
-  bool standalone = false;
   app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
-  bool cleanup = false;
   app.add_flag("--cleanup", cleanup,
                "Remove this user's lockstep shared-memory segments whose processes are all gone "
                "(also those of other lockstep versions that no process maps), list them, and "
                "exit; no program is run");
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
-  app.prefix_command();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    int code = app.exit(error);  // prints help, the version, or the error
-    return code == 0 ? 0 : 2;
-  }
-  options.command = app.remaining();
-  if (cleanup) {
-    if (!options.command.empty()) {
-      say("--cleanup runs no program: remove '" + options.command.front() + "'");
-      return 2;
-    }
-    return clean_up();
-  }
-  if (!options.command.empty() && options.command.front() == "--") {
-    options.command.erase(options.command.begin());
-  } else if (!options.command.empty() && options.command.front().size() > 1 &&
-             options.command.front()[0] == '-') {
-    say("unknown option '" + options.command.front() + "' (see lockstep-run --help)");
-    return 2;
-  }
+}
+
+// Refuses options that parse but do not make a job: the exit status (2), having said why.
+std::optional<int> check_options(const CLI::App& app, const Options& options) {
   if (options.command.empty()) {
     say("no program given (usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...])");
     return 2;
@@ -598,6 +580,48 @@ int main(int argc, char** argv) {
       say("--backend " + options.backend + ": this build of lockstep has no such backend");
       return 2;
     }
+  }
+  return std::nullopt;
+}
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app{
+      "lockstep-run: start a program as a lockstep job of N processes on this machine.\n"
+      "Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+      "GROUP_RANK, MASTER_ADDR, MASTER_PORT) and a job identity of its own (LOCKSTEP_JOB_ID).\n"
+      "A job of several nodes runs one lockstep-run per node, each with the same --nnodes,\n"
+      "--master-addr, --master-port and --job-id, and its own --node-rank.\n"
+      "When a process fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
+      "period) and lockstep-run exits with the failed process's status.",
+      "lockstep-run"};
+  bool standalone = false;
+  bool cleanup = false;
+  add_flags(app, options, standalone, cleanup);
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    int code = app.exit(error);  // prints help, the version, or the error
+    return code == 0 ? 0 : 2;
+  }
+  options.command = app.remaining();
+  if (cleanup) {
+    if (!options.command.empty()) {
+      say("--cleanup runs no program: remove '" + options.command.front() + "'");
+      return 2;
+    }
+    return clean_up();
+  }
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  } else if (!options.command.empty() && options.command.front().size() > 1 &&
+             options.command.front()[0] == '-') {
+    say("unknown option '" + options.command.front() + "' (see lockstep-run --help)");
+    return 2;
+  }
+  if (auto refused = check_options(app, options)) {
+    return *refused;
   }
   try {
     return Launcher(std::move(options)).run();

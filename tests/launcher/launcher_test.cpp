@@ -2,8 +2,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -324,16 +322,9 @@ TEST(Launcher, AFullDevShmIsReportedNotACrash) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(err[1], STDERR_FILENO);
-    if (::unshare(CLONE_NEWNS) != 0 ||
-        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m,mode=1777") != 0) {
+    if (!lockstep::testing::mount_full_dev_shm()) {
       ::_exit(77);
     }
-    int fd = ::open("/dev/shm/filler", O_CREAT | O_WRONLY, 0600);
-    static char block[4096];
-    while (::write(fd, block, sizeof block) > 0) {
-    }
-    ::close(fd);
     ::execl(tool("LOCKSTEP_RUN").c_str(), "lockstep-run", "--nproc-per-node", "2",
             tool("LOCKSTEP_WORKER").c_str(), nullptr);
     ::_exit(126);

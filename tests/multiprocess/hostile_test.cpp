@@ -2,10 +2,8 @@
 // 12): each failed before its fix.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,17 +83,9 @@ TEST(FullDevShm, IsASystemErrorAndLeavesNothing) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    if (::unshare(CLONE_NEWNS) != 0 ||
-        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m,mode=1777") != 0) {
+    if (!lockstep::testing::mount_full_dev_shm()) {
       ::_exit(77);  // no mount namespace here (not root, or no CAP_SYS_ADMIN)
     }
-    // Fill it.
-    int fd = ::open("/dev/shm/filler", O_CREAT | O_WRONLY, 0600);
-    static char block[4096];
-    while (::write(fd, block, sizeof block) > 0) {
-    }
-    ::close(fd);
     auto ends = run_ranks(Job::of(3), [](int) {
       try {
         lockstep::State state;

@@ -5,8 +5,11 @@
 #include "shm/segment.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -216,6 +219,20 @@ std::string failures(const std::vector<RankEnd>& ends, int killed) {
     }
   }
   return out;
+}
+
+bool mount_full_dev_shm() {
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m,mode=1777") != 0) {
+    return false;
+  }
+  const int fd = ::open("/dev/shm/filler", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  static char block[4096];
+  while (fd >= 0 && ::write(fd, block, sizeof block) > 0) {
+  }
+  ::close(fd);
+  return true;
 }
 
 std::string segment_path(const std::string& id) {

@@ -112,6 +112,10 @@ void expect_join_error(Make make, const std::string& part) {
 // The path of node 0's segment of the job with LOCKSTEP_JOB_ID `id` (as run_ranks sets it).
 std::string segment_path(const std::string& id);
 
+// In a forked child: puts it in a mount namespace of its own with a full 1 MiB tmpfs on /dev/shm
+// (one file fills it). False where that is not allowed (not root, no CAP_SYS_ADMIN): skip then.
+bool mount_full_dev_shm();
+
 // Names in /dev/shm that start with `prefix`.
 std::vector<std::string> shm_entries(const std::string& prefix);
 

@@ -40,9 +40,6 @@ UcxApi load() {
   bind(library, "ucp_worker_release_address", api.worker_release_address);
   bind(library, "ucp_worker_progress", api.worker_progress);
   bind(library, "ucp_worker_arm", api.worker_arm);
-  bind(library, "ucp_listener_create", api.listener_create);
-  bind(library, "ucp_listener_destroy", api.listener_destroy);
-  bind(library, "ucp_listener_reject", api.listener_reject);
   bind(library, "ucp_ep_create", api.ep_create);
   bind(library, "ucp_ep_close_nbx", api.ep_close_nbx);
   bind(library, "ucp_request_check_status", api.request_check_status);

@@ -22,9 +22,6 @@ struct UcxApi {
   decltype(&::ucp_worker_release_address) worker_release_address;
   decltype(&::ucp_worker_progress) worker_progress;
   decltype(&::ucp_worker_arm) worker_arm;
-  decltype(&::ucp_listener_create) listener_create;
-  decltype(&::ucp_listener_destroy) listener_destroy;
-  decltype(&::ucp_listener_reject) listener_reject;
   decltype(&::ucp_ep_create) ep_create;
   decltype(&::ucp_ep_close_nbx) ep_close_nbx;
   decltype(&::ucp_request_check_status) request_check_status;

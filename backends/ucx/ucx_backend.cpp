@@ -722,9 +722,7 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
 }
 
 void UcxBackend::check_members(const char* what) {
-  if (aborted_) {
-    fail(*aborted_, what);
-  }
+  check_aborted(what);
   for (int node = 0; node < num_nodes_; ++node) {
     const Endpoint* member = members_[static_cast<std::size_t>(node)];
     if (member != nullptr && member->error != UCS_OK) {

@@ -314,9 +314,7 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
       }
     }
     ::close(fd);
-    while (Clock::now() < std::min(retry_at, deadline)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    std::this_thread::sleep_until(std::min(retry_at, deadline));
   }
   return std::nullopt;
 }

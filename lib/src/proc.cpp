@@ -142,8 +142,12 @@ std::optional<pid_t> flock_holder(ino_t inode) {
 }
 
 std::uint64_t pid_namespace() {
-  struct stat st {};
-  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+  // A process's own pid namespace never changes (unshare and setns move only its children).
+  static const std::uint64_t inode = [] {
+    struct stat st {};
+    return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+  }();
+  return inode;
 }
 
 std::string error_text(int error_number) {

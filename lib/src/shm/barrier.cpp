@@ -34,9 +34,6 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     return;
   }
   const std::uint64_t full = (episode_ + 1) * tokens_;
-  if (deadline) {
-    arrived_at_ = Clock::now().time_since_epoch().count();  // for throw_timeout
-  }
   // seq_cst (acq_rel and more): the release publishes this process's writes to every process
   // that later reads a count at or past `full` (all arrivals form one release sequence on the
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
@@ -48,6 +45,12 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     ++episode_;
     fault_point("barrier.passed");
     return;
+  }
+  if (deadline) {
+    // For throw_timeout, and only where this process waits: the completing arrival above needs
+    // no clock read. (A peer that withdraws in the moment between the arrival and this read is
+    // named as missing; it had given up.)
+    arrived_at_ = Clock::now().time_since_epoch().count();
   }
   // Relaxed: read only by peers' diagnostics (timeouts, lost peers), never for correctness.
   // Stored after the arrival so that a process that dies in between is never taken as arrived.

@@ -20,8 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
+#include "env.hpp"
 #include "job.hpp"
+#include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
 #include "proc.hpp"
 
@@ -531,7 +532,7 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
   app.add_option("--backend", options.backend,
                  "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
                  "the first built)")
-      ->check(CLI::IsMember({"ucx", "nccl"}));
+      ->check(CLI::IsMember(lockstep::detail::known_backends()));
   app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
   app.add_flag("--cleanup", cleanup,
                "Remove this user's lockstep shared-memory segments whose processes are all gone "
@@ -568,14 +569,14 @@ std::optional<int> check_options(const CLI::App& app, const Options& options) {
         std::to_string(options.nnodes));
     return 2;
   }
-  if (options.nnodes > 1 && lockstep::detail::built_backends().empty()) {
+  if (options.nnodes > 1 && lockstep::available_backends().empty()) {
     say("--nnodes " + std::to_string(options.nnodes) +
         ": a multi-node job needs a cross-node backend, and this build of lockstep has none "
         "(rebuild with UCX: install libucx-dev and configure with -Ducx=enabled)");
     return 2;
   }
   if (!options.backend.empty()) {
-    auto built = lockstep::detail::built_backends();
+    auto built = lockstep::available_backends();
     if (std::find(built.begin(), built.end(), options.backend) == built.end()) {
       say("--backend " + options.backend + ": this build of lockstep has no such backend");
       return 2;

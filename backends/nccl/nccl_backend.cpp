@@ -1,5 +1,4 @@
-#include "nccl/nccl_backend.hpp"
-
+// The NCCL backend: the node leaders' barrier as a one-element all-reduce on the GPU.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -12,10 +11,10 @@
 #include <string>
 #include <thread>
 
+#include "backend.hpp"
 #include "dl.hpp"
 #include "gpu/stream_barrier.hpp"  // visible_device
 #include "lockstep/error.hpp"
-#include "ucx/ucx_backend.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -82,7 +81,7 @@ void check_cuda(cudaError_t status, const std::string& what, const char* call) {
 
 class NcclBackend final : public Backend {
  public:
-  explicit NcclBackend(const LeaderConfig& config);
+  NcclBackend(const LeaderConfig& config, std::unique_ptr<Bootstrap> bootstrap);
   ~NcclBackend() override;
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
@@ -92,17 +91,11 @@ class NcclBackend final : public Backend {
     return bootstrap_->nodes();
   }
   void barrier(std::optional<Clock::time_point> deadline, const char* what) override;
-  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
-                                   std::optional<Clock::time_point> deadline,
-                                   const char* what) override {
-    return bootstrap_->broadcast(blob, deadline, what);
-  }
-  void poll(const char* what) override { bootstrap_->poll(what); }
   void abort(const Failure& failure) noexcept override;
 
  private:
   // Polls `done` until it is true; on the deadline, an NCCL error or a failure the bootstrap
-  // reports, aborts the communicator and throws.
+  // reports, aborts the communicator (so that nothing waits on it again) and throws.
   template <class Done>
   void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
                   const char* doing);
@@ -111,16 +104,15 @@ class NcclBackend final : public Backend {
   void set_up(const char* what);
 
   LeaderConfig config_;
-  std::unique_ptr<Backend> bootstrap_;
+  std::unique_ptr<Bootstrap> bootstrap_;
   Nccl nccl_;
-  ncclComm_t comm_ = nullptr;
+  ncclComm_t comm_ = nullptr;  // null once aborted
   cudaStream_t stream_ = nullptr;
   int* buffer_ = nullptr;
-  std::optional<Failure> broken_;
 };
 
-NcclBackend::NcclBackend(const LeaderConfig& config)
-    : config_(config), bootstrap_(make_ucx_backend(config)) {
+NcclBackend::NcclBackend(const LeaderConfig& config, std::unique_ptr<Bootstrap> bootstrap)
+    : config_(config), bootstrap_(std::move(bootstrap)) {
   const char* what = "lockstep: joining the job (NCCL backend)";
   try {
     set_up(what);
@@ -184,13 +176,10 @@ void NcclBackend::set_up(const char* what) {
 }
 
 NcclBackend::~NcclBackend() {
+  // Destroying waits for the peers; a broken job's communicator was aborted instead (every
+  // failure aborts it: fail(), wait_until and abort()).
   if (comm_ != nullptr) {
-    // Destroying waits for the peers; a broken job's communicator is aborted instead.
-    if (broken_) {
-      nccl_.abort(comm_);
-    } else {
-      nccl_.destroy(comm_);
-    }
+    nccl_.destroy(comm_);
   }
   // The stream and buffer go with the process: at exit the CUDA runtime may already be gone.
 }
@@ -203,7 +192,6 @@ void NcclBackend::abort_communicator() noexcept {
 }
 
 void NcclBackend::fail(const Failure& failure, const char* what) {
-  broken_ = failure;
   abort_communicator();
   bootstrap_->abort(failure);
   throw_failure(failure, std::string(what) + ": ");
@@ -227,8 +215,7 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
           return true;
         }
         backend.bootstrap_->poll(what);
-      } catch (const Error& error) {
-        backend.broken_ = failure_of(error, what);
+      } catch (const Error&) {
         backend.abort_communicator();
         throw;
       }
@@ -248,9 +235,6 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
 }
 
 void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
   ncclResult_t rc = nccl_.all_reduce(buffer_, buffer_, 1, ncclInt32, ncclSum, comm_, stream_);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     fail(Failure{FailureKind::error,
@@ -286,17 +270,22 @@ void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char*
 }
 
 void NcclBackend::abort(const Failure& failure) noexcept {
-  if (!broken_) {
-    broken_ = failure;
-  }
   abort_communicator();
   bootstrap_->abort(failure);
 }
 
+std::unique_ptr<Backend> make_nccl(const LeaderConfig& config,
+                                   std::unique_ptr<Bootstrap> bootstrap) {
+  return std::make_unique<NcclBackend>(config, std::move(bootstrap));
+}
+
 }  // namespace
 
-std::unique_ptr<Backend> make_nccl_backend(const LeaderConfig& config) {
-  return std::make_unique<NcclBackend>(config);
-}
+// Given a bootstrap (which carries NCCL's unique id from node 0 and reports dead leaders), opens
+// libnccl.so.2 (LOCKSTEP_NCCL_LIBRARY, else the loader's path, else the CUDA toolkit's), makes
+// visible_device(0) current and creates a communicator of one rank per node. Every NCCL call that
+// can wait is polled against the deadline and the bootstrap's failure reports; on either, the
+// communicator is aborted (ncclCommAbort), never waited on.
+extern constinit const BackendType nccl_backend_type{"nccl", &make_nccl, nullptr, true};
 
 }  // namespace lockstep::detail

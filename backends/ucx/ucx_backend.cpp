@@ -1,5 +1,3 @@
-#include "ucx/ucx_backend.hpp"
-
 #include <netdb.h>
 #include <poll.h>
 #include <sched.h>
@@ -16,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "backend.hpp"
 #include "lockstep/error.hpp"
 #include "text.hpp"
 #include "ucx/rendezvous.hpp"
@@ -91,7 +90,9 @@ struct RoundSlot {
   std::vector<std::uint64_t> known;
 };
 
-class UcxBackend final : public Backend {
+// A leader's link to the others: the backend's barrier, and (for a backend such as NCCL's) the
+// bootstrap's broadcast and failure reports, over one UCP worker.
+class UcxBackend final : public Backend, public Bootstrap {
  public:
   explicit UcxBackend(const LeaderConfig& config);
   ~UcxBackend() override;
@@ -111,9 +112,6 @@ class UcxBackend final : public Backend {
     }
   }
   void poll(const char* what) override {
-    if (broken_) {
-      throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-    }
     progress();
     check_members(what);
   }
@@ -179,7 +177,6 @@ class UcxBackend final : public Backend {
   std::uint64_t blob_sequence_ = 0;
   std::map<std::uint64_t, std::vector<std::byte>> blobs_;
   std::optional<Failure> aborted_;  // an abort received from another leader
-  std::optional<Failure> broken_;   // why this backend cannot go on
 };
 
 void check(ucs_status_t status, const std::string& what) {
@@ -669,9 +666,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
     aborted_ = std::move(failure);
   } else if (const auto* blob = std::get_if<wire::Blob>(&message)) {
     if (!from_member(blob->token, blob->from) || blob->from != 0 ||
-        blob->sequence < blob_sequence_ || blobs_.count(blob->sequence) != 0 ||
-        blobs_.size() > 16) {
-      return;  // foreign, old, repeated, or more than could be awaited: dropped
+        blob->sequence < blob_sequence_ || blob->sequence >= blob_sequence_ + kMaxAhead ||
+        blobs_.count(blob->sequence) != 0) {
+      return;  // foreign, old, too far ahead (Bootstrap::kMaxAhead) or repeated: dropped
     }
     blobs_[blob->sequence] = blob->data;
   }
@@ -739,7 +736,6 @@ void UcxBackend::check_members(const char* what) {
 }
 
 void UcxBackend::fail(const Failure& failure, const char* what) {
-  broken_ = failure;
   throw_failure(failure, std::string(what) + ": ");
 }
 
@@ -753,9 +749,6 @@ std::vector<int> UcxBackend::ranks_of_nodes(const std::vector<int>& nodes) const
 }
 
 void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
   if (aborted_) {
     fail(*aborted_, what);
   }
@@ -805,18 +798,15 @@ void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* 
 std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
                                              std::optional<Clock::time_point> deadline,
                                              const char* what) {
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
   // The number of this broadcast; counted once it is delivered, so that a blob that arrives
   // while this leader waits for it is still taken (handle_member drops only older ones).
   const std::uint64_t sequence = blob_sequence_;
   if (me_ == 0) {
-    ++blob_sequence_;
-    if (blob.size() > kMaxBlob) {
+    if (blob.size() > kMaxBlob) {  // refused before it is numbered: the next one is not skipped
       throw Error(std::string(what) + ": a broadcast carries at most " + std::to_string(kMaxBlob) +
                   " bytes, not " + std::to_string(blob.size()));
     }
+    ++blob_sequence_;
     wire::Blob message{token_, 0, sequence, {blob.begin(), blob.end()}};
     for (int node = 1; node < num_nodes_; ++node) {
       send(members_[static_cast<std::size_t>(node)]->ep, message);
@@ -838,9 +828,6 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
 
 void UcxBackend::abort(const Failure& failure) noexcept {
   try {
-    if (!broken_) {
-      broken_ = failure;
-    }
     wire::Abort message{token_,
                         static_cast<std::uint32_t>(me_),
                         static_cast<std::uint32_t>(failure.kind),
@@ -864,10 +851,21 @@ void UcxBackend::abort(const Failure& failure) noexcept {
   }
 }
 
-}  // namespace
-
-std::unique_ptr<Backend> make_ucx_backend(const LeaderConfig& config) {
+std::unique_ptr<Backend> make_ucx(const LeaderConfig& config,
+                                  std::unique_ptr<Bootstrap> /*unused*/) {
   return std::make_unique<UcxBackend>(config);
 }
+
+std::unique_ptr<Bootstrap> make_ucx_bootstrap(const LeaderConfig& config) {
+  return std::make_unique<UcxBackend>(config);
+}
+
+}  // namespace
+
+// Node 0's leader listens on config.job.master_addr:master_port (lockstep's own rendezvous,
+// rendezvous.hpp), the others connect to it, retrying until `config.deadline`, and present the
+// job's identity; node 0 answers with every leader's UCX worker address and a random job token,
+// and each leader then connects to every other directly.
+extern constinit const BackendType ucx_backend_type{"ucx", &make_ucx, &make_ucx_bootstrap, false};
 
 }  // namespace lockstep::detail

@@ -1,24 +1,48 @@
 #include "backend.hpp"
 
-#include "lockstep/error.hpp"
+#include <algorithm>
 
-#ifdef LOCKSTEP_HAVE_UCX
-#include "ucx/ucx_backend.hpp"
-#endif
-#ifdef LOCKSTEP_HAVE_NCCL_BACKEND
-#include "nccl/nccl_backend.hpp"
-#endif
+#include "lockstep/error.hpp"
+#include "text.hpp"
 
 namespace lockstep::detail {
+namespace {
+
+const BackendType& find_built(const std::string& name) {
+  for (const BackendType* type : built_backend_types()) {
+    if (name == type->name) {
+      return *type;
+    }
+  }
+  throw ConfigError("lockstep: no backend named '" + name + "'");
+}
+
+}  // namespace
+
+void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  try {
+    backend_->barrier(deadline, what);
+  } catch (const std::exception& error) {
+    broken_ = failure_of(error, what);
+    throw;
+  }
+}
+
+void Leaders::abort(const Failure& failure) noexcept {
+  if (!broken_) {
+    broken_ = failure;
+  }
+  backend_->abort(failure);
+}
 
 std::vector<std::string> built_backends() {
   std::vector<std::string> names;
-#ifdef LOCKSTEP_HAVE_UCX
-  names.emplace_back("ucx");
-#endif
-#ifdef LOCKSTEP_HAVE_NCCL_BACKEND
-  names.emplace_back("nccl");
-#endif
+  for (const BackendType* type : built_backend_types()) {
+    names.emplace_back(type->name);
+  }
   return names;
 }
 
@@ -30,30 +54,30 @@ void check_backend_built(const JobConfig& job) {
                       "with UCX: install libucx-dev and configure with -Ducx=enabled)");
   }
   if (!job.backend.empty() && std::find(built.begin(), built.end(), job.backend) == built.end()) {
-    std::string list;
-    for (const auto& name : built) {
-      list += (list.empty() ? "" : ", ") + name;
-    }
     throw ConfigError("lockstep: LOCKSTEP_BACKEND=" + job.backend +
-                      ": this build of lockstep has no such backend (it has: " + list + ")");
+                      ": this build of lockstep has no such backend (it has: " + comma_list(built) +
+                      ")");
   }
 }
 
-std::unique_ptr<Backend> make_backend(const LeaderConfig& config) {
+std::unique_ptr<Leaders> join_leaders(const LeaderConfig& config) {
   check_backend_built(config.job);
-  const std::string name =
-      config.job.backend.empty() ? built_backends().front() : config.job.backend;
-#ifdef LOCKSTEP_HAVE_UCX
-  if (name == "ucx") {
-    return make_ucx_backend(config);
+  const BackendType& type =
+      config.job.backend.empty() ? *built_backend_types().front() : find_built(config.job.backend);
+  std::unique_ptr<Bootstrap> bootstrap;
+  if (type.needs_bootstrap) {
+    bootstrap = make_bootstrap(config);
   }
-#endif
-#ifdef LOCKSTEP_HAVE_NCCL_BACKEND
-  if (name == "nccl") {
-    return make_nccl_backend(config);
+  return std::make_unique<Leaders>(type.make(config, std::move(bootstrap)));
+}
+
+std::unique_ptr<Bootstrap> make_bootstrap(const LeaderConfig& config) {
+  for (const BackendType* type : built_backend_types()) {
+    if (type->make_bootstrap != nullptr) {
+      return type->make_bootstrap(config);
+    }
   }
-#endif
-  throw ConfigError("lockstep: no backend named '" + name + "'");
+  throw ConfigError("lockstep: no backend of this build can bootstrap another");
 }
 
 }  // namespace lockstep::detail

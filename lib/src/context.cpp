@@ -125,14 +125,14 @@ Context::Context(JobConfig config)
   // join reaches its node's processes).
   if (local_index_ == 0) {
     try {
-      backend_ = make_backend(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline});
+      backend_ = join_leaders(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline});
     } catch (const Error& error) {
       segment_->record_failure(failure_of(error, "lockstep: joining the job"));
       throw;
     }
   }
   CrossNodeStep cross;
-  if (Backend* backend = backend_.get()) {
+  if (Leaders* backend = backend_.get()) {
     cross.meet = [backend](std::optional<std::chrono::steady_clock::time_point> deadline,
                            const char* what) { backend->barrier(deadline, what); };
     cross.abort = [backend](const Failure& failure) { backend->abort(failure); };

@@ -59,7 +59,7 @@ class Context {
   std::uint32_t fork_epoch_;  // forks seen when joining
   std::unique_ptr<NodeSegment> segment_;
   std::optional<Waiter> waiter_;      // every wait of this process: the barrier's, the backend's
-  std::unique_ptr<Backend> backend_;  // the node's leader in a multi-node job
+  std::unique_ptr<Leaders> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
   std::atomic<bool> busy_{false};                  // a thread waits in a barrier (see BusyGuard)

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "lockstep/error.hpp"
 #include "proc.hpp"
+#include "text.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -478,8 +480,9 @@ void read_options(const EnvLookup& env, JobConfig& config) {
     config.launch = std::stoull(text, nullptr, 16);
   }
   if (auto backend = lookup(env, "LOCKSTEP_BACKEND"); backend.present()) {
-    if (*backend.value != "ucx" && *backend.value != "nccl") {
-      bad(backend, "is not one of ucx, nccl");
+    const auto known = known_backends();
+    if (std::find(known.begin(), known.end(), *backend.value) == known.end()) {
+      bad(backend, "is not one of " + comma_list(known));
     }
     config.backend = *backend.value;
   }

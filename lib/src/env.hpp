@@ -39,13 +39,17 @@ struct JobConfig {
   std::chrono::milliseconds join_timeout{300'000};
   // Cross-node jobs only (num_nodes > 1): where node 0's main process listens for the others
   // (LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT), and the backend that connects the nodes
-  // (LOCKSTEP_BACKEND; empty: the first one built).
+  // (LOCKSTEP_BACKEND, one of known_backends(); empty: the first one built).
   std::string master_addr;
   int master_port = 0;
   std::string backend;
   // LOCKSTEP_GPU_BARRIER: "events" (the default) or "memops" (see gpu/stream_barrier.hpp).
   std::string gpu_barrier = "events";
 };
+
+// Every backend lockstep has, built into this copy or not (the registry that backends/meson.build
+// generates defines this; backend.hpp says which are built).
+std::vector<std::string> known_backends();
 
 // Reads the first complete set of variables (lockstep-run, torchrun, Open MPI, MPICH/Hydra,
 // Slurm). Throws ConfigError naming the variable and its value when one is malformed or the set

@@ -10,4 +10,12 @@ std::string comma_list(const std::vector<int>& numbers) {
   return out;
 }
 
+std::string comma_list(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& word : words) {
+    out += (out.empty() ? "" : ", ") + word;
+  }
+  return out;
+}
+
 }  // namespace lockstep::detail

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,11 +17,12 @@
 
 namespace {
 
-using lockstep::detail::Backend;
+using lockstep::detail::Bootstrap;
 using lockstep::detail::Failure;
 using lockstep::detail::FailureKind;
 using lockstep::detail::JobConfig;
 using lockstep::detail::LeaderConfig;
+using lockstep::detail::Leaders;
 using lockstep::testing::contains;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
@@ -34,8 +36,8 @@ bool built(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// Node `node` of `nodes`, one process each, leading through `backend`.
-std::unique_ptr<Backend> join(const std::string& backend, int node, int nodes, int port) {
+// What node `node` of `nodes` (one process each) brings to a join through `backend`.
+LeaderConfig leader(const std::string& backend, int node, int nodes, int port) {
   ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): a forked child
   JobConfig job;
   job.source = "test";
@@ -52,8 +54,12 @@ std::unique_ptr<Backend> join(const std::string& backend, int node, int nodes, i
   // One leader per process (each node is a forked process): the waiter lives as long.
   static lockstep::detail::Waiter waiter(lockstep::WaitPolicy::adaptive,
                                          lockstep::detail::WaitShape{1, 1, true});
-  return lockstep::detail::make_backend(
-      LeaderConfig{job, {node}, &waiter, Clock::now() + std::chrono::seconds(30)});
+  return LeaderConfig{job, {node}, &waiter, Clock::now() + std::chrono::seconds(30)};
+}
+
+// Node `node` of `nodes`, leading through `backend`.
+std::unique_ptr<Leaders> join(const std::string& backend, int node, int nodes, int port) {
+  return lockstep::detail::join_leaders(leader(backend, node, nodes, port));
 }
 
 std::vector<std::byte> blob_of(std::size_t size, int seed) {
@@ -64,7 +70,7 @@ std::vector<std::byte> blob_of(std::size_t size, int seed) {
   return blob;
 }
 
-TEST(UcxBackend, BarriersAndBroadcastsInterleaved) {
+TEST(UcxBackend, Barriers) {
   if (!built("ucx")) {
     GTEST_SKIP() << "built without UCX";
   }
@@ -73,28 +79,61 @@ TEST(UcxBackend, BarriersAndBroadcastsInterleaved) {
   Job job = Job::of(3);
   job.plain = true;
   ends = run_ranks(job, [port](int node) {
-    auto backend = join("ucx", node, 3, port);
-    RANK_CHECK(backend->nodes().size() == 3);
-    RANK_CHECK(backend->nodes()[2].ranks == std::vector<int>{2});
+    auto leaders = join("ucx", node, 3, port);
+    RANK_CHECK(std::string(leaders->name()) == "ucx");
+    RANK_CHECK(leaders->nodes().size() == 3);
+    RANK_CHECK(leaders->nodes()[2].ranks == std::vector<int>{2});
     for (int round = 0; round < 300; ++round) {
-      backend->barrier(std::nullopt, "barrier");
-      if (round % 50 == 7) {
-        // Sizes 0 .. the limit; node 0's blob reaches everyone, whatever the others pass.
-        std::size_t size = static_cast<std::size_t>(round) * 13 % (Backend::kMaxBlob + 1);
-        auto mine = node == 0 ? blob_of(size, round) : std::vector<std::byte>{};
-        auto got = backend->broadcast(mine, Clock::now() + std::chrono::seconds(20), "broadcast");
-        RANK_CHECK(got == blob_of(size, round));
+      leaders->barrier(std::nullopt, "barrier");
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// UCX as another backend's bootstrap: broadcasts of every size, in order, with polls between.
+TEST(UcxBootstrap, BroadcastsOfEverySize) {
+  if (!built("ucx")) {
+    GTEST_SKIP() << "built without UCX";
+  }
+  const int port = free_port();
+  Job job = Job::of(3);
+  job.plain = true;
+  // Node 0 only sends, so the test holds it back: it stays at most kMaxAhead broadcasts ahead
+  // (a receiver keeps at most Bootstrap::kMaxAhead unread ones), and until the others have
+  // received everything (its end would be reported to them as a lost leader).
+  auto* got = lockstep::testing::shared_array<std::atomic<int>>(3);
+  auto ends = run_ranks(job, [port, got](int node) {
+    auto bootstrap = lockstep::detail::make_bootstrap(leader("ucx", node, 3, port));
+    RANK_CHECK(bootstrap->nodes().size() == 3);
+    auto others_got = [&] { return std::min(got[1].load(), got[2].load()); };
+    for (int round = 0; round < 60; ++round) {
+      while (node == 0 && round - others_got() >= Bootstrap::kMaxAhead) {
+        bootstrap->poll("poll");
       }
+      // Sizes 0 .. the limit; node 0's blob reaches everyone, whatever the others pass.
+      std::size_t size = static_cast<std::size_t>(round) * 71 % (Bootstrap::kMaxBlob + 1);
+      auto mine = node == 0 ? blob_of(size, round) : std::vector<std::byte>{};
+      auto blob = bootstrap->broadcast(mine, Clock::now() + std::chrono::seconds(20), "broadcast");
+      RANK_CHECK(blob == blob_of(size, round));
+      got[node].store(round + 1);
+      bootstrap->poll("poll");
+      bootstrap->check_aborted("check");
     }
     if (node == 0) {
       try {
-        (void)backend->broadcast(blob_of(Backend::kMaxBlob + 1, 0), std::nullopt, "broadcast");
+        (void)bootstrap->broadcast(blob_of(Bootstrap::kMaxBlob + 1, 0), std::nullopt, "broadcast");
         RANK_CHECK(false);
       } catch (const lockstep::Error& error) {
         RANK_CHECK(contains(error.what(), "at most"));
       }
     }
-    backend->barrier(std::nullopt, "barrier");
+    // Still usable after a refused blob.
+    auto last = node == 0 ? blob_of(5, 1) : std::vector<std::byte>{};
+    RANK_CHECK(bootstrap->broadcast(last, std::nullopt, "broadcast") == blob_of(5, 1));
+    got[node].store(1000);
+    while (node == 0 && others_got() != 1000) {
+      bootstrap->poll("poll");
+    }
   });
   EXPECT_EQ(failures(ends), "");
 }
@@ -107,23 +146,23 @@ TEST(UcxBackend, AnAbortReachesEveryLeader) {
   Job job = Job::of(3);
   job.plain = true;
   auto ends = run_ranks(job, [port](int node) {
-    auto backend = join("ucx", node, 3, port);
+    auto leaders = join("ucx", node, 3, port);
     try {
       // Node 1 aborts once it is through the first barrier, which the others may not be yet:
       // they fail in the first barrier or in the second.
-      backend->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
+      leaders->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
       if (node == 1) {
-        backend->abort(Failure{FailureKind::peer_lost, 7, {}, "process 7 died"});
+        leaders->abort(Failure{FailureKind::peer_lost, 7, {}, "process 7 died"});
         return;
       }
-      backend->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
+      leaders->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
     } catch (const lockstep::PeerLostError& error) {
       RANK_CHECK(node != 1);
       RANK_CHECK(error.process_index() == 7);
       RANK_CHECK(contains(error.what(), "node 1 gave up: process 7 died"));
       // Broken for good: the next call throws the same.
       try {
-        backend->barrier(std::nullopt, "again");
+        leaders->barrier(std::nullopt, "again");
       } catch (const lockstep::PeerLostError& again) {
         RANK_CHECK(contains(again.what(), "process 7 died"));
         return;
@@ -135,7 +174,8 @@ TEST(UcxBackend, AnAbortReachesEveryLeader) {
   EXPECT_EQ(failures(ends), "");
 }
 
-// NCCL with one node: the communicator, its all-reduce barrier and the broadcast, on a GPU.
+// NCCL with one node: the communicator (set up through a UCX bootstrap) and its all-reduce
+// barrier, on a GPU.
 TEST(NcclBackend, OneNodeOnAGpu) {
   if (!built("nccl")) {
     GTEST_SKIP() << "built without the NCCL backend";
@@ -149,12 +189,11 @@ TEST(NcclBackend, OneNodeOnAGpu) {
   }
   const int port = free_port();
   auto ends = run_ranks(Job::plain_process(), [port](int) {
-    auto backend = join("nccl", 0, 1, port);
+    auto leaders = join("nccl", 0, 1, port);
+    RANK_CHECK(std::string(leaders->name()) == "nccl");
     for (int round = 0; round < 1000; ++round) {
-      backend->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
+      leaders->barrier(Clock::now() + std::chrono::seconds(20), "barrier");
     }
-    auto blob = blob_of(128, 3);
-    RANK_CHECK(backend->broadcast(blob, std::nullopt, "broadcast") == blob);
   });
   EXPECT_EQ(failures(ends), "");
 }

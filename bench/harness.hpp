@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "job.hpp"  // lib/src: the job environment, written once for the launcher, tests and bench
+
 namespace lockstep::bench {
 
 // Sets the variables lockstep-run would set for `rank` of `ranks` on one node (and the wait
@@ -27,15 +29,15 @@ namespace lockstep::bench {
 // NOLINTBEGIN(concurrency-mt-unsafe)
 inline void set_job_environment(const std::string& id, int rank, int ranks,
                                 const char* policy = nullptr) {
-  ::setenv("LOCKSTEP_JOB_ID", id.c_str(), 1);
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-  ::setenv("GROUP_RANK", "0", 1);
-  ::setenv("LOCKSTEP_NNODES", "1", 1);
-  if (policy != nullptr) {
-    ::setenv("LOCKSTEP_WAIT_POLICY", policy, 1);
+  lockstep::detail::LaunchSpec spec;
+  spec.rank = rank;
+  spec.world_size = ranks;
+  spec.local_rank = rank;
+  spec.local_size = ranks;
+  spec.job_id = id;
+  spec.wait_policy = policy != nullptr ? policy : "";
+  for (const auto& [name, value] : lockstep::detail::job_environment(spec)) {
+    ::setenv(name.c_str(), value.c_str(), 1);
   }
 }
 // NOLINTEND(concurrency-mt-unsafe)

@@ -1,7 +1,6 @@
 #include "job.hpp"
 
-#include "shm/layout.hpp"
-#include "shm/segment.hpp"
+#include "shm/layout.hpp"  // kMaxIdentity (a constant: job.cpp needs nothing else of the library)
 
 namespace lockstep::detail {
 
@@ -81,18 +80,6 @@ std::string job_identity(const std::string& job_id) {
 
 std::size_t max_job_identity() {
   return kMaxIdentity;
-}
-
-bool remove_abandoned_job(const std::string& job_id, int node_index) {
-  return remove_abandoned_segment(segment_name(job_identity(job_id), node_index));
-}
-
-std::vector<std::string> remove_abandoned_jobs(bool other_versions) {
-  std::vector<std::string> paths;
-  for (const auto& name : sweep_abandoned_segments(other_versions)) {
-    paths.push_back("/dev/shm/" + name);
-  }
-  return paths;
 }
 
 }  // namespace lockstep::detail

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "families.hpp"
 #include "lockstep/error.hpp"
 #include "proc.hpp"
 #include "text.hpp"
@@ -88,24 +89,17 @@ Var lookup(const EnvLookup& env, const std::string& name) {
   return Var{name, env(name)};
 }
 
-Var first_of(const EnvLookup& env, std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    auto var = lookup(env, name);
+Var first_of(const EnvLookup& env, const Names& names) {
+  for (std::string_view name : names) {
+    if (name.empty()) {
+      break;
+    }
+    auto var = lookup(env, std::string(name));
     if (var.present()) {
       return var;
     }
   }
-  return Var{*names.begin(), std::nullopt};
-}
-
-std::string join_identity(const EnvLookup& env, std::initializer_list<const char*> names) {
-  std::string out;
-  for (const char* name : names) {
-    if (auto value = env(name)) {
-      out += std::string(name) + "=" + *value + ";";
-    }
-  }
-  return out;
+  return Var{std::string(names[0]), std::nullopt};
 }
 
 // Slurm's "2(x3),1" task-count lists: the count for node `node`.
@@ -152,8 +146,8 @@ std::string fallback_identity() {
 // Where node 0's main process listens: LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT (the
 // lockstep ones exist for jobs whose MASTER_PORT another service holds, as torchrun's store does).
 void read_master(const EnvLookup& env, JobConfig& config) {
-  auto addr = first_of(env, {"LOCKSTEP_MASTER_ADDR", "MASTER_ADDR"});
-  auto port = first_of(env, {"LOCKSTEP_MASTER_PORT", "MASTER_PORT"});
+  auto addr = first_of(env, Names{"LOCKSTEP_MASTER_ADDR", "MASTER_ADDR"});
+  auto port = first_of(env, Names{"LOCKSTEP_MASTER_PORT", "MASTER_PORT"});
   const std::string shape = "this job spans " + std::to_string(config.num_nodes) + " nodes";
   if (!addr.present()) {
     throw ConfigError("lockstep: " + shape +
@@ -333,88 +327,57 @@ EnvLookup process_environment() {
 
 namespace {
 
-// The launcher families, in order of precedence: the first complete one describes the job.
-Family launcher_family(const EnvLookup& env, const Var& job_id) {
-  Family launcher;
-  launcher.source = "lockstep-run";
-  launcher.rank = lookup(env, "RANK");
-  launcher.size = lookup(env, "WORLD_SIZE");
-  launcher.local_rank = lookup(env, "LOCAL_RANK");
-  launcher.local_size = lookup(env, "LOCAL_WORLD_SIZE");
-  launcher.node = lookup(env, "GROUP_RANK");
-  launcher.nnodes = lookup(env, "LOCKSTEP_NNODES");
-  launcher.required_extra = {job_id, launcher.local_rank, launcher.local_size, launcher.node,
-                             launcher.nnodes};
-  launcher.rank_is_node_major = true;
-  launcher.identity = job_id.present() ? *job_id.value : "";
-  return launcher;
+// Slurm gives no local size: it comes from the task lists, for this process's node.
+void read_slurm_local_size(const EnvLookup& env, Family& slurm) {
+  auto tasks = first_of(env, kSlurmTaskLists);
+  auto per_node = lookup(env, std::string(kSlurmTasksPerNode));
+  int node = slurm.node.present() ? integer(slurm.node, 0) : 0;
+  if (tasks.present()) {
+    if (auto count = slurm_tasks_on_node(tasks, node)) {
+      slurm.local_size = Var{tasks.name, std::to_string(*count)};
+    } else {
+      bad(tasks, "lists no task count for SLURM_NODEID=" + std::to_string(node));
+    }
+  } else if (per_node.present()) {
+    slurm.local_size = per_node;
+  }
 }
 
-// torchrun's variables are lockstep-run's without lockstep's own.
-Family torchrun_family(const EnvLookup& env, const Family& launcher) {
-  Family torchrun;
-  torchrun.source = "torchrun";
-  torchrun.rank = launcher.rank;
-  torchrun.size = launcher.size;
-  torchrun.local_rank = launcher.local_rank;
-  torchrun.local_size = launcher.local_size;
-  torchrun.node = launcher.node;
-  torchrun.nnodes = Var{"GROUP_WORLD_SIZE", env("GROUP_WORLD_SIZE")};
-  torchrun.rank_is_node_major = true;
-  torchrun.identity = join_identity(
-      env, {"TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"});
-  return torchrun;
-}
-
-Family openmpi_family(const EnvLookup& env) {
-  Family openmpi;
-  openmpi.source = "openmpi";
-  openmpi.rank = lookup(env, "OMPI_COMM_WORLD_RANK");
-  openmpi.size = lookup(env, "OMPI_COMM_WORLD_SIZE");
-  openmpi.local_rank = lookup(env, "OMPI_COMM_WORLD_LOCAL_RANK");
-  openmpi.local_size = lookup(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
-  openmpi.identity =
-      join_identity(env, {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"});
-  return openmpi;
-}
-
-Family mpich_family(const EnvLookup& env) {
-  Family mpich;
-  mpich.source = "mpich";
-  mpich.rank = lookup(env, "PMI_RANK");
-  mpich.size = lookup(env, "PMI_SIZE");
-  mpich.local_rank = lookup(env, "MPI_LOCALRANKID");
-  mpich.local_size = lookup(env, "MPI_LOCALNRANKS");
-  mpich.identity = join_identity(env, {"PMI_KVSNAME", "PMI_JOBID", "PMI_PORT"});
-  return mpich;
-}
-
-Family slurm_family(const EnvLookup& env) {
-  Family slurm;
-  slurm.source = "slurm";
-  slurm.rank = lookup(env, "SLURM_PROCID");
-  slurm.size = first_of(env, {"SLURM_NTASKS", "SLURM_NPROCS"});
-  slurm.local_rank = lookup(env, "SLURM_LOCALID");
-  slurm.node = lookup(env, "SLURM_NODEID");
-  slurm.nnodes = first_of(env, {"SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
-  // Outside an srun step (in the batch script itself) SLURM_PROCID is 0 but no step exists.
-  slurm.required_extra = {lookup(env, "SLURM_STEP_ID")};
-  slurm.identity = join_identity(env, {"SLURM_JOB_ID", "SLURM_STEP_ID"});
-  auto tasks = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-  auto per_node = lookup(env, "SLURM_NTASKS_PER_NODE");
-  if (slurm.complete()) {
-    int node = slurm.node.present() ? integer(slurm.node, 0) : 0;
-    if (tasks.present()) {
-      if (auto count = slurm_tasks_on_node(tasks, node)) {
-        slurm.local_size = Var{tasks.name, std::to_string(*count)};
-      } else {
-        bad(tasks, "lists no task count for SLURM_NODEID=" + std::to_string(node));
-      }
-    } else if (per_node.present()) {
-      slurm.local_size = per_node;
+// One family's variables, as this process's environment has them (families.hpp names them).
+Family family_of(const EnvLookup& env, const FamilyNames& names) {
+  Family family;
+  family.source = std::string(names.source);
+  family.rank = first_of(env, names.rank);
+  family.size = first_of(env, names.size);
+  family.local_rank = first_of(env, names.local_rank);
+  family.local_size = first_of(env, names.local_size);
+  family.node = first_of(env, names.node);
+  family.nnodes = first_of(env, names.nnodes);
+  for (std::string_view name : names.required) {
+    if (!name.empty()) {
+      family.required_extra.push_back(lookup(env, std::string(name)));
     }
   }
-  return slurm;
+  if (names.every_quantity_required) {
+    for (const Var* var : {&family.local_rank, &family.local_size, &family.node, &family.nnodes}) {
+      family.required_extra.push_back(*var);
+    }
+  }
+  family.rank_is_node_major = names.rank_is_node_major;
+  if (names.every_quantity_required) {
+    // lockstep-run: the job id alone (read_job_config spells the identity from it).
+    family.identity = family.required_extra.front().value.value_or("");
+  } else {
+    for (std::string_view name : names.identity) {
+      if (auto value = name.empty() ? std::nullopt : env(std::string(name))) {
+        family.identity += std::string(name) + "=" + *value + ";";
+      }
+    }
+  }
+  if (family.source == "slurm" && family.complete()) {
+    read_slurm_local_size(env, family);
+  }
+  return family;
 }
 
 // The job the first complete family describes (a job of one when none is); ConfigError for a
@@ -501,9 +464,12 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   if (job_id.present() && job_id.value->empty()) {
     bad(job_id, "is empty");
   }
-  const Family launcher = launcher_family(env, job_id);
-  JobConfig config = read_shape({launcher, torchrun_family(env, launcher), openmpi_family(env),
-                                 mpich_family(env), slurm_family(env)});
+  std::vector<Family> families;
+  families.reserve(kFamilies.size());
+  for (const FamilyNames& names : kFamilies) {
+    families.push_back(family_of(env, names));
+  }
+  JobConfig config = read_shape(families);
   if (config.identity.empty()) {
     config.identity = fallback_identity();
   }

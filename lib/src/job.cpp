@@ -1,23 +1,30 @@
 #include "job.hpp"
 
+#include <algorithm>
+
+#include "families.hpp"
+
 #include "shm/layout.hpp"  // kMaxIdentity (a constant: job.cpp needs nothing else of the library)
 
 namespace lockstep::detail {
 
 std::vector<std::pair<std::string, std::string>> job_environment(const LaunchSpec& spec) {
+  // lockstep-run's family (families.hpp), torchrun's node count and role variables beside it.
+  const FamilyNames& launcher = kFamilies[0];
+  const FamilyNames& torchrun = kFamilies[1];
   std::vector<std::pair<std::string, std::string>> env = {
-      {"RANK", std::to_string(spec.rank)},
-      {"LOCAL_RANK", std::to_string(spec.local_rank)},
-      {"WORLD_SIZE", std::to_string(spec.world_size)},
-      {"LOCAL_WORLD_SIZE", std::to_string(spec.local_size)},
-      {"GROUP_RANK", std::to_string(spec.node_index)},
-      {"GROUP_WORLD_SIZE", std::to_string(spec.num_nodes)},
+      {std::string(launcher.rank[0]), std::to_string(spec.rank)},
+      {std::string(launcher.local_rank[0]), std::to_string(spec.local_rank)},
+      {std::string(launcher.size[0]), std::to_string(spec.world_size)},
+      {std::string(launcher.local_size[0]), std::to_string(spec.local_size)},
+      {std::string(launcher.node[0]), std::to_string(spec.node_index)},
+      {std::string(torchrun.nnodes[0]), std::to_string(spec.num_nodes)},
       {"ROLE_RANK", std::to_string(spec.rank)},
       {"ROLE_WORLD_SIZE", std::to_string(spec.world_size)},
       {"MASTER_ADDR", spec.master_addr},
       {"MASTER_PORT", std::to_string(spec.master_port)},
-      {"LOCKSTEP_JOB_ID", spec.job_id},
-      {"LOCKSTEP_NNODES", std::to_string(spec.num_nodes)},
+      {std::string(launcher.required[0]), spec.job_id},
+      {std::string(launcher.nnodes[0]), std::to_string(spec.num_nodes)},
   };
   if (!spec.launch_id.empty()) {
     env.emplace_back("LOCKSTEP_LAUNCH_ID", spec.launch_id);
@@ -32,45 +39,35 @@ std::vector<std::pair<std::string, std::string>> job_environment(const LaunchSpe
 }
 
 const std::vector<std::string>& job_variables() {
-  static const std::vector<std::string> names = {"RANK",
-                                                 "LOCAL_RANK",
-                                                 "WORLD_SIZE",
-                                                 "LOCAL_WORLD_SIZE",
-                                                 "GROUP_RANK",
-                                                 "GROUP_WORLD_SIZE",
-                                                 "ROLE_RANK",
-                                                 "ROLE_WORLD_SIZE",
-                                                 "MASTER_ADDR",
-                                                 "MASTER_PORT",
-                                                 "TORCHELASTIC_RUN_ID",
-                                                 "TORCHELASTIC_RESTART_COUNT",
-                                                 "LOCKSTEP_JOB_ID",
-                                                 "LOCKSTEP_NNODES",
-                                                 "LOCKSTEP_LAUNCH_ID",
-                                                 "LOCKSTEP_BACKEND",
-                                                 "LOCKSTEP_WAIT_POLICY",
-                                                 "LOCKSTEP_MASTER_ADDR",
-                                                 "LOCKSTEP_MASTER_PORT",
-                                                 "OMPI_COMM_WORLD_RANK",
-                                                 "OMPI_COMM_WORLD_SIZE",
-                                                 "OMPI_COMM_WORLD_LOCAL_RANK",
-                                                 "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                                 "PMI_RANK",
-                                                 "PMI_SIZE",
-                                                 "MPI_LOCALRANKID",
-                                                 "MPI_LOCALNRANKS",
-                                                 "SLURM_PROCID",
-                                                 "SLURM_NTASKS",
-                                                 "SLURM_LOCALID",
-                                                 "SLURM_NTASKS_PER_NODE",
-                                                 "SLURM_NODEID",
-                                                 "SLURM_NNODES",
-                                                 "SLURM_JOB_ID",
-                                                 "SLURM_STEP_ID",
-                                                 "SLURM_NPROCS",
-                                                 "SLURM_JOB_NUM_NODES",
-                                                 "SLURM_STEP_TASKS_PER_NODE",
-                                                 "SLURM_TASKS_PER_NODE"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    auto add = [&out](std::string_view name) {
+      if (!name.empty() && std::find(out.begin(), out.end(), name) == out.end()) {
+        out.emplace_back(name);
+      }
+    };
+    for (const FamilyNames& family : kFamilies) {
+      for (const Names* names : {&family.rank, &family.size, &family.local_rank, &family.local_size,
+                                 &family.node, &family.nnodes}) {
+        std::for_each(names->begin(), names->end(), add);
+      }
+      std::for_each(family.required.begin(), family.required.end(), add);
+      std::for_each(family.identity.begin(), family.identity.end(), add);
+    }
+    std::for_each(kSlurmTaskLists.begin(), kSlurmTaskLists.end(), add);
+    add(kSlurmTasksPerNode);
+    // What lockstep-run writes beyond the families (every optional variable given).
+    LaunchSpec every;
+    every.launch_id = "1";
+    every.backend = "ucx";
+    every.wait_policy = "block";
+    for (const auto& [name, value] : job_environment(every)) {
+      add(name);
+    }
+    add("LOCKSTEP_MASTER_ADDR");
+    add("LOCKSTEP_MASTER_PORT");
+    return out;
+  }();
   return names;
 }
 

@@ -1,0 +1,137 @@
+// The UCX backend's leader (internal to backends/ucx): ucx_backend.cpp runs the barrier, the
+// broadcast and the failure reports; ucx_join.cpp joins the other leaders (node 0's rendezvous,
+// the others' connection to it, then the mesh of UCP endpoints).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "ucx/rendezvous.hpp"
+#include "ucx/ucx_api.hpp"
+#include "ucx/wire.hpp"
+
+namespace lockstep::detail::ucx {
+
+using namespace std::chrono_literals;
+
+// How long a waiting leader sleeps on the worker's event fd before it looks at the clock again.
+constexpr auto kSleepSlice = 100ms;
+// How long closing the endpoints may take (flushing what was sent) before the worker goes.
+constexpr auto kCloseBound = 1s;
+constexpr int kMaxRounds = 16;  // ceil(log2(wire::kMaxNodes))
+
+// One UCP endpoint and what UCX's error callback said about it.
+struct Endpoint {
+  int node = -1;  // the leader of this node
+  ucp_ep_h ep = nullptr;
+  ucs_status_t error = UCS_OK;
+};
+
+// A barrier message waiting for its round.
+struct RoundSlot {
+  bool present = false;
+  std::uint64_t episode = 0;
+  std::vector<std::uint64_t> known;
+};
+
+// A leader's link to the others: the backend's barrier, and (for a backend such as NCCL's) the
+// bootstrap's broadcast and failure reports, over one UCP worker.
+class UcxBackend final : public Backend, public Bootstrap {
+ public:
+  explicit UcxBackend(const LeaderConfig& config);
+  ~UcxBackend() override;
+  UcxBackend(const UcxBackend&) = delete;
+  UcxBackend& operator=(const UcxBackend&) = delete;
+
+  [[nodiscard]] const char* name() const noexcept override { return "ucx"; }
+  [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept override { return nodes_; }
+  void barrier(std::optional<Clock::time_point> deadline, const char* what) override;
+  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
+                                   std::optional<Clock::time_point> deadline,
+                                   const char* what) override;
+  void abort(const Failure& failure) noexcept override;
+  void check_aborted(const char* what) override {
+    if (aborted_) {
+      fail(*aborted_, what);
+    }
+  }
+  void poll(const char* what) override {
+    progress();
+    check_members(what);
+  }
+
+ private:
+  static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
+                                 void* data, std::size_t length, const ucp_am_recv_param_t* param);
+  static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  void start_ucx();
+  // Closes every endpoint (flushing what was sent, for a bounded time) and releases UCX.
+  void shutdown() noexcept;
+  void serve();
+  void connect();
+  void connect_mesh();
+  Endpoint& add_endpoint(ucp_ep_params_t params, int node);
+  void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
+  // Runs UCX until nothing more happens, then handles what arrived.
+  void progress();
+  // Node 0's rendezvous: a hello taken or refused (why: check_hello; empty when taken), a
+  // joined node's connection lost before the welcome, and the join timeout's message.
+  rendezvous::Verdict take_hello(int id, std::span<const std::byte> bytes, const std::string& from);
+  [[nodiscard]] std::string check_hello(const wire::Hello& hello) const;
+  void forget_joiner(int id);
+  [[noreturn]] void throw_serve_timeout() const;
+  void handle_member(const wire::Message& message);
+  // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
+  // throws the job's failure, or calls on_deadline() when `deadline` passes.
+  template <class Done, class OnDeadline>
+  void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
+                  OnDeadline on_deadline);
+  // Throws (and keeps) the job's failure, if a leader aborted or disconnected.
+  void check_members(const char* what);
+  [[noreturn]] void fail(const Failure& failure, const char* what);
+  [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
+
+  LeaderConfig config_;
+  int me_ = 0;
+  int num_nodes_ = 0;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;
+  std::vector<std::byte> address_;  // this worker's address
+  std::uint64_t token_ = 0;
+  bool joined_ = false;
+
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;  // owns every endpoint
+  std::vector<Endpoint*> members_;                    // by node index (nullptr: this node)
+  std::vector<std::pair<void*, std::vector<std::byte>>> sending_;  // requests in flight
+
+  // Joining.
+  std::vector<NodeInfo> nodes_;
+  std::vector<std::vector<std::byte>> addresses_;  // by node index
+  std::vector<int> joiners_;             // node 0: rendezvous connection by node (-1: none)
+  std::map<int, std::string> refusals_;  // node 0: why a node's last connection was refused
+  std::optional<wire::Welcome> welcome_;
+  std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
+
+  // The barrier and broadcasts.
+  std::uint64_t episode_ = 0;
+  int rounds_ = 0;
+  std::array<std::array<RoundSlot, kMaxRounds>, 2> inbox_{};
+  std::uint64_t blob_sequence_ = 0;
+  std::map<std::uint64_t, std::vector<std::byte>> blobs_;
+  std::optional<Failure> aborted_;  // an abort received from another leader
+};
+
+// Throws Error naming `what` unless `status` is UCS_OK.
+void check(ucs_status_t status, const std::string& what);
+
+}  // namespace lockstep::detail::ucx

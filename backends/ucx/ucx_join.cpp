@@ -1,0 +1,270 @@
+// The UCX backend's join: node 0 serves the rendezvous (rendezvous.hpp) and welcomes the other
+// leaders; the others connect to it and read the welcome; then every leader connects to every
+// other by UCX worker address.
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "lockstep/error.hpp"
+#include "text.hpp"
+#include "ucx/ucx_backend.hpp"
+
+namespace lockstep::detail::ucx {
+namespace {
+
+std::string where(const JobConfig& job) {
+  return job.master_addr + ":" + std::to_string(job.master_port);
+}
+// MASTER_ADDR:MASTER_PORT as a socket address (the first that resolves).
+sockaddr_storage master_address(const JobConfig& job, socklen_t& length) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(job.master_port);
+  if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
+                      ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
+  }
+  sockaddr_storage address{};
+  length = found->ai_addrlen;
+  std::memcpy(&address, found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+  return address;
+}
+
+}  // namespace
+
+std::string UcxBackend::check_hello(const wire::Hello& hello) const {
+  const JobConfig& job = config_.job;
+  if (hello.identity != job.identity) {
+    return "it belongs to another job ('" + hello.identity + "', not '" + job.identity +
+           "'): give every node the same LOCKSTEP_JOB_ID (lockstep-run --job-id)";
+  }
+  if (hello.num_nodes != static_cast<std::uint32_t>(num_nodes_) ||
+      hello.world_size != static_cast<std::uint32_t>(job.world_size)) {
+    return "it describes a job of " + std::to_string(hello.world_size) + " processes on " +
+           std::to_string(hello.num_nodes) + " nodes, node 0 one of " +
+           std::to_string(job.world_size) + " on " + std::to_string(num_nodes_);
+  }
+  if (hello.node == 0 || hello.node >= static_cast<std::uint32_t>(num_nodes_)) {
+    return "node index " + std::to_string(hello.node) + " is not one of 1.." +
+           std::to_string(num_nodes_ - 1);
+  }
+  if (joiners_[hello.node] >= 0) {
+    return "node " + std::to_string(hello.node) + " has already joined";
+  }
+  if (hello.ranks.empty()) {
+    return "it lists no processes";
+  }
+  for (auto rank : hello.ranks) {
+    if (rank < 0 || rank >= job.world_size) {
+      return "process index " + std::to_string(rank) + " is outside the job";
+    }
+    for (const auto& node : nodes_) {
+      if (std::find(node.ranks.begin(), node.ranks.end(), rank) != node.ranks.end()) {
+        return "process " + std::to_string(rank) + " is already on node " +
+               std::to_string(node.node);
+      }
+    }
+  }
+  return {};
+}
+
+void UcxBackend::serve() {
+  const JobConfig& job = config_.job;
+  std::random_device random;
+  token_ = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+  token_ |= 1;  // never 0, which no message carries by accident
+
+  socklen_t length = 0;
+  const sockaddr_storage address = master_address(job, length);
+  rendezvous::Server server(address, length, where(job));
+  joiners_.assign(static_cast<std::size_t>(num_nodes_), -1);
+  addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
+  addresses_[0] = address_;
+  nodes_.push_back(NodeInfo{0, config_.ranks});
+  const auto on_hello = [this](int id, std::span<const std::byte> bytes, const std::string& from) {
+    return take_hello(id, bytes, from);
+  };
+  const auto on_lost = [this](int id) { forget_joiner(id); };
+  while (nodes_.size() != static_cast<std::size_t>(num_nodes_)) {
+    if (Clock::now() >= config_.deadline) {
+      throw_serve_timeout();
+    }
+    server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
+                                          config_.deadline - Clock::now())),
+                on_hello, on_lost);
+  }
+  std::sort(nodes_.begin(), nodes_.end(),
+            [](const NodeInfo& a, const NodeInfo& b) { return a.node < b.node; });
+  wire::Welcome welcome;
+  welcome.token = token_;
+  for (const auto& node : nodes_) {
+    welcome.nodes.push_back(wire::NodeEntry{static_cast<std::uint32_t>(node.node),
+                                            {node.ranks.begin(), node.ranks.end()},
+                                            addresses_[static_cast<std::size_t>(node.node)]});
+  }
+  const auto bytes = wire::encode(welcome);
+  for (int node = 1; node < num_nodes_; ++node) {
+    // A node that cannot take the welcome fails its own join; the others find it gone.
+    (void)server.send(joiners_[static_cast<std::size_t>(node)], bytes,
+                      std::max(config_.deadline, Clock::now() + kCloseBound));
+  }
+  joined_ = true;
+  // The server goes: nobody else may join, and the port is free again.
+}
+
+rendezvous::Verdict UcxBackend::take_hello(int id, std::span<const std::byte> bytes,
+                                           const std::string& from) {
+  std::string reason;
+  std::optional<wire::Hello> hello;
+  try {
+    wire::Message message = wire::decode(bytes);
+    if (auto* decoded = std::get_if<wire::Hello>(&message)) {
+      hello = std::move(*decoded);
+    } else {
+      reason = "it sent a lockstep message that is not a hello";
+    }
+  } catch (const wire::WireError& error) {
+    reason = std::string("it sent no lockstep hello (") + error.what() + ")";
+  }
+  if (hello) {
+    reason = check_hello(*hello);
+  }
+  if (reason.empty()) {
+    joiners_[hello->node] = id;
+    NodeInfo info{static_cast<int>(hello->node), {hello->ranks.begin(), hello->ranks.end()}};
+    std::sort(info.ranks.begin(), info.ranks.end());
+    nodes_.push_back(std::move(info));
+    addresses_[hello->node] = hello->address;
+    refusals_.erase(static_cast<int>(hello->node));
+    return rendezvous::Verdict{true, {}};
+  }
+  const std::string node = hello ? "node " + std::to_string(hello->node) : "a connection";
+  if (hello && hello->node < static_cast<std::uint32_t>(num_nodes_)) {
+    refusals_[static_cast<int>(hello->node)] =
+        "connected from " + from + " and was refused: " + reason;
+  }
+  (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s from %s: %s: %s\n",
+                     where(config_.job).c_str(), from.c_str(), node.c_str(), reason.c_str());
+  return rendezvous::Verdict{false, wire::encode(wire::Refuse{node + ": " + reason})};
+}
+
+void UcxBackend::forget_joiner(int id) {
+  // A node that died or hung up before everyone joined may come back: forget it.
+  for (int node = 1; node < num_nodes_; ++node) {
+    if (joiners_[static_cast<std::size_t>(node)] == id) {
+      joiners_[static_cast<std::size_t>(node)] = -1;
+      std::erase_if(nodes_, [&](const NodeInfo& info) { return info.node == node; });
+    }
+  }
+}
+
+void UcxBackend::throw_serve_timeout() const {
+  std::string why;
+  for (int node = 1; node < num_nodes_; ++node) {
+    if (joiners_[static_cast<std::size_t>(node)] < 0) {
+      auto refused = refusals_.find(node);
+      why += (why.empty() ? "" : "; ") + ("node " + std::to_string(node) + " ") +
+             (refused != refusals_.end() ? refused->second : "never connected");
+    }
+  }
+  throw TimeoutError(
+      "lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node 0 "
+      "listened on " +
+          where(config_.job) + ", but " + why,
+      {});
+}
+
+void UcxBackend::connect() {
+  const JobConfig& job = config_.job;
+  socklen_t server_length = 0;
+  const sockaddr_storage server = master_address(job, server_length);
+
+  wire::Hello hello;
+  hello.identity = job.identity;
+  hello.num_nodes = static_cast<std::uint32_t>(num_nodes_);
+  hello.world_size = static_cast<std::uint32_t>(job.world_size);
+  hello.node = static_cast<std::uint32_t>(me_);
+  hello.ranks.assign(config_.ranks.begin(), config_.ranks.end());
+  hello.address = address_;
+
+  std::string last_error = "no answer";
+  std::optional<wire::Message> answer;
+  try {
+    auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello), config_.deadline,
+                                      last_error);
+    if (!bytes) {
+      throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
+                             std::to_string(me_) + " could not join node 0's main process at " +
+                             where(job) + " (last: " + last_error + ")",
+                         {});
+    }
+    answer = wire::decode(*bytes);
+  } catch (const wire::WireError& error) {
+    throw ConfigError("lockstep: what answers at " + where(job) + " is not lockstep's node 0 (" +
+                      error.what() + "): is MASTER_ADDR:MASTER_PORT another program's?");
+  }
+  if (const auto* refusal = std::get_if<wire::Refuse>(&*answer)) {
+    throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +
+                      std::to_string(me_) + ": " + refusal->reason);
+  }
+  if (std::get_if<wire::Welcome>(&*answer) == nullptr) {
+    throw ConfigError("lockstep: node 0's main process at " + where(job) +
+                      " answered with neither a welcome nor a refusal");
+  }
+  welcome_ = std::get<wire::Welcome>(std::move(*answer));
+
+  // Check node 0's table before trusting it.
+  const wire::Welcome& welcome = *welcome_;
+  auto bad = [&](const std::string& why) {
+    return Error("lockstep: node 0's main process at " + where(job) +
+                 " sent a table of nodes that " + why);
+  };
+  if (welcome.nodes.size() != static_cast<std::size_t>(num_nodes_)) {
+    throw bad("has " + std::to_string(welcome.nodes.size()) + " nodes, not " +
+              std::to_string(num_nodes_));
+  }
+  std::vector<bool> seen(static_cast<std::size_t>(job.world_size), false);
+  addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
+  for (std::size_t i = 0; i < welcome.nodes.size(); ++i) {
+    const auto& entry = welcome.nodes[i];
+    if (entry.node != i || entry.ranks.empty()) {
+      throw bad("is out of order or lists an empty node");
+    }
+    NodeInfo info{static_cast<int>(i), {entry.ranks.begin(), entry.ranks.end()}};
+    for (int rank : info.ranks) {
+      if (rank < 0 || rank >= job.world_size || seen[static_cast<std::size_t>(rank)]) {
+        throw bad("lists process " + std::to_string(rank) + " twice or outside the job");
+      }
+      seen[static_cast<std::size_t>(rank)] = true;
+    }
+    addresses_[i] = entry.address;
+    nodes_.push_back(std::move(info));
+  }
+  if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
+    throw bad("leaves processes out");
+  }
+  token_ = welcome.token;
+  joined_ = true;
+}
+
+void UcxBackend::connect_mesh() {
+  for (int node = 0; node < num_nodes_; ++node) {
+    if (node == me_) {
+      continue;
+    }
+    const auto& address = addresses_[static_cast<std::size_t>(node)];
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    members_[static_cast<std::size_t>(node)] = &add_endpoint(params, node);
+  }
+}
+
+}  // namespace lockstep::detail::ucx

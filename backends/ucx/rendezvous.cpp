@@ -150,10 +150,8 @@ void Server::drop(int id, const std::string& why) {
   peers_.erase(found);
 }
 
-void Server::step(
-    std::chrono::milliseconds limit,
-    const std::function<Verdict(int, std::span<const std::byte>, const std::string&)>& on_hello,
-    const std::function<void(int)>& on_lost) {
+void Server::step(std::chrono::milliseconds limit, const OnHello& on_hello,
+                  const std::function<void(int)>& on_lost) {
   std::vector<pollfd> fds{{fd_, POLLIN, 0}};
   std::vector<int> ids{-1};
   for (const auto& [id, peer] : peers_) {
@@ -165,58 +163,67 @@ void Server::step(
   }
   const auto now = Clock::now();
   for (std::size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i].revents == 0) {
-      continue;
-    }
-    const int id = ids[i];
-    Peer& peer = peers_.at(id);
-    std::array<std::byte, 65536> buffer{};
-    for (;;) {
-      const ssize_t got = ::recv(peer.fd, buffer.data(), buffer.size(), 0);
-      if (got < 0 && errno == EINTR) {
-        continue;
-      }
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        break;
-      }
-      if (got <= 0) {
-        if (peer.kept) {
-          ::close(peer.fd);
-          peers_.erase(id);
-          on_lost(id);
-        } else {
-          drop(id, "closed before it sent a hello");
-        }
-        break;
-      }
-      if (peer.kept) {
-        continue;  // a joined node has nothing more to say: whatever it sends is ignored
-      }
-      std::span<const std::byte> input(buffer.data(), static_cast<std::size_t>(got));
-      try {
-        (void)peer.reader.feed(input);
-      } catch (const wire::WireError& error) {
-        drop(id, std::string("malformed: ") + error.what());
-        break;
-      }
-      if (!peer.reader.complete()) {
-        continue;
-      }
-      Verdict verdict = on_hello(id, peer.reader.message(), peer.from);
-      if (verdict.keep) {
-        peer.kept = true;
-        peer.reader = FrameReader{};
-        continue;
-      }
-      // A refusal is small: one try, without waiting (a peer that does not read loses it).
-      const auto bytes = frame(verdict.reply);
-      (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::close(peer.fd);
-      peers_.erase(id);
-      break;
+    if (fds[i].revents != 0) {
+      read_peer(ids[i], on_hello, on_lost);
     }
   }
-  // Idle connections: a hello is sent at once after connecting.
+  drop_idle(now);
+  if ((fds[0].revents & POLLIN) != 0) {
+    accept_new(now);
+  }
+}
+
+void Server::read_peer(int id, const OnHello& on_hello, const std::function<void(int)>& on_lost) {
+  Peer& peer = peers_.at(id);
+  std::array<std::byte, 65536> buffer{};
+  for (;;) {
+    const ssize_t got = ::recv(peer.fd, buffer.data(), buffer.size(), 0);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;
+    }
+    if (got <= 0) {
+      if (peer.kept) {
+        ::close(peer.fd);
+        peers_.erase(id);
+        on_lost(id);
+      } else {
+        drop(id, "closed before it sent a hello");
+      }
+      return;
+    }
+    if (peer.kept) {
+      continue;  // a joined node has nothing more to say: whatever it sends is ignored
+    }
+    std::span<const std::byte> input(buffer.data(), static_cast<std::size_t>(got));
+    try {
+      (void)peer.reader.feed(input);
+    } catch (const wire::WireError& error) {
+      drop(id, std::string("malformed: ") + error.what());
+      return;
+    }
+    if (!peer.reader.complete()) {
+      continue;
+    }
+    Verdict verdict = on_hello(id, peer.reader.message(), peer.from);
+    if (verdict.keep) {
+      peer.kept = true;
+      peer.reader = FrameReader{};
+      continue;
+    }
+    // A refusal is small: one try, without waiting (a peer that does not read loses it).
+    const auto bytes = frame(verdict.reply);
+    (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(peer.fd);
+    peers_.erase(id);
+    return;
+  }
+}
+
+// Idle connections: a hello is sent at once after connecting.
+void Server::drop_idle(Clock::time_point now) {
   std::vector<int> idle;
   for (const auto& [id, peer] : peers_) {
     if (!peer.kept && now - peer.since > kHelloBound) {
@@ -226,16 +233,16 @@ void Server::step(
   for (int id : idle) {
     drop(id, "sent no hello within 10 s");
   }
-  if ((fds[0].revents & POLLIN) == 0) {
-    return;
-  }
+}
+
+void Server::accept_new(Clock::time_point now) {
   for (;;) {
     sockaddr_storage from{};
     socklen_t from_length = sizeof from;
     const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_length,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      break;  // none left (or a connection that went away meanwhile)
+      return;  // none left (or a connection that went away meanwhile)
     }
     Peer peer;
     peer.fd = fd;

@@ -86,7 +86,12 @@ class Server {
     Clock::time_point since;
     bool kept = false;
   };
+  using OnHello = std::function<Verdict(int, std::span<const std::byte>, const std::string&)>;
   void drop(int id, const std::string& why);
+  // Reads what connection `id` sent (step's three parts, in order).
+  void read_peer(int id, const OnHello& on_hello, const std::function<void(int)>& on_lost);
+  void drop_idle(Clock::time_point now);
+  void accept_new(Clock::time_point now);
 
   int fd_ = -1;
   int next_id_ = 0;

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -286,21 +285,6 @@ JobConfig validate(const Family& family) {
 }
 
 }  // namespace
-
-std::optional<long long> parse_integer(std::string_view text) {
-  long long value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  if (text.empty()) {
-    return std::nullopt;
-  }
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc{} || ptr != end || value < std::numeric_limits<int>::min() ||
-      value > std::numeric_limits<int>::max()) {
-    return std::nullopt;
-  }
-  return value;
-}
 
 std::optional<WaitPolicy> parse_wait_policy(std::string_view text) {
   if (text == "adaptive") {

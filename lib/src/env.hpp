@@ -56,10 +56,6 @@ std::vector<std::string> known_backends();
 // is inconsistent, or when only part of a set is present and no other set is complete.
 JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy);
 
-// Parses a whole decimal integer; empty when `text` is not one (no sign other than '-', no
-// spaces, no trailing characters, within int's range).
-std::optional<long long> parse_integer(std::string_view text);
-
 // Parses "adaptive", "spin" or "block".
 std::optional<WaitPolicy> parse_wait_policy(std::string_view text);
 

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <string>
 
-#include "env.hpp"
 #include "lockstep/error.hpp"
+#include "text.hpp"
 
 namespace lockstep::detail {
 namespace fault_detail {

@@ -11,21 +11,6 @@ std::vector<std::string> available_backends() {
   return detail::built_backends();
 }
 
-Error::~Error() = default;
-ConfigError::~ConfigError() = default;
-
-TimeoutError::TimeoutError(const std::string& what, std::vector<int> missing)
-    : Error(what), missing_(std::move(missing)) {}
-TimeoutError::~TimeoutError() = default;
-
-PeerLostError::PeerLostError(const std::string& what, int process_index)
-    : Error(what), process_index_(process_index) {}
-PeerLostError::~PeerLostError() = default;
-
-SystemError::SystemError(const std::string& what, int error_number)
-    : Error(what), errno_(error_number) {}
-SystemError::~SystemError() = default;
-
 State::State() : context_(detail::Context::instance()) {}
 State::~State() = default;
 

@@ -1,10 +1,16 @@
-// Small helpers for messages (internal).
+// Small helpers for reading and writing text (internal).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lockstep::detail {
+
+// Parses a whole decimal integer; empty when `text` is not one (no sign other than '-', no
+// spaces, no trailing characters, within int's range).
+std::optional<long long> parse_integer(std::string_view text);
 
 // "3, 5, 7": numbers for a message.
 std::string comma_list(const std::vector<int>& numbers);

@@ -8,6 +8,7 @@
 
 #include "job.hpp"
 #include "lockstep/error.hpp"
+#include "text.hpp"
 
 namespace lockstep::detail {
 namespace {

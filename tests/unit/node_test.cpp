@@ -1,0 +1,123 @@
+// The node engine on its own: lib/src/shm and the foundations below it, linked without the job
+// environment, the backends, the GPU barrier or the public State (tests/meson.build). What
+// tests/model/barrier.pml checks in the model, on real processes: no process returns from an
+// episode before every process has arrived at it (many rounds, more processes than CPUs, random
+// delays, every policy), and a process that dies before it arrives is reported, not waited for.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "lockstep/error.hpp"
+#include "ranks.hpp"
+#include "shm/barrier.hpp"
+#include "shm/segment.hpp"
+#include "wait.hpp"
+
+namespace {
+
+using lockstep::WaitPolicy;
+using lockstep::detail::CrossNodeStep;
+using lockstep::detail::JobConfig;
+using lockstep::detail::NodeBarrier;
+using lockstep::detail::NodeSegment;
+using lockstep::detail::Waiter;
+using lockstep::detail::WaitShape;
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+using Clock = std::chrono::steady_clock;
+
+JobConfig node_job(int rank, int processes, const std::string& id, WaitPolicy policy) {
+  JobConfig job;
+  job.source = "node_test";
+  job.rank = rank;
+  job.world_size = processes;
+  job.local_rank = rank;
+  job.local_size = processes;
+  job.identity = "node-test:" + id;
+  job.wait_policy = policy;
+  job.join_timeout = std::chrono::seconds(30);
+  return job;
+}
+
+std::string fresh_id() {
+  static int count = 0;
+  return std::to_string(::getpid()) + "-" + std::to_string(++count);
+}
+
+class NodeEngine : public ::testing::TestWithParam<WaitPolicy> {};
+
+TEST_P(NodeEngine, NoProcessLeavesAnEpisodeBeforeEveryoneArrived) {
+  const WaitPolicy policy = GetParam();
+  const int processes = 2 * static_cast<int>(std::thread::hardware_concurrency()) + 1;
+  constexpr int kRounds = 400;
+  auto* arrived = shared_array<std::atomic<int>>(kRounds);
+  auto* early = shared_array<std::atomic<int>>(1);
+  const std::string id = fresh_id();
+  Job job = Job::of(processes);
+  job.plain = true;
+  auto ends = run_ranks(job, [&](int rank) {
+    auto segment = NodeSegment::join(node_job(rank, processes, id, policy));
+    Waiter waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false});
+    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
+    std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 1U);
+    for (int round = 0; round < kRounds; ++round) {
+      if (random() % 4 == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(random() % 300));
+      }
+      arrived[round].fetch_add(1);
+      barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
+      if (arrived[round].load() != processes) {
+        early->fetch_add(1);
+      }
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(early->load(), 0) << "returns from an episode before every process had arrived";
+}
+
+TEST_P(NodeEngine, AProcessThatDiesBeforeItArrivesIsReported) {
+  const WaitPolicy policy = GetParam();
+  constexpr int kProcesses = 3;
+  const std::string id = fresh_id();
+  Job job = Job::of(kProcesses);
+  job.plain = true;
+  auto ends = run_ranks(job, [&](int rank) {
+    auto segment = NodeSegment::join(node_job(rank, kProcesses, id, policy));
+    Waiter waiter(policy, WaitShape{kProcesses, lockstep::detail::usable_cpus(), false});
+    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
+    barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
+    if (rank == 2) {
+      ::_exit(0);  // dies without leaving: the others must find its pid gone
+    }
+    try {
+      barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
+      RANK_CHECK(false);
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 2);
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, NodeEngine,
+                         ::testing::Values(WaitPolicy::adaptive, WaitPolicy::spin,
+                                           WaitPolicy::block),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case WaitPolicy::spin:
+                               return std::string("spin");
+                             case WaitPolicy::block:
+                               return std::string("block");
+                             default:
+                               return std::string("adaptive");
+                           }
+                         });
+
+}  // namespace

@@ -1,5 +1,6 @@
 /* lockstep's C API: the same job membership and barrier as lockstep::State, for C and for
- * foreign-function interfaces (Python's ctypes, ...). */
+ * foreign-function interfaces (Python's ctypes, ...). Compiles as C89 and later, and as C++ of any
+ * standard. */
 #ifndef LOCKSTEP_LOCKSTEP_H
 #define LOCKSTEP_LOCKSTEP_H
 
@@ -25,7 +26,7 @@ typedef enum lockstep_status {
   LOCKSTEP_PEER_LOST = 3,        /* lockstep::PeerLostError */
   LOCKSTEP_CONFIG_ERROR = 4,     /* lockstep::ConfigError */
   LOCKSTEP_SYSTEM_ERROR = 5,     /* lockstep::SystemError */
-  LOCKSTEP_INVALID_ARGUMENT = 6, /* a null pointer or a negative timeout */
+  LOCKSTEP_INVALID_ARGUMENT = 6  /* a null pointer or a negative timeout */
 } lockstep_status;
 
 /* A handle to this process's membership in the job (a lockstep::State). */

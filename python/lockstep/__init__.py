@@ -1,0 +1,219 @@
+"""lockstep for Python: Accelerate's execution control for processes that lockstep-run, torchrun,
+mpirun or srun started, over lockstep's shared-memory barrier.
+
+    import lockstep
+
+    state = lockstep.PartialState()
+    with state.main_process_first():
+        data = load_or_download()          # the main process first, then the others
+    with state.split_between_processes(files) as mine:
+        results = [work(f) for f in mine]  # each process its contiguous share
+    state.wait_for_everyone()
+
+    @state.on_main_process
+    def report():
+        print("done")
+
+Errors are lockstep.Error and its kinds (ConfigError, TimeoutError, PeerLostError, SystemError),
+with lockstep's one-line messages; lockstep.TimeoutError is also the built-in TimeoutError.
+"""
+import builtins
+import contextlib
+import ctypes
+import functools
+import math
+
+from . import _library, _where
+
+__all__ = ["PartialState", "Error", "ConfigError", "TimeoutError", "PeerLostError",
+           "SystemError", "split_range", "__version__"]
+
+
+class Error(RuntimeError):
+    """Every failure of lockstep (the C++ API's lockstep::Error)."""
+
+
+class ConfigError(Error):
+    """The job's description (its environment variables, the build) is wrong."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):  # pylint: disable=redefined-builtin
+    """A wait did not complete in time; the message names the processes that had not arrived."""
+
+
+class PeerLostError(Error):
+    """Another process of the job died or left before it arrived."""
+
+
+class SystemError(Error):  # pylint: disable=redefined-builtin
+    """A system call failed (a full /dev/shm, ...)."""
+
+
+_ERRORS = {
+    _library.TIMEOUT: TimeoutError,
+    _library.PEER_LOST: PeerLostError,
+    _library.CONFIG_ERROR: ConfigError,
+    _library.SYSTEM_ERROR: SystemError,
+}
+
+_lib = _library.load()
+__version__ = _lib.lockstep_version().decode()
+
+
+def _check(status):
+    if status == _library.OK:
+        return
+    message = _lib.lockstep_last_error().decode(errors="replace")
+    if status == _library.INVALID_ARGUMENT:
+        raise ValueError(message)
+    raise _ERRORS.get(status, Error)(message)
+
+
+def split_range(size, num_processes, process_index, apply_padding=False):
+    """The share of `size` items that process `process_index` of `num_processes` takes, as
+    (start, stop, padding): contiguous, the first size % num_processes processes one more; with
+    apply_padding, every share is ceil(size / num_processes) long, `padding` the count of copies
+    of the last item it needs. The same everywhere, no communication."""
+    if num_processes < 1 or not 0 <= process_index < num_processes or size < 0:
+        raise ValueError(f"lockstep: no share for process {process_index} of {num_processes} "
+                         f"in {size} items")
+    base, extra = divmod(size, num_processes)
+    start = process_index * base + min(process_index, extra)
+    stop = start + base + (1 if process_index < extra else 0)
+    padding = 0
+    if apply_padding and size > 0:
+        padding = math.ceil(size / num_processes) - (stop - start)
+    return start, stop, padding
+
+
+def _split(inputs, num_processes, process_index, apply_padding):
+    """split_between_processes's share, for any process (pure)."""
+    if isinstance(inputs, dict):
+        lengths = {len(value) for value in inputs.values()}
+        if len(lengths) > 1:
+            raise ValueError("lockstep: split_between_processes: the dict's values have different "
+                             f"lengths {sorted(lengths)}")
+        return {key: _split(value, num_processes, process_index, apply_padding)
+                for key, value in inputs.items()}
+    start, stop, padding = split_range(len(inputs), num_processes, process_index, apply_padding)
+    share = inputs[start:stop]
+    if padding:
+        last = inputs[stop - 1:stop] if stop > start else inputs[len(inputs) - 1:]
+        for _ in range(padding):
+            share = share + last
+    return share
+
+
+class PartialState:
+    """This process's place in the job (Accelerate's PartialState). Every instance of a process
+    shares one membership: the first joins the job (waiting until the node's processes have
+    joined), the others are free."""
+
+    _handle = None
+
+    def __init__(self):
+        if PartialState._handle is None:
+            handle = ctypes.c_void_p()
+            _check(_lib.lockstep_state_create(ctypes.byref(handle)))
+            PartialState._handle = handle  # kept for the process's life: it leaves at exit
+
+    def _query(self, name):
+        return getattr(_lib, "lockstep_" + name)(PartialState._handle)
+
+    process_index = property(lambda self: self._query("process_index"))
+    local_process_index = property(lambda self: self._query("local_process_index"))
+    num_processes = property(lambda self: self._query("num_processes"))
+    num_local_processes = property(lambda self: self._query("num_local_processes"))
+    node_index = property(lambda self: self._query("node_index"))
+    num_nodes = property(lambda self: self._query("num_nodes"))
+    is_main_process = property(lambda self: bool(self._query("is_main_process")))
+    is_local_main_process = property(lambda self: bool(self._query("is_local_main_process")))
+    is_last_process = property(lambda self: bool(self._query("is_last_process")))
+    use_distributed = property(lambda self: self.num_processes > 1)
+
+    def __repr__(self):
+        return (f"lockstep.PartialState(process_index={self.process_index}, "
+                f"num_processes={self.num_processes}, local_process_index="
+                f"{self.local_process_index}, node_index={self.node_index}, "
+                f"num_nodes={self.num_nodes})")
+
+    def wait_for_everyone(self, timeout=None):
+        """Returns once every process of the job has called it. With `timeout` (seconds),
+        lockstep.TimeoutError naming the processes that had not arrived when it passes."""
+        if timeout is None:
+            _check(_lib.lockstep_wait_for_everyone(PartialState._handle))
+        else:
+            milliseconds = timeout * 1000.0
+            if math.isnan(milliseconds) or milliseconds < 0:
+                raise ValueError(f"lockstep: wait_for_everyone(timeout={timeout!r}): the timeout "
+                                 "must be a number of seconds, 0 or more")
+            milliseconds = min(math.ceil(milliseconds), 2**62)
+            _check(_lib.lockstep_wait_for_everyone_for(PartialState._handle, milliseconds))
+
+    # Running a function on some processes only: each decorator (Accelerate's) returns a function
+    # that runs the original where it applies and returns None elsewhere.
+    def _only(self, applies, function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            if applies():
+                return function(*args, **kwargs)
+            return None
+        return wrapper
+
+    def on_main_process(self, function):
+        return self._only(lambda: self.is_main_process, function)
+
+    def on_local_main_process(self, function):
+        return self._only(lambda: self.is_local_main_process, function)
+
+    def on_last_process(self, function):
+        return self._only(lambda: self.is_last_process, function)
+
+    def on_process(self, function=None, process_index=None):
+        """@state.on_process(process_index=k)"""
+        if process_index is None:
+            raise ValueError("lockstep: on_process needs process_index=")
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return self._only(lambda: self.process_index == process_index, function)
+
+    def on_local_process(self, function=None, local_process_index=None):
+        """@state.on_local_process(local_process_index=k)"""
+        if local_process_index is None:
+            raise ValueError("lockstep: on_local_process needs local_process_index=")
+        if function is None:
+            return functools.partial(self.on_local_process,
+                                     local_process_index=local_process_index)
+        return self._only(lambda: self.local_process_index == local_process_index, function)
+
+    @contextlib.contextmanager
+    def _goes_first(self, first):
+        if not first:
+            self.wait_for_everyone()
+        yield
+        if first:
+            self.wait_for_everyone()
+
+    def main_process_first(self):
+        """`with state.main_process_first():` the main process runs the block, then the others."""
+        return self._goes_first(self.is_main_process)
+
+    def local_main_process_first(self):
+        """As main_process_first, with each node's main process first."""
+        return self._goes_first(self.is_local_main_process)
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs, apply_padding=False):
+        """`with state.split_between_processes(items) as mine:` this process's contiguous share
+        of a sequence (a list, tuple, string, range, array: anything with len and slicing), or of
+        each value of a dict of sequences of one length. The first len % n processes take one more;
+        with apply_padding every share has the same length, the last item repeated."""
+        yield self._share(inputs, apply_padding)
+
+    def _share(self, inputs, apply_padding):
+        return _split(inputs, self.num_processes, self.process_index, apply_padding)
+
+    def print(self, *args, **kwargs):
+        """print() on the main process only."""
+        if self.is_main_process:
+            builtins.print(*args, **kwargs)

@@ -1,0 +1,49 @@
+"""The C API (lockstep/lockstep.h) through ctypes: loading liblockstep and its prototypes."""
+import ctypes
+import os
+
+from . import _where
+
+OK, ERROR, TIMEOUT, PEER_LOST, CONFIG_ERROR, SYSTEM_ERROR, INVALID_ARGUMENT = range(7)
+
+_QUERIES = ("process_index", "local_process_index", "num_processes", "num_local_processes",
+            "node_index", "num_nodes", "is_main_process", "is_local_main_process",
+            "is_last_process", "device")
+
+
+def _candidates():
+    chosen = os.environ.get("LOCKSTEP_LIBRARY")
+    if chosen:
+        return [chosen]  # the user's choice, and only it
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.normpath(os.path.join(here, _where.LIBRARY))]
+
+
+def load():
+    """Opens liblockstep: LOCKSTEP_LIBRARY if set, else the one installed with this package."""
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as error:
+            errors.append(str(error))
+    else:
+        raise ImportError("lockstep: cannot load liblockstep (" + "; ".join(errors) + "): "
+                          "reinstall lockstep, or set LOCKSTEP_LIBRARY to liblockstep.so's path")
+    lib.lockstep_state_create.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.lockstep_state_create.restype = ctypes.c_int
+    for name in _QUERIES:
+        function = getattr(lib, "lockstep_" + name)
+        function.argtypes = [ctypes.c_void_p]
+        function.restype = ctypes.c_int
+    lib.lockstep_wait_for_everyone.argtypes = [ctypes.c_void_p]
+    lib.lockstep_wait_for_everyone.restype = ctypes.c_int
+    lib.lockstep_wait_for_everyone_for.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.lockstep_wait_for_everyone_for.restype = ctypes.c_int
+    for name in ("lockstep_last_error", "lockstep_version"):
+        getattr(lib, name).argtypes = []
+        getattr(lib, name).restype = ctypes.c_char_p
+    lib.lockstep_status_name.argtypes = [ctypes.c_int]
+    lib.lockstep_status_name.restype = ctypes.c_char_p
+    return lib

@@ -359,6 +359,31 @@ TEST(Launcher, HelpDocumentsEveryFlag) {
   }
 }
 
+// Every option --help prints is in the manual page, in the man page's escaped spelling.
+TEST(Launcher, TheManualPageNamesEveryOptionOfHelp) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--help"});
+  ASSERT_EQ(result.code(), 0);
+  std::ifstream file(tool("LOCKSTEP_MAN"));
+  ASSERT_TRUE(file) << "cannot read " << tool("LOCKSTEP_MAN");
+  std::stringstream text;
+  text << file.rdbuf();
+  std::string man = text.str();
+  for (std::size_t at = man.find("\\-"); at != std::string::npos; at = man.find("\\-", at)) {
+    man.replace(at, 2, "-");  // roff's "\\-\\-nnodes" is "--nnodes"
+  }
+  int options = 0;
+  for (std::size_t at = result.out.find("--"); at != std::string::npos;
+       at = result.out.find("--", at + 2)) {
+    std::size_t end = result.out.find_first_not_of("abcdefghijklmnopqrstuvwxyz-_", at + 2);
+    const std::string option = result.out.substr(at, end - at);
+    if (option.size() > 2) {
+      ++options;
+      EXPECT_TRUE(contains(man, option)) << option << " is in --help but not in the man page";
+    }
+  }
+  EXPECT_GT(options, 10);
+}
+
 TEST(Launcher, AProgramThatCannotRunIsReported) {
   auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "no-such-program-x"});
   EXPECT_EQ(result.code(), 127);

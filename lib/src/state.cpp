@@ -1,5 +1,6 @@
 #include "lockstep/state.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 
@@ -9,6 +10,22 @@ namespace lockstep {
 
 std::vector<std::string> available_backends() {
   return detail::built_backends();
+}
+
+Share split_range(std::size_t size, int num_processes, int process_index) {
+  if (num_processes < 1 || process_index < 0 || process_index >= num_processes) {
+    throw ConfigError("lockstep: split_range: no process " + std::to_string(process_index) +
+                      " among " + std::to_string(num_processes));
+  }
+  const auto n = static_cast<std::size_t>(num_processes);
+  const auto i = static_cast<std::size_t>(process_index);
+  const std::size_t base = size / n;
+  const std::size_t extra = size % n;
+  Share share;
+  share.begin = i * base + std::min(i, extra);
+  share.end = share.begin + base + (i < extra ? 1 : 0);
+  share.padding = size == 0 ? 0 : (size + n - 1) / n - share.size();
+  return share;
 }
 
 State::State() : context_(detail::Context::instance()) {}

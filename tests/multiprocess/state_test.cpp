@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <lockstep/lockstep.hpp>
 #include <thread>
+#include <vector>
 
 #include "ranks.hpp"
 
@@ -86,6 +88,45 @@ TEST_P(StateTest, WrappersRunOnTheChosenProcessOnly) {
     EXPECT_EQ(counts[8 + k], 1) << "on_process(" << k << ")";
     EXPECT_EQ(counts[16 + k], 1) << "on_local_process(" << k << ")";
   }
+}
+
+// split_between_processes in a real job: every item once, contiguous, in process order; padded
+// shares all as long as the longest; print on the main process only.
+TEST_P(StateTest, SplitBetweenProcessesCoversEveryItemOnce) {
+  const int n = GetParam();
+  constexpr int kItems = 37;
+  auto* owner = shared_array<std::atomic<int>>(kItems);
+  auto* lengths = shared_array<std::atomic<int>>(8);
+  auto ends = run_ranks(job(), [owner, lengths](int rank) {
+    lockstep::State state;
+    std::vector<int> items(kItems);
+    for (int i = 0; i < kItems; ++i) {
+      items[static_cast<std::size_t>(i)] = i;
+    }
+    std::span<int> mine = state.split_between_processes(items);
+    for (int item : mine) {
+      owner[item].fetch_add(rank + 1);
+    }
+    auto padded = state.split_between_processes(items, true);
+    lengths[rank].store(static_cast<int>(padded.size()));
+    RANK_CHECK(std::equal(mine.begin(), mine.end(), padded.begin()));
+    const std::vector<int> constant(items);
+    RANK_CHECK(state.split_between_processes(constant).size() == mine.size());
+    state.print("print from the main process only: ", rank);
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  lockstep::Share previous;
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_EQ(lengths[rank].load(), (kItems + n - 1) / n) << "padded share of " << rank;
+    const lockstep::Share share = lockstep::split_range(kItems, n, rank);
+    EXPECT_EQ(share.begin, rank == 0 ? 0 : previous.end);
+    for (std::size_t item = share.begin; item < share.end; ++item) {
+      EXPECT_EQ(owner[item].load(), rank + 1) << "item " << item;
+    }
+    previous = share;
+  }
+  EXPECT_EQ(previous.end, static_cast<std::size_t>(kItems));
 }
 
 TEST_P(StateTest, MainProcessFirstRunsTheMainBlockBeforeTheOthers) {

@@ -2,9 +2,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
+#include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <ranges>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -27,6 +32,21 @@ namespace lockstep {
 //   spin:     never sleep (lowest latency when every process has its own core; burns a core).
 //   block:    sleep on a futex at once (lowest CPU use; about 10-15 us per wake-up).
 enum class WaitPolicy { adaptive, spin, block };
+
+// One process's contiguous share of `size` items split between `num_processes` processes, as
+// Accelerate's split_between_processes splits them: [begin, end), the first size % num_processes
+// processes taking one more; `padding` is how many copies of the last item make the share as
+// long as the longest (ceil(size / num_processes)) when padding is asked for. Pure: the same on
+// every process, no communication. ConfigError for num_processes < 1 or an index outside it.
+struct Share {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t padding = 0;
+  [[nodiscard]] std::size_t size() const noexcept { return end - begin; }
+  bool operator==(const Share&) const = default;
+};
+[[nodiscard]] LOCKSTEP_API Share split_range(std::size_t size, int num_processes,
+                                             int process_index);
 
 namespace detail {
 class Context;
@@ -187,6 +207,41 @@ class LOCKSTEP_API State {
     check_index("on_local_process", local_process_index);
     return detail::OnProcess<std::decay_t<F>>(this->local_process_index() == local_process_index,
                                               std::forward<F>(f));
+  }
+
+  // This process's contiguous share of `items` (any contiguous range: a std::vector, an array, a
+  // std::span), as a span into it; see split_range for the rule.
+  template <std::ranges::contiguous_range R>
+  [[nodiscard]] auto split_between_processes(R&& items) const {
+    auto all = std::span(std::ranges::data(items), std::ranges::size(items));
+    const Share share = split_range(all.size(), num_processes(), process_index());
+    return all.subspan(share.begin, share.size());
+  }
+  // As above, copied, and with `apply_padding` as long as the longest share (the last item
+  // repeated), so that every process gets the same number of items. Any random-access range.
+  template <std::ranges::random_access_range R>
+  [[nodiscard]] auto split_between_processes(R&& items, bool apply_padding) const {
+    using Value = std::ranges::range_value_t<R>;
+    const auto size = static_cast<std::size_t>(std::ranges::size(items));
+    Share share = split_range(size, num_processes(), process_index());
+    auto first = std::ranges::begin(items);
+    std::vector<Value> out(first + static_cast<std::ptrdiff_t>(share.begin),
+                           first + static_cast<std::ptrdiff_t>(share.end));
+    if (apply_padding && size > 0) {
+      const Value last =
+          out.empty() ? Value(*(first + static_cast<std::ptrdiff_t>(size - 1))) : out.back();
+      out.insert(out.end(), share.padding, last);
+    }
+    return out;
+  }
+
+  // Writes `args` (each as `std::cout << arg`, then a newline) on the main process only, and
+  // flushes; nothing elsewhere. For messages from the other processes, use std::cout as usual.
+  template <class... Args>
+  void print(const Args&... args) const {
+    if (is_main_process()) {
+      (std::cout << ... << args) << std::endl;
+    }
   }
 
   // The main (local main) process runs the guarded block first; the others enter it after the

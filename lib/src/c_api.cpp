@@ -9,6 +9,8 @@
 
 struct lockstep_state {
   lockstep::State state;
+  std::string source = state.environment_source();  // for lockstep_environment_source
+  bool first_open = false;  // between lockstep_*main_process_first_begin and _end
 };
 
 namespace {
@@ -133,6 +135,114 @@ lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void
 
 int lockstep_device(const lockstep_state* state) {
   return state == nullptr ? -1 : state->state.device();
+}
+
+const char* lockstep_environment_source(const lockstep_state* state) {
+  return state == nullptr ? "" : state->source.c_str();
+}
+
+const char* lockstep_wait_policy(const lockstep_state* state) {
+  if (state == nullptr) {
+    return "";
+  }
+  switch (state->state.wait_policy()) {
+    case lockstep::WaitPolicy::spin:
+      return "spin";
+    case lockstep::WaitPolicy::block:
+      return "block";
+    case lockstep::WaitPolicy::adaptive:
+      break;
+  }
+  return "adaptive";
+}
+
+const char* lockstep_available_backends(void) {
+  static const std::string names = [] {
+    std::string out;
+    try {
+      for (const auto& name : lockstep::available_backends()) {
+        out += (out.empty() ? "" : ",") + name;
+      }
+    } catch (...) {
+      // (out of memory) an empty list
+    }
+    return out;
+  }();
+  return names.c_str();
+}
+
+lockstep_status lockstep_split_between_processes(const lockstep_state* state, int64_t size,
+                                                 int64_t* begin, int64_t* end, int64_t* padding) {
+  if (state == nullptr || begin == nullptr || end == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_split_between_processes: state, begin or end is null");
+  }
+  if (size < 0) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                ("lockstep_split_between_processes: size " + std::to_string(size) + " is negative")
+                    .c_str());
+  }
+  return guarded([&] {
+    const lockstep::Share share = lockstep::split_range(
+        static_cast<std::size_t>(size), state->state.num_processes(), state->state.process_index());
+    *begin = static_cast<int64_t>(share.begin);
+    *end = static_cast<int64_t>(share.end);
+    if (padding != nullptr) {
+      *padding = static_cast<int64_t>(share.padding);
+    }
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// The first process (the main one, or each node's main one) runs the block between begin and end
+// first: the others wait in begin until it has called end.
+lockstep_status first_begin(lockstep_state* state, bool first, const char* what) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
+  }
+  if (state->first_open) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(what) + ": called again before the matching _end").c_str());
+  }
+  lockstep_status status = first ? LOCKSTEP_OK : guarded([&] { state->state.wait_for_everyone(); });
+  state->first_open = status == LOCKSTEP_OK;
+  return status;
+}
+
+lockstep_status first_end(lockstep_state* state, bool first, const char* what) {
+  if (state == nullptr || !state->first_open) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(what) + ": no matching _begin on this handle").c_str());
+  }
+  state->first_open = false;
+  return first ? guarded([&] { state->state.wait_for_everyone(); }) : LOCKSTEP_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+lockstep_status lockstep_main_process_first_begin(lockstep_state* state) {
+  return first_begin(state, state != nullptr && state->state.is_main_process(),
+                     "lockstep_main_process_first_begin");
+}
+
+lockstep_status lockstep_main_process_first_end(lockstep_state* state) {
+  return first_end(state, state != nullptr && state->state.is_main_process(),
+                   "lockstep_main_process_first_end");
+}
+
+lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state) {
+  return first_begin(state, state != nullptr && state->state.is_local_main_process(),
+                     "lockstep_local_main_process_first_begin");
+}
+
+lockstep_status lockstep_local_main_process_first_end(lockstep_state* state) {
+  return first_end(state, state != nullptr && state->state.is_local_main_process(),
+                   "lockstep_local_main_process_first_end");
 }
 
 const char* lockstep_last_error(void) {

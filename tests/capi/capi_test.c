@@ -2,6 +2,7 @@
  * that names the missing process, and argument errors. Exits non-zero naming the failed check. */
 #include <lockstep/lockstep.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -35,6 +36,55 @@ int main(void) {
   CHECK(strstr(lockstep_last_error(), "-5 is negative") != NULL);
   CHECK(strcmp(lockstep_status_name(LOCKSTEP_PEER_LOST), "LOCKSTEP_PEER_LOST") == 0);
   CHECK(strlen(lockstep_version()) > 0);
+
+  /* What the job is: the launcher, the policy, the backends. */
+  CHECK(strcmp(lockstep_environment_source(state), "lockstep-run") == 0);
+  CHECK(strcmp(lockstep_environment_source(NULL), "") == 0);
+  CHECK(strcmp(lockstep_wait_policy(state), "adaptive") == 0 ||
+        strcmp(lockstep_wait_policy(state), "spin") == 0 ||
+        strcmp(lockstep_wait_policy(state), "block") == 0);
+  CHECK(lockstep_available_backends() != NULL);
+
+  /* split_between_processes over indices: this process's share of 10 * n + 1 items. */
+  {
+    int64_t begin = -1;
+    int64_t end = -1;
+    int64_t padding = -1;
+    const int64_t size = 10 * (int64_t)n + 1;
+    CHECK(lockstep_split_between_processes(state, size, &begin, &end, &padding) == LOCKSTEP_OK);
+    CHECK(begin == 10 * (int64_t)rank + (rank > 0 ? 1 : 0));
+    CHECK(end - begin == (rank == 0 ? 11 : 10));
+    CHECK(padding == (rank == 0 ? 0 : 1));
+    CHECK(lockstep_split_between_processes(state, -1, &begin, &end, NULL) ==
+          LOCKSTEP_INVALID_ARGUMENT);
+    CHECK(lockstep_split_between_processes(state, 5, NULL, &end, NULL) ==
+          LOCKSTEP_INVALID_ARGUMENT);
+  }
+
+  /* main_process_first as a pair: the others find the main process's file written. */
+  {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/lockstep-capi-first-%s", getenv("LOCKSTEP_JOB_ID"));
+    CHECK(lockstep_main_process_first_begin(state) == LOCKSTEP_OK);
+    CHECK(lockstep_main_process_first_begin(state) == LOCKSTEP_INVALID_ARGUMENT);
+    if (rank == 0) {
+      usleep(200 * 1000);
+      FILE* file = fopen(path, "w");
+      CHECK(file != NULL);
+      fclose(file);
+    } else {
+      CHECK(access(path, F_OK) == 0);
+    }
+    CHECK(lockstep_main_process_first_end(state) == LOCKSTEP_OK);
+    CHECK(lockstep_main_process_first_end(state) == LOCKSTEP_INVALID_ARGUMENT);
+    CHECK(lockstep_local_main_process_first_begin(state) == LOCKSTEP_OK);
+    CHECK(access(path, F_OK) == 0);
+    CHECK(lockstep_local_main_process_first_end(state) == LOCKSTEP_OK);
+    CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
+    if (rank == 0) {
+      unlink(path);
+    }
+  }
 
   CHECK(lockstep_device(NULL) == -1);
   CHECK(lockstep_wait_for_everyone_on_stream(NULL, NULL) == LOCKSTEP_INVALID_ARGUMENT);

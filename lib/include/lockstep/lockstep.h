@@ -21,12 +21,12 @@ extern "C" {
 /* NOLINTNEXTLINE(modernize-use-using): this header is C */
 typedef enum lockstep_status {
   LOCKSTEP_OK = 0,
-  LOCKSTEP_ERROR = 1,            /* any other lockstep::Error */
-  LOCKSTEP_TIMEOUT = 2,          /* lockstep::TimeoutError */
-  LOCKSTEP_PEER_LOST = 3,        /* lockstep::PeerLostError */
-  LOCKSTEP_CONFIG_ERROR = 4,     /* lockstep::ConfigError */
-  LOCKSTEP_SYSTEM_ERROR = 5,     /* lockstep::SystemError */
-  LOCKSTEP_INVALID_ARGUMENT = 6  /* a null pointer or a negative timeout */
+  LOCKSTEP_ERROR = 1,           /* any other lockstep::Error */
+  LOCKSTEP_TIMEOUT = 2,         /* lockstep::TimeoutError */
+  LOCKSTEP_PEER_LOST = 3,       /* lockstep::PeerLostError */
+  LOCKSTEP_CONFIG_ERROR = 4,    /* lockstep::ConfigError */
+  LOCKSTEP_SYSTEM_ERROR = 5,    /* lockstep::SystemError */
+  LOCKSTEP_INVALID_ARGUMENT = 6 /* a null pointer or a negative timeout */
 } lockstep_status;
 
 /* A handle to this process's membership in the job (a lockstep::State). */
@@ -67,6 +67,27 @@ LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_sta
 /* The CUDA device this process should use (State::device()); -1 without one. */
 LOCKSTEP_C_API int lockstep_device(const lockstep_state* state);
 
+/* Where the job's description came from: "lockstep-run", "torchrun", "openmpi", "mpich",
+ * "slurm" or "none" ("" for a null handle); valid while the handle lives. */
+LOCKSTEP_C_API const char* lockstep_environment_source(const lockstep_state* state);
+/* The wait policy this process uses: "adaptive", "spin" or "block" ("" for a null handle). */
+LOCKSTEP_C_API const char* lockstep_wait_policy(const lockstep_state* state);
+/* The cross-node backends this build has, comma-separated in order of preference ("ucx,nccl"),
+ * "" when it has none. */
+LOCKSTEP_C_API const char* lockstep_available_backends(void);
+/* This process's contiguous share of `size` items, [*begin, *end): the first size % n processes
+ * take one more (Accelerate's split_between_processes, over indices). *padding (when not null):
+ * how many copies of the last item make the share as long as the longest. */
+LOCKSTEP_C_API lockstep_status lockstep_split_between_processes(const lockstep_state* state,
+                                                                int64_t size, int64_t* begin,
+                                                                int64_t* end, int64_t* padding);
+/* main_process_first as a pair: the main process returns from _begin at once and the others
+ * wait in it until the main process has called _end (local_: each node's main process first).
+ * Every process calls both, once each, in order; LOCKSTEP_INVALID_ARGUMENT otherwise. */
+LOCKSTEP_C_API lockstep_status lockstep_main_process_first_begin(lockstep_state* state);
+LOCKSTEP_C_API lockstep_status lockstep_main_process_first_end(lockstep_state* state);
+LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state);
+LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_end(lockstep_state* state);
 /* The message of the last failing call on this thread ("" if none). Valid until the thread's
  * next failing call. */
 LOCKSTEP_C_API const char* lockstep_last_error(void);

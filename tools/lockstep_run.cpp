@@ -21,19 +21,24 @@
 #include <vector>
 
 #include "env.hpp"
+#include "gpu/stream_barrier.hpp"  // visible_device_count
 #include "job.hpp"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
 #include "proc.hpp"
+#include "wait.hpp"  // usable_cpus
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  int nproc_per_node = 1;
+  std::string nproc_text = "1";  // --nproc-per-node as given: N, auto, gpu or cpu
+  std::string nnodes_text = "1";
+  int nproc_per_node = 1;  // resolved by check_options
   int nnodes = 1;
   int node_rank = 0;
+  bool dry_run = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string job_id;
@@ -195,8 +200,15 @@ class Launcher {
  public:
   explicit Launcher(Options options) : options_(std::move(options)) {}
   int run();
+  // --dry-run: prints each rank's command and environment; starts nothing.
+  int dry_run();
 
  private:
+  // Fixes the job's identity and this launch's, and what the ranks' environment adds.
+  void prepare();
+  // The variables rank `local_rank` of this node gets.
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> environment_of(
+      int local_rank) const;
   void start(int local_rank, const sigset_t& old_mask);
   // Relays the ranks' output and the signals to them, reaps them, until all have ended.
   void supervise(int signals);
@@ -215,7 +227,74 @@ class Launcher {
   std::vector<Child> children_;
   std::optional<Clock::time_point> kill_at_;
   std::optional<int> exit_code_;
+  bool set_omp_threads_ = false;  // OMP_NUM_THREADS=1 for each rank (see prepare)
 };
+
+void Launcher::prepare() {
+  // One node: a random identity, so two jobs never meet. Several: every node's launcher must
+  // name the same job, so the default is a fixed one (the address and port still tell jobs
+  // apart; --job-id tells apart two jobs that reuse them).
+  if (options_.job_id.empty()) {
+    options_.job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
+  }
+  identity_ = launched_job_id(options_);
+  launch_id_ = random_launch_id();
+  // As torchrun: several processes each with an OpenMP pool as large as the machine would
+  // oversubscribe it (the most common slowdown on a workstation), so each gets one thread unless
+  // the user chose.
+  set_omp_threads_ = options_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
+}
+
+std::vector<std::pair<std::string, std::string>> Launcher::environment_of(int local_rank) const {
+  lockstep::detail::LaunchSpec spec;
+  spec.rank = options_.node_rank * options_.nproc_per_node + local_rank;
+  spec.world_size = options_.nnodes * options_.nproc_per_node;
+  spec.local_rank = local_rank;
+  spec.local_size = options_.nproc_per_node;
+  spec.node_index = options_.node_rank;
+  spec.num_nodes = options_.nnodes;
+  spec.job_id = identity_;
+  spec.master_addr = options_.master_addr;
+  spec.master_port = options_.master_port;
+  spec.launch_id = launch_id_;
+  spec.backend = options_.backend;
+  spec.wait_policy = options_.wait_policy;
+  auto env = lockstep::detail::job_environment(spec);
+  if (set_omp_threads_) {
+    env.emplace_back("OMP_NUM_THREADS", "1");
+  }
+  return env;
+}
+
+// A word as a POSIX shell reads it back: as it is when it is plain, else in single quotes.
+std::string shell_quoted(const std::string& word) {
+  if (!word.empty() &&
+      word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                             "@%+=:,./_-") == std::string::npos) {
+    return word;
+  }
+  std::string out = "'";
+  for (char c : word) {
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  }
+  return out + "'";
+}
+
+int Launcher::dry_run() {
+  prepare();
+  for (int local = 0; local < options_.nproc_per_node; ++local) {
+    std::string line =
+        "rank " + std::to_string(options_.node_rank * options_.nproc_per_node + local) + ":";
+    for (const auto& [name, value] : environment_of(local)) {
+      line += " " + name + "=" + shell_quoted(value);
+    }
+    for (const auto& word : options_.command) {
+      line += " " + shell_quoted(word);
+    }
+    (void)std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
 
 void Launcher::start(int local_rank, const sigset_t& old_mask) {
   Child& child = children_[static_cast<std::size_t>(local_rank)];
@@ -229,21 +308,7 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
       }
     }
   }
-  int world = options_.nnodes * options_.nproc_per_node;
-  lockstep::detail::LaunchSpec spec;
-  spec.rank = child.rank;
-  spec.world_size = world;
-  spec.local_rank = local_rank;
-  spec.local_size = options_.nproc_per_node;
-  spec.node_index = options_.node_rank;
-  spec.num_nodes = options_.nnodes;
-  spec.job_id = identity_;
-  spec.master_addr = options_.master_addr;
-  spec.master_port = options_.master_port;
-  spec.launch_id = launch_id_;
-  spec.backend = options_.backend;
-  spec.wait_policy = options_.wait_policy;
-  const auto env = lockstep::detail::job_environment(spec);
+  const auto env = environment_of(local_rank);
   const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -382,14 +447,12 @@ int Launcher::run() {
     say("cannot run '" + options_.command[0] + "': " + *why);
     return 127;
   }
-  // One node: a random identity, so two jobs never meet. Several: every node's launcher must
-  // name the same job, so the default is a fixed one (the address and port still tell jobs
-  // apart; --job-id tells apart two jobs that reuse them).
-  if (options_.job_id.empty()) {
-    options_.job_id = options_.nnodes > 1 ? "lockstep-run" : random_job_id();
+  prepare();
+  if (set_omp_threads_) {
+    say("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(options_.nproc_per_node) +
+        " processes, so that their OpenMP pools do not oversubscribe the CPUs; set "
+        "OMP_NUM_THREADS to choose otherwise");
   }
-  identity_ = launched_job_id(options_);
-  launch_id_ = random_launch_id();
   // Segments of jobs killed with their launcher (nobody else would remove them).
   (void)lockstep::detail::remove_abandoned_jobs(false);
 
@@ -500,15 +563,15 @@ void Launcher::forward_signals(int signals) {
 // spellings too).
 void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup) {
   app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
-  app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_per_node,
-                 "Processes to start on this node")
-      ->check(CLI::Range(1, 4096))
+  app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_text,
+                 "Processes to start on this node: a number (1-4096), gpu (one per CUDA device "
+                 "visible; CUDA_VISIBLE_DEVICES applies), cpu (one per usable CPU) or auto (gpu "
+                 "where there is a GPU, else cpu)")
       ->capture_default_str();
-  app.add_option("--nnodes", options.nnodes, "Nodes in the job")
-      ->check(CLI::Range(1, 65536))
+  app.add_option("--nnodes", options.nnodes_text, "Nodes in the job (1-65536)")
       ->capture_default_str();
-  app.add_option("--node-rank,--node_rank", options.node_rank, "Index of this node in the job")
-      ->check(CLI::NonNegativeNumber)
+  app.add_option("--node-rank,--node_rank", options.node_rank,
+                 "Index of this node in the job (0 to --nnodes - 1)")
       ->capture_default_str();
   app.add_option("--master-addr,--master_addr", options.master_addr,
                  "Address of node 0 (part of the job's identity)")
@@ -534,6 +597,9 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
                  "the first built)")
       ->check(CLI::IsMember(lockstep::detail::known_backends()));
   app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
+  app.add_flag("--dry-run,--dry_run", options.dry_run,
+               "Print each process's command and environment, one line per process, and exit "
+               "without starting anything");
   app.add_flag("--cleanup", cleanup,
                "Remove this user's lockstep shared-memory segments whose processes are all gone "
                "(also those of other lockstep versions that no process maps), list them, and "
@@ -541,8 +607,86 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
 }
 
+// torchrun's flags that lockstep-run does not have, and what to do instead.
+std::optional<std::string> torchrun_flag(const std::string& arg) {
+  std::string flag = arg.substr(0, arg.find('='));
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  if (flag == "--max-restarts" || flag == "--monitor-interval") {
+    return "lockstep-run does not restart failed processes (torchrun's elastic restarts): a "
+           "failed process stops the job, and its status is the launcher's; rerun the job, or "
+           "launch with torchrun itself (lockstep reads torchrun's variables)";
+  }
+  if (flag.starts_with("--rdzv-")) {
+    return "lockstep-run has no rendezvous backend: give every node the same --nnodes, "
+           "--master-addr, --master-port and --job-id, and each its own --node-rank";
+  }
+  if (flag == "--redirects" || flag == "--tee" || flag == "--log-dir" ||
+      flag == "--local-ranks-filter" || flag == "--logs-specs") {
+    return "lockstep-run does not write per-process logs yet: use --tag-output and redirect "
+           "its output (each line then says its rank)";
+  }
+  if (flag == "--no-python" || flag == "--module" || flag == "-m" || flag == "--run-path") {
+    return "lockstep-run runs any program: give it as the command (python3 -m MODULE ..., or "
+           "the program itself)";
+  }
+  if (flag == "--start-method" || flag == "--role" || flag == "--local-addr" ||
+      flag == "--max-nodes" || flag == "--min-nodes") {
+    return "this torchrun option has no counterpart in lockstep-run (see lockstep-run --help)";
+  }
+  return std::nullopt;
+}
+
+// A whole number in [low, high] from `text`; the message when it is not one.
+std::optional<int> number_in(const std::string& text, int low, int high) {
+  auto value = lockstep::detail::parse_integer(text);
+  if (!value || *value < low || *value > high) {
+    return std::nullopt;
+  }
+  return static_cast<int>(*value);
+}
+
+// --nproc-per-node and --nnodes, as given, into numbers; the exit status (2) when they are not.
+std::optional<int> resolve_sizes(Options& options) {
+  const std::string& text = options.nproc_text;
+  if (text == "gpu" || text == "auto") {
+    std::string why;
+    const int gpus = lockstep::detail::visible_device_count(why);
+    if (gpus > 0) {
+      options.nproc_per_node = gpus;
+    } else if (text == "gpu") {
+      say("--nproc-per-node gpu: no CUDA device is visible (" + why +
+          "); give a number of processes, or cpu");
+      return 2;
+    } else {
+      options.nproc_per_node = lockstep::detail::usable_cpus();
+    }
+  } else if (text == "cpu") {
+    options.nproc_per_node = lockstep::detail::usable_cpus();
+  } else if (auto n = number_in(text, 1, 4096)) {
+    options.nproc_per_node = *n;
+  } else {
+    say("--nproc-per-node " + text +
+        ": not a number of processes from 1 to 4096, nor auto, gpu or cpu");
+    return 2;
+  }
+  options.nproc_per_node = std::min(options.nproc_per_node, 4096);
+  if (options.nnodes_text.find(':') != std::string::npos) {
+    say("--nnodes " + options.nnodes_text +
+        ": elastic sizes (MIN:MAX) are not supported; a lockstep job has a fixed number of "
+        "nodes: give one number");
+    return 2;
+  }
+  if (auto n = number_in(options.nnodes_text, 1, 65536)) {
+    options.nnodes = *n;
+  } else {
+    say("--nnodes " + options.nnodes_text + ": not a number of nodes from 1 to 65536");
+    return 2;
+  }
+  return std::nullopt;
+}
+
 // Refuses options that parse but do not make a job: the exit status (2), having said why.
-std::optional<int> check_options(const CLI::App& app, const Options& options) {
+std::optional<int> check_options(const CLI::App& app, Options& options) {
   if (options.command.empty()) {
     say("no program given (usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...])");
     return 2;
@@ -562,6 +706,14 @@ std::optional<int> check_options(const CLI::App& app, const Options& options) {
   }
   if (options.master_addr.empty()) {
     say("--master-addr must not be empty");
+    return 2;
+  }
+  if (auto refused = resolve_sizes(options)) {
+    return refused;
+  }
+  if (options.node_rank < 0) {
+    say("--node-rank " + std::to_string(options.node_rank) + " must be 0 or more (and below " +
+        "--nnodes " + std::to_string(options.nnodes) + ")");
     return 2;
   }
   if (options.node_rank >= options.nnodes) {
@@ -602,9 +754,20 @@ int main(int argc, char** argv) {
   app.prefix_command();
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForVersion& version) {
+    return app.exit(version);
   } catch (const CLI::ParseError& error) {
-    int code = app.exit(error);  // prints help, the version, or the error
-    return code == 0 ? 0 : 2;
+    // CLI11's own words, as one line of ours.
+    std::string what = error.what();
+    if (auto torchrun = torchrun_flag(
+            what.substr(what.find("--") == std::string::npos ? 0 : what.find("--")))) {
+      say(*torchrun);
+    } else {
+      say(what + " (see lockstep-run --help)");
+    }
+    return 2;
   }
   options.command = app.remaining();
   if (cleanup) {
@@ -618,11 +781,19 @@ int main(int argc, char** argv) {
     options.command.erase(options.command.begin());
   } else if (!options.command.empty() && options.command.front().size() > 1 &&
              options.command.front()[0] == '-') {
-    say("unknown option '" + options.command.front() + "' (see lockstep-run --help)");
+    const std::string& flag = options.command.front();
+    if (auto torchrun = torchrun_flag(flag)) {
+      say(flag + ": " + *torchrun);
+    } else {
+      say("unknown option '" + flag + "' (see lockstep-run --help)");
+    }
     return 2;
   }
   if (auto refused = check_options(app, options)) {
     return *refused;
+  }
+  if (options.dry_run) {
+    return Launcher(std::move(options)).dry_run();
   }
   try {
     return Launcher(std::move(options)).run();

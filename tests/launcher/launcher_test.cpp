@@ -2,11 +2,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -214,6 +216,10 @@ TEST_P(LauncherFlags, AreRefusedWithAClearMessage) {
   auto result = run(args);
   EXPECT_EQ(result.code(), 2) << result.err;
   EXPECT_TRUE(contains(result.err, GetParam().message)) << result.err;
+  // One line, lockstep-run's, and no huge numbers (CLI11's own ranges print 1.8e308).
+  EXPECT_TRUE(result.err.starts_with("lockstep-run: ")) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  EXPECT_LT(result.err.size(), 400U) << result.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -230,7 +236,75 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{{"--backend", "mpi", "true"}, "--backend"},
                       BadFlags{{"--job-id", std::string(500, 'x'), "true"},
                                "--job-id is 500 characters long"},
-                      BadFlags{{"--cleanup", "true"}, "--cleanup runs no program"}));
+                      BadFlags{{"--cleanup", "true"}, "--cleanup runs no program"},
+                      BadFlags{{"--nproc-per-node", "abc", "true"},
+                               "--nproc-per-node abc: not a number of processes from 1 to 4096, "
+                               "nor auto, gpu or cpu"},
+                      BadFlags{{"--nproc-per-node", "5000", "true"}, "from 1 to 4096"},
+                      BadFlags{{"--node-rank", "-1", "true"}, "--node-rank -1 must be 0 or more"},
+                      BadFlags{{"--nnodes", "1:4", "true"}, "elastic sizes (MIN:MAX) are not"},
+                      BadFlags{{"--nnodes", "x", "true"}, "--nnodes x: not a number of nodes"},
+                      BadFlags{{"--max-restarts", "3", "true"}, "does not restart failed"},
+                      BadFlags{{"--max_restarts=3", "true"}, "does not restart failed"},
+                      BadFlags{{"--rdzv-backend", "c10d", "true"}, "no rendezvous backend"},
+                      BadFlags{{"--rdzv_endpoint", "h:1", "true"}, "no rendezvous backend"},
+                      BadFlags{{"--nproc-per-node"}, "--nproc-per-node"}));
+
+// --nproc-per-node cpu and auto (no GPU here) start one process per usable CPU; gpu without a
+// device is refused, saying why.
+TEST(Launcher, ProcessesPerNodeByCpusOrGpus) {
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  for (const char* how : {"cpu", "auto"}) {
+    auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", how, "--dry-run", "true"});
+    EXPECT_EQ(result.code(), 0) << result.err;
+    if (std::string(how) == "auto" && contains(result.out, "CUDA")) {
+      continue;
+    }
+    EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), cpus) << how << result.out;
+  }
+  auto gpu = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "gpu", "--dry-run", "true"});
+  if (gpu.code() == 0) {
+    GTEST_SKIP() << "a CUDA device is visible here: gpu gave " << gpu.out;
+  }
+  EXPECT_EQ(gpu.code(), 2);
+  EXPECT_TRUE(contains(gpu.err, "--nproc-per-node gpu: no CUDA device is visible (")) << gpu.err;
+}
+
+// --dry-run prints each rank's environment and command, shell-quoted, and starts nothing.
+TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
+  const std::string marker = "/tmp/lockstep-dry-run-" + std::to_string(::getpid());
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", "--dry-run", "--job-id", "dry",
+                     "touch", marker, "a b"});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_NE(::access(marker.c_str(), F_OK), 0) << "--dry-run ran the program";
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string r = std::to_string(rank);
+    EXPECT_TRUE(contains(result.out, "rank " + r + ": RANK=" + r + " LOCAL_RANK=" + r +
+                                         " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3"))
+        << result.out;
+  }
+  EXPECT_TRUE(contains(result.out, "LOCKSTEP_JOB_ID=dry@127.0.0.1:29500")) << result.out;
+  EXPECT_TRUE(contains(result.out, "OMP_NUM_THREADS=1 touch " + marker + " 'a b'\n")) << result.out;
+}
+
+// Several processes get OMP_NUM_THREADS=1 with a notice, unless the user set it; one gets none.
+TEST(Launcher, SetsOmpNumThreadsForSeveralProcessesUnlessGiven) {
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "sh", "-c",
+                     "echo \"threads=${OMP_NUM_THREADS:-unset}\""});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '1'), 2) << result.out;
+  EXPECT_TRUE(contains(result.err, "setting OMP_NUM_THREADS=1 for each of the 2 processes"))
+      << result.err;
+  auto one = run({tool("LOCKSTEP_RUN"), "sh", "-c", "echo \"threads=${OMP_NUM_THREADS:-unset}\""});
+  EXPECT_EQ(one.out, "threads=unset\n");
+  EXPECT_FALSE(contains(one.err, "OMP_NUM_THREADS")) << one.err;
+  auto given = run({"/usr/bin/env", "OMP_NUM_THREADS=3", tool("LOCKSTEP_RUN"), "--nproc-per-node",
+                    "2", "sh", "-c", "echo \"threads=${OMP_NUM_THREADS:-unset}\""});
+  EXPECT_EQ(given.out, "threads=3\nthreads=3\n");
+  EXPECT_FALSE(contains(given.err, "OMP_NUM_THREADS")) << given.err;
+}
 
 TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
   // The launcher is SIGKILLed: it cannot forward anything, so the ranks must learn it by

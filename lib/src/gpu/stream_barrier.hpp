@@ -1,6 +1,8 @@
 // The stream-ordered barrier: State::wait_for_everyone(cudaStream_t) (internal).
 #pragma once
 
+#include <string>
+
 #include <functional>
 #include <memory>
 
@@ -51,5 +53,8 @@ std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const J
 // The device a local process should use: its local index modulo the devices CUDA shows it
 // (CUDA_VISIBLE_DEVICES applies); -1 when there is none, or this build has no CUDA support.
 int visible_device(int local_index) noexcept;
+// How many CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies); 0 with `why` saying
+// why when none (no driver, no device, a build without CUDA).
+int visible_device_count(std::string& why);
 
 }  // namespace lockstep::detail

@@ -232,4 +232,16 @@ int visible_device(int local_index) noexcept {
   return local_index % count;
 }
 
+int visible_device_count(std::string& why) {
+  int count = 0;
+  if (cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+    why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+    return 0;
+  }
+  if (count <= 0) {
+    why = "CUDA reports no device";
+  }
+  return count;
+}
+
 }  // namespace lockstep::detail

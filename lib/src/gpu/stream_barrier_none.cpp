@@ -15,4 +15,9 @@ int visible_device(int /*local_index*/) noexcept {
   return -1;
 }
 
+int visible_device_count(std::string& why) {
+  why = "this build of lockstep has no CUDA support";
+  return 0;
+}
+
 }  // namespace lockstep::detail

@@ -242,7 +242,9 @@ void Launcher::prepare() {
   // As torchrun: several processes each with an OpenMP pool as large as the machine would
   // oversubscribe it (the most common slowdown on a workstation), so each gets one thread unless
   // the user chose.
-  set_omp_threads_ = options_.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr;
+  set_omp_threads_ =
+      options_.nproc_per_node > 1 &&
+      std::getenv("OMP_NUM_THREADS") == nullptr;  // NOLINT(concurrency-mt-unsafe): one thread
 }
 
 std::vector<std::pair<std::string, std::string>> Launcher::environment_of(int local_rank) const {

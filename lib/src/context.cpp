@@ -3,12 +3,14 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <new>
 #include <string>
 
 #include "fault.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/state.hpp"
+#include "log.hpp"
 
 #ifndef LOCKSTEP_DEFAULT_WAIT_POLICY
 #define LOCKSTEP_DEFAULT_WAIT_POLICY adaptive
@@ -100,6 +102,50 @@ Context::Context(JobConfig config)
     : config_(std::move(config)),
       owner_(::getpid()),
       fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
+  const auto start = std::chrono::steady_clock::now();
+  if (config_.log_level >= LogLevel::debug) {
+    log_line(config_.rank, "joining the job (" + config_.source + ")");
+  }
+  try {
+    join();
+  } catch (const std::exception& error) {
+    if (config_.log_level >= LogLevel::debug) {
+      log_line(config_.rank, std::string("could not join: ") + error.what());
+    }
+    throw;
+  }
+  if (config_.log_level >= LogLevel::info) {
+    describe(std::chrono::steady_clock::now() - start);
+  }
+}
+
+void Context::describe(std::chrono::steady_clock::duration joining) const {
+  const JobConfig& job = config_;
+  std::string text = "process " + std::to_string(job.rank) + " of " +
+                     std::to_string(job.world_size) + ", local " +
+                     std::to_string(local_index_ >= 0 ? local_index_ : job.local_rank) + " of " +
+                     std::to_string(job.local_size) + ", node " + std::to_string(job.node_index) +
+                     " of " + std::to_string(job.num_nodes) + "; from " + job.source;
+  if (!job.source_variables.empty()) {
+    text += " (" + job.source_variables + ")";
+  }
+  text += segment_ ? "; segment /dev/shm/" + segment_->name() : "; a job of one (no segment)";
+  const char* policies[] = {"adaptive", "spin", "block"};
+  text += std::string("; wait policy ") + policies[static_cast<int>(job.wait_policy)];
+  if (job.num_nodes > 1) {
+    text += backend_ ? std::string("; backend ") + backend_->name() + " (this process leads node " +
+                           std::to_string(job.node_index) + ")"
+                     : "; backend " +
+                           (job.backend.empty() ? std::string("(the first built)") : job.backend) +
+                           " (through this node's main process)";
+  }
+  text += "; joined in " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(joining).count()) +
+          " ms";
+  log_line(job.rank, text);
+}
+
+void Context::join() {
   arm_fault_points(config_.rank);
   const bool hierarchical = config_.num_nodes > 1;
   if (hierarchical) {
@@ -150,6 +196,9 @@ Context::~Context() {
 bool Context::leave() noexcept {
   if (left_.exchange(true, std::memory_order_seq_cst) && !segment_ && !barrier_) {
     return true;  // left before
+  }
+  if (config_.log_level >= LogLevel::debug && ::getpid() == owner_) {
+    log_line(config_.rank, "leaving the job");
   }
   if (::getpid() == owner_ && busy_.load(std::memory_order_seq_cst)) {
     // Another thread waits in the barrier while the process exits: leave the job (the peers see
@@ -231,6 +280,14 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   } catch (...) {
     if (left_.load(std::memory_order_seq_cst)) {
       park_until_exit();
+    }
+    if (config_.log_level >= LogLevel::debug) {
+      try {
+        throw;
+      } catch (const std::exception& error) {
+        log_line(config_.rank, std::string("wait_for_everyone failed: ") + error.what());
+      } catch (...) {  // NOLINT(bugprone-empty-catch): only the log line is given up
+      }
     }
     throw;
   }

@@ -49,6 +49,9 @@ class Context {
   bool leave() noexcept;
 
  private:
+  // Joins the job (the constructor's work), and says what was joined (LOCKSTEP_LOG).
+  void join();
+  void describe(std::chrono::steady_clock::duration joining) const;
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
   [[noreturn]] static void throw_left(const char* what);

@@ -208,6 +208,18 @@ Given read_given(const Family& family, const JobConfig& config) {
   return given;
 }
 
+// "NAME=value ..." of the family's variables that are present (for LOCKSTEP_LOG).
+std::string variables_of(const Family& family) {
+  std::string out;
+  for (const Var* var : {&family.rank, &family.size, &family.local_rank, &family.local_size,
+                         &family.node, &family.nnodes}) {
+    if (var->present()) {
+      out += (out.empty() ? "" : " ") + var->name + "=" + *var->value;
+    }
+  }
+  return out;
+}
+
 JobConfig validate(const Family& family) {
   JobConfig config;
   config.source = family.source;
@@ -281,6 +293,7 @@ JobConfig validate(const Family& family) {
   config.num_nodes = *nnodes;
   config.node_index = *node;
   config.identity = family.identity;
+  config.source_variables = variables_of(family);
   return config;
 }
 
@@ -432,6 +445,22 @@ void read_options(const EnvLookup& env, JobConfig& config) {
       bad(backend, "is not one of " + comma_list(known));
     }
     config.backend = *backend.value;
+  }
+  if (auto level = lookup(env, "LOCKSTEP_LOG"); level.present()) {
+    if (*level.value == "off") {
+      config.log_level = LogLevel::off;
+    } else if (*level.value == "info") {
+      config.log_level = LogLevel::info;
+    } else if (*level.value == "debug") {
+      config.log_level = LogLevel::debug;
+    } else {
+      bad(level, "is not one of off, info, debug");
+    }
+  } else if (auto debug = lookup(env, "LOCKSTEP_DEBUG"); debug.present()) {
+    if (*debug.value != "0" && *debug.value != "1") {
+      bad(debug, "is not 0 or 1 (LOCKSTEP_LOG=info|debug says more)");
+    }
+    config.log_level = *debug.value == "1" ? LogLevel::info : LogLevel::off;
   }
   if (auto mode = lookup(env, "LOCKSTEP_GPU_BARRIER"); mode.present()) {
     if (*mode.value != "events" && *mode.value != "memops") {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "lockstep/state.hpp"
+#include "log.hpp"
 
 namespace lockstep::detail {
 
@@ -45,6 +46,10 @@ struct JobConfig {
   std::string backend;
   // LOCKSTEP_GPU_BARRIER: "events" (the default) or "memops" (see gpu/stream_barrier.hpp).
   std::string gpu_barrier = "events";
+  // LOCKSTEP_LOG (or LOCKSTEP_DEBUG=1): what the process says about itself (log.hpp).
+  LogLevel log_level = LogLevel::off;
+  // The variables the job's shape was read from, "NAME=value ..." (for the log).
+  std::string source_variables;
 };
 
 // Every backend lockstep has, built into this copy or not (the registry that backends/meson.build

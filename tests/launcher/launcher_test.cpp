@@ -272,6 +272,36 @@ TEST(Launcher, ProcessesPerNodeByCpusOrGpus) {
   EXPECT_TRUE(contains(gpu.err, "--nproc-per-node gpu: no CUDA device is visible (")) << gpu.err;
 }
 
+// LOCKSTEP_DEBUG=1: each process says once what it detected; LOCKSTEP_LOG=debug adds its join,
+// leave and failed waits, each line with a UTC timestamp and the rank.
+TEST(Launcher, DebugLinesSayWhatEachProcessDetected) {
+  const std::string result_file = "/tmp/lockstep-launcher-debug-" + std::to_string(::getpid());
+  auto info = run({"/usr/bin/env", "LOCKSTEP_DEBUG=1", tool("LOCKSTEP_RUN"), "--nproc-per-node",
+                   "3", "--wait-policy", "block", tool("LOCKSTEP_EXAMPLE"), result_file});
+  EXPECT_EQ(info.code(), 0) << info.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(count(info.err, "rank " + r + "] process " + r + " of 3, local " + r +
+                                  " of 3, node 0 of 1; from lockstep-run (RANK=" + r +
+                                  " WORLD_SIZE=3 LOCAL_RANK=" + r),
+              1)
+        << info.err;
+  }
+  EXPECT_EQ(count(info.err, "; segment /dev/shm/lockstep-u"), 3) << info.err;
+  EXPECT_EQ(count(info.err, "; wait policy block; joined in "), 3) << info.err;
+  EXPECT_EQ(count(info.err, "leaving the job"), 0) << info.err;
+  auto debug = run({"/usr/bin/env", "LOCKSTEP_LOG=debug", tool("LOCKSTEP_RUN"), "--nproc-per-node",
+                    "2", tool("LOCKSTEP_EXAMPLE"), result_file});
+  EXPECT_EQ(debug.code(), 0) << debug.err;
+  EXPECT_EQ(count(debug.err, "] joining the job (lockstep-run)"), 2) << debug.err;
+  EXPECT_EQ(count(debug.err, "] leaving the job"), 2) << debug.err;
+  EXPECT_EQ(count(debug.err, "lockstep [20"), 6) << debug.err;  // a timestamp on each line
+  auto quiet =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_EXAMPLE"), result_file});
+  EXPECT_EQ(count(quiet.err, "lockstep ["), 0) << quiet.err;
+  ::unlink(result_file.c_str());
+}
+
 // --dry-run prints each rank's environment and command, shell-quoted, and starts nothing.
 TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
   const std::string marker = "/tmp/lockstep-dry-run-" + std::to_string(::getpid());

@@ -382,6 +382,28 @@ TEST(Environment, ParseInteger) {
   EXPECT_FALSE(parse_integer("1.0"));
 }
 
+// LOCKSTEP_LOG=off|info|debug, LOCKSTEP_DEBUG=0|1 (info); anything else names the variable.
+TEST(Environment, LogLevels) {
+  Vars vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
+  EXPECT_EQ(read(vars).log_level, LogLevel::off);
+  EXPECT_EQ(read(vars).source_variables, "RANK=1 WORLD_SIZE=2");
+  vars["LOCKSTEP_DEBUG"] = "1";
+  EXPECT_EQ(read(vars).log_level, LogLevel::info);
+  vars["LOCKSTEP_DEBUG"] = "0";
+  EXPECT_EQ(read(vars).log_level, LogLevel::off);
+  vars["LOCKSTEP_DEBUG"] = "yes";
+  EXPECT_NE(config_error(vars).find("LOCKSTEP_DEBUG=\"yes\" is not 0 or 1"), std::string::npos);
+  vars["LOCKSTEP_LOG"] = "debug";  // LOCKSTEP_LOG wins over LOCKSTEP_DEBUG
+  EXPECT_EQ(read(vars).log_level, LogLevel::debug);
+  vars["LOCKSTEP_LOG"] = "info";
+  EXPECT_EQ(read(vars).log_level, LogLevel::info);
+  vars["LOCKSTEP_LOG"] = "off";
+  EXPECT_EQ(read(vars).log_level, LogLevel::off);
+  vars["LOCKSTEP_LOG"] = "verbose";
+  EXPECT_NE(config_error(vars).find("LOCKSTEP_LOG=\"verbose\" is not one of off, info, debug"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace lockstep::detail
 
@@ -407,3 +429,4 @@ TEST(SplitRange, EverySizeAndProcessCount) {
   EXPECT_THROW((void)lockstep::split_range(5, 3, 3), lockstep::ConfigError);
   EXPECT_THROW((void)lockstep::split_range(5, 3, -1), lockstep::ConfigError);
 }
+

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,14 +48,30 @@ struct Options {
   double grace_period = 5.0;
   std::string wait_policy;
   std::string backend;
+  // Per-process logs (torchrun's flags): the folder, and per local rank which streams go to
+  // files only (redirects) or to files and the console (tee): 0 none, 1 stdout, 2 stderr, 3 both.
+  std::string log_dir;
+  std::string redirects_text;
+  std::string tee_text;
+  std::string local_ranks_filter_text;  // local ranks whose output the console shows
+  std::vector<int> redirects;           // by local rank (resolved by check_options)
+  std::vector<int> tee;
+  std::vector<bool> shown;
   std::vector<std::string> command;
 };
 
-// One line-tagging stream: a child's stdout or stderr.
+// How many of a failed process's last lines the launcher repeats when they went to a file only.
+constexpr std::size_t kTailLines = 10;
+
+// A child's stdout or stderr, when the launcher relays it (tagging, logs, filtering) rather than
+// letting the child write to the launcher's own.
 struct Stream {
   int fd = -1;
-  int out = STDOUT_FILENO;
+  int out = STDOUT_FILENO;  // the console stream it goes to, when `console`
+  bool console = true;
+  int file = -1;  // its log file, or -1
   std::string pending;
+  std::deque<std::string> recent;  // its last kTailLines lines (for a failure's report)
 };
 
 struct Child {
@@ -214,7 +232,14 @@ class Launcher {
   void supervise(int signals);
   void forward_signals(int signals);
   void reap();
-  void pump(Stream& stream, int rank, bool flush_all);
+  void pump(Stream& stream, int rank, bool flush_all) const;
+  // Decides where `child`'s streams go (the console, a log file, both, neither); creates the
+  // pipes into `pipes` and returns true when the launcher relays them.
+  bool route_streams(Child& child, int local_rank, int (&pipes)[2][2]);
+  // A failed process's last lines, from the streams that went to a file only.
+  void report_tail(Child& child);
+  [[nodiscard]] std::string log_path(int rank, int stream) const;
+  void open_log_dir();
   void stop_all(int sig);
   // Stops the job: `sig` to every rank now, SIGKILL after the grace period; the launcher will
   // exit with `exit_code`.
@@ -228,6 +253,7 @@ class Launcher {
   std::optional<Clock::time_point> kill_at_;
   std::optional<int> exit_code_;
   bool set_omp_threads_ = false;  // OMP_NUM_THREADS=1 for each rank (see prepare)
+  std::string log_dir_;           // this run's log folder (--log-dir), or empty
 };
 
 void Launcher::prepare() {
@@ -298,18 +324,43 @@ int Launcher::dry_run() {
   return 0;
 }
 
-void Launcher::start(int local_rank, const sigset_t& old_mask) {
-  Child& child = children_[static_cast<std::size_t>(local_rank)];
-  child.rank = options_.node_rank * options_.nproc_per_node + local_rank;
-  int pipes[2][2] = {{-1, -1}, {-1, -1}};
-  if (options_.tag_output) {
+bool Launcher::route_streams(Child& child, int local_rank, int (&pipes)[2][2]) {
+  // Each stream: to the console unless redirected or filtered out; to a file when redirected or
+  // teed. The launcher relays it when it tags, writes a file or hides it.
+  bool relay = options_.tag_output;
+  for (int i = 0; i < 2; ++i) {
+    const int bit = i == 0 ? 1 : 2;
+    Stream& stream = child.streams[i];
+    const auto at = static_cast<std::size_t>(local_rank);
+    const bool redirected = !options_.redirects.empty() && (options_.redirects[at] & bit) != 0;
+    const bool teed = !options_.tee.empty() && (options_.tee[at] & bit) != 0;
+    stream.console = !redirected && (options_.shown.empty() || options_.shown[at]);
+    if (!log_dir_.empty() && (redirected || teed)) {
+      stream.file =
+          ::open(log_path(child.rank, i).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (stream.file < 0) {
+        lockstep::detail::throw_errno("lockstep-run: " + log_path(child.rank, i), "open");
+      }
+    }
+    relay = relay || stream.file >= 0 || !stream.console;
+  }
+  if (relay) {
     for (auto& p : pipes) {
       if (::pipe2(p, O_CLOEXEC) != 0) {
         lockstep::detail::throw_errno("lockstep-run: starting rank " + std::to_string(child.rank),
                                       "pipe2");
       }
+      (void)::fcntl(p[0], F_SETFL, O_NONBLOCK);
     }
   }
+  return relay;
+}
+
+void Launcher::start(int local_rank, const sigset_t& old_mask) {
+  Child& child = children_[static_cast<std::size_t>(local_rank)];
+  child.rank = options_.node_rank * options_.nproc_per_node + local_rank;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  const bool relay = route_streams(child, local_rank, pipes);
   const auto env = environment_of(local_rank);
   const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
@@ -332,7 +383,7 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     if (null >= 0) {
       ::dup2(null, STDIN_FILENO);
     }
-    if (options_.tag_output) {
+    if (relay) {
       ::dup2(pipes[0][1], STDOUT_FILENO);
       ::dup2(pipes[1][1], STDERR_FILENO);
     }
@@ -353,7 +404,7 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
   ::setpgid(pid, pid);  // also here, so that no signal can find the child outside its group
   child.pid = pid;
   child.running = true;
-  if (options_.tag_output) {
+  if (relay) {
     for (int i = 0; i < 2; ++i) {
       ::close(pipes[i][1]);
       child.streams[i].fd = pipes[i][0];
@@ -362,12 +413,15 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
   }
 }
 
-void Launcher::pump(Stream& stream, int rank, bool flush_all) {
+void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
   char buffer[4096];
   for (;;) {
     ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) {
       continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;  // nothing more now (the read ends are non-blocking)
     }
     if (n <= 0) {
       ::close(stream.fd);
@@ -380,19 +434,77 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) {
       break;
     }
   }
-  std::string tag = "[rank " + std::to_string(rank) + "] ";
+  const std::string tag = options_.tag_output ? "[rank " + std::to_string(rank) + "] " : "";
   std::string out;
+  std::string raw;
+  auto take = [&](const std::string& line) {  // `line` ends with its newline
+    out += tag + line;
+    raw += line;
+    stream.recent.push_back(line);
+    if (stream.recent.size() > kTailLines) {
+      stream.recent.pop_front();
+    }
+  };
   std::size_t start = 0;
   for (std::size_t nl = stream.pending.find('\n'); nl != std::string::npos;
        start = nl + 1, nl = stream.pending.find('\n', start)) {
-    out += tag + stream.pending.substr(start, nl + 1 - start);
+    take(stream.pending.substr(start, nl + 1 - start));
   }
   stream.pending.erase(0, start);
   if (flush_all && !stream.pending.empty()) {
-    out += tag + stream.pending + "\n";
+    take(stream.pending + "\n");
     stream.pending.clear();
   }
-  write_all(stream.out, out);
+  if (stream.console) {
+    write_all(stream.out, out);
+  }
+  if (stream.file >= 0) {
+    write_all(stream.file, raw);
+  }
+}
+
+void Launcher::report_tail(Child& child) {
+  static const char* const names[] = {"stdout", "stderr"};
+  for (int i = 0; i < 2; ++i) {
+    Stream& stream = child.streams[i];
+    if (stream.fd >= 0) {
+      pump(stream, child.rank, false);  // what it wrote before it ended
+    }
+    if (stream.console || stream.recent.empty()) {
+      continue;  // the user saw it already, or there is nothing to show
+    }
+    std::string text = "lockstep-run: the last lines of rank " + std::to_string(child.rank) +
+                       "'s " + names[i] +
+                       (log_dir_.empty() ? "" : " (" + log_path(child.rank, i) + ")") + ":\n";
+    for (const auto& line : stream.recent) {
+      text += "  " + line;
+    }
+    write_all(STDERR_FILENO, text);
+  }
+}
+
+std::string Launcher::log_path(int rank, int stream) const {
+  return log_dir_ + "/rank" + std::to_string(rank) + (stream == 0 ? ".stdout" : ".stderr");
+}
+
+// --log-dir: a folder of its own for this run (owner-only), named by the time and the launch.
+void Launcher::open_log_dir() {
+  if (options_.log_dir.empty()) {
+    return;
+  }
+  if (::mkdir(options_.log_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    lockstep::detail::throw_errno("lockstep-run: --log-dir " + options_.log_dir, "mkdir");
+  }
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  (void)::gmtime_r(&now, &utc);
+  char stamp[32];
+  (void)std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  log_dir_ = options_.log_dir + "/run-" + stamp + "-" + launch_id_.substr(0, 8);
+  if (::mkdir(log_dir_.c_str(), 0700) != 0) {
+    lockstep::detail::throw_errno("lockstep-run: --log-dir " + log_dir_, "mkdir");
+  }
+  say("logs of each process in " + log_dir_ + "/rank<N>.stdout and .stderr");
 }
 
 void Launcher::stop_all(int sig) {
@@ -436,6 +548,7 @@ void Launcher::reap() {
       if (status != 0 && !exit_code_) {
         say("rank " + std::to_string(child.rank) + " (pid " + std::to_string(pid) + ") " +
             describe_status(status) + "; stopping the other ranks");
+        report_tail(child);
         stop_job(SIGTERM, exit_code_for(status));
       }
       // The child's own group may hold its children still: stop them too.
@@ -450,6 +563,7 @@ int Launcher::run() {
     return 127;
   }
   prepare();
+  open_log_dir();
   if (set_omp_threads_) {
     say("setting OMP_NUM_THREADS=1 for each of the " + std::to_string(options_.nproc_per_node) +
         " processes, so that their OpenMP pools do not oversubscribe the CPUs; set "
@@ -599,6 +713,17 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
                  "the first built)")
       ->check(CLI::IsMember(lockstep::detail::known_backends()));
   app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
+  app.add_option("--log-dir,--log_dir", options.log_dir,
+                 "Write each process's output to DIR/run-<time>-<id>/rank<N>.stdout and "
+                 ".stderr (owner-only); with neither --redirects nor --tee, as --tee 3");
+  app.add_option("--redirects", options.redirects_text,
+                 "Streams that go to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or "
+                 "per local rank as 0:1,1:3 (needs --log-dir)");
+  app.add_option("--tee", options.tee_text,
+                 "Streams that go to the log files and the console, as --redirects");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", options.local_ranks_filter_text,
+                 "Local ranks whose output the console shows, as 0,2 (all by default; the log "
+                 "files get everything)");
   app.add_flag("--dry-run,--dry_run", options.dry_run,
                "Print each process's command and environment, one line per process, and exit "
                "without starting anything");
@@ -622,10 +747,8 @@ std::optional<std::string> torchrun_flag(const std::string& arg) {
     return "lockstep-run has no rendezvous backend: give every node the same --nnodes, "
            "--master-addr, --master-port and --job-id, and each its own --node-rank";
   }
-  if (flag == "--redirects" || flag == "--tee" || flag == "--log-dir" ||
-      flag == "--local-ranks-filter" || flag == "--logs-specs") {
-    return "lockstep-run does not write per-process logs yet: use --tag-output and redirect "
-           "its output (each line then says its rank)";
+  if (flag == "--logs-specs") {
+    return "lockstep-run's logs are --log-dir, --redirects, --tee and --local-ranks-filter";
   }
   if (flag == "--no-python" || flag == "--module" || flag == "-m" || flag == "--run-path") {
     return "lockstep-run runs any program: give it as the command (python3 -m MODULE ..., or "
@@ -687,6 +810,82 @@ std::optional<int> resolve_sizes(Options& options) {
   return std::nullopt;
 }
 
+// torchrun's stream specification: "3" for every local rank, or "0:1,1:3" per local rank (the
+// others 0). Empty when malformed, having said why.
+std::optional<std::vector<int>> stream_spec(const std::string& flag, const std::string& text,
+                                            int nproc) {
+  std::vector<int> out(static_cast<std::size_t>(nproc), 0);
+  if (auto all = number_in(text, 0, 3)) {
+    std::fill(out.begin(), out.end(), *all);
+    return out;
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    const std::size_t colon = item.find(':');
+    auto rank =
+        colon == std::string::npos ? std::nullopt : number_in(item.substr(0, colon), 0, nproc - 1);
+    auto value =
+        colon == std::string::npos ? std::nullopt : number_in(item.substr(colon + 1), 0, 3);
+    if (!rank || !value) {
+      std::string why = flag;
+      why += " " + text;
+      why += ": not 0-3 (0 none, 1 stdout, 2 stderr, 3 both) nor LOCAL_RANK:0-3,... with local ";
+      why += "ranks 0 to " + std::to_string(nproc - 1);
+      say(why);
+      return std::nullopt;
+    }
+    out[static_cast<std::size_t>(*rank)] = *value;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// --log-dir, --redirects, --tee and --local-ranks-filter, resolved per local rank.
+std::optional<int> resolve_logs(Options& options) {
+  const int n = options.nproc_per_node;
+  if (options.log_dir.empty() && (!options.redirects_text.empty() || !options.tee_text.empty())) {
+    say(std::string(options.redirects_text.empty() ? "--tee" : "--redirects") +
+        " needs --log-dir DIR (where the files go)");
+    return 2;
+  }
+  if (!options.redirects_text.empty()) {
+    auto spec = stream_spec("--redirects", options.redirects_text, n);
+    if (!spec) {
+      return 2;
+    }
+    options.redirects = *spec;
+  }
+  if (!options.tee_text.empty()) {
+    auto spec = stream_spec("--tee", options.tee_text, n);
+    if (!spec) {
+      return 2;
+    }
+    options.tee = *spec;
+  }
+  if (!options.log_dir.empty() && options.redirects_text.empty() && options.tee_text.empty()) {
+    options.tee.assign(static_cast<std::size_t>(n), 3);
+  }
+  if (!options.local_ranks_filter_text.empty()) {
+    options.shown.assign(static_cast<std::size_t>(n), false);
+    std::size_t start = 0;
+    while (start <= options.local_ranks_filter_text.size()) {
+      const std::size_t comma = std::min(options.local_ranks_filter_text.find(',', start),
+                                         options.local_ranks_filter_text.size());
+      auto rank = number_in(options.local_ranks_filter_text.substr(start, comma - start), 0, n - 1);
+      if (!rank) {
+        say("--local-ranks-filter " + options.local_ranks_filter_text +
+            ": not a list of local ranks from 0 to " + std::to_string(n - 1) + " such as 0,2");
+        return 2;
+      }
+      options.shown[static_cast<std::size_t>(*rank)] = true;
+      start = comma + 1;
+    }
+  }
+  return std::nullopt;
+}
+
 // Refuses options that parse but do not make a job: the exit status (2), having said why.
 std::optional<int> check_options(const CLI::App& app, Options& options) {
   if (options.command.empty()) {
@@ -711,6 +910,9 @@ std::optional<int> check_options(const CLI::App& app, Options& options) {
     return 2;
   }
   if (auto refused = resolve_sizes(options)) {
+    return refused;
+  }
+  if (auto refused = resolve_logs(options)) {
     return refused;
   }
   if (options.node_rank < 0) {

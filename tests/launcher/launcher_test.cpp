@@ -1,4 +1,5 @@
 // lockstep-run, run as a user runs it: flags, environment, failures, signals, clean-up.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -224,31 +225,37 @@ TEST_P(LauncherFlags, AreRefusedWithAClearMessage) {
 
 INSTANTIATE_TEST_SUITE_P(
     Bad, LauncherFlags,
-    ::testing::Values(BadFlags{{"--nproc-per-node", "0", "true"}, "--nproc-per-node"},
-                      BadFlags{{"--nproc-per-node", "two", "true"}, "--nproc-per-node"},
-                      BadFlags{{"--bogus", "true"}, "unknown option '--bogus'"},
-                      BadFlags{{"--nproc-per-node", "2"}, "no program given"},
-                      BadFlags{{"--node-rank", "1", "true"}, "must be below --nnodes"},
-                      BadFlags{{"--master-port", "70000", "true"}, "--master-port"},
-                      BadFlags{{"--wait-policy", "fast", "true"}, "--wait-policy"},
-                      BadFlags{{"--job-id", "", "true"}, "--job-id must not be empty"},
-                      BadFlags{{"--master-addr", "", "true"}, "--master-addr must not be empty"},
-                      BadFlags{{"--backend", "mpi", "true"}, "--backend"},
-                      BadFlags{{"--job-id", std::string(500, 'x'), "true"},
-                               "--job-id is 500 characters long"},
-                      BadFlags{{"--cleanup", "true"}, "--cleanup runs no program"},
-                      BadFlags{{"--nproc-per-node", "abc", "true"},
-                               "--nproc-per-node abc: not a number of processes from 1 to 4096, "
-                               "nor auto, gpu or cpu"},
-                      BadFlags{{"--nproc-per-node", "5000", "true"}, "from 1 to 4096"},
-                      BadFlags{{"--node-rank", "-1", "true"}, "--node-rank -1 must be 0 or more"},
-                      BadFlags{{"--nnodes", "1:4", "true"}, "elastic sizes (MIN:MAX) are not"},
-                      BadFlags{{"--nnodes", "x", "true"}, "--nnodes x: not a number of nodes"},
-                      BadFlags{{"--max-restarts", "3", "true"}, "does not restart failed"},
-                      BadFlags{{"--max_restarts=3", "true"}, "does not restart failed"},
-                      BadFlags{{"--rdzv-backend", "c10d", "true"}, "no rendezvous backend"},
-                      BadFlags{{"--rdzv_endpoint", "h:1", "true"}, "no rendezvous backend"},
-                      BadFlags{{"--nproc-per-node"}, "--nproc-per-node"}));
+    ::testing::Values(
+        BadFlags{{"--nproc-per-node", "0", "true"}, "--nproc-per-node"},
+        BadFlags{{"--nproc-per-node", "two", "true"}, "--nproc-per-node"},
+        BadFlags{{"--bogus", "true"}, "unknown option '--bogus'"},
+        BadFlags{{"--nproc-per-node", "2"}, "no program given"},
+        BadFlags{{"--node-rank", "1", "true"}, "must be below --nnodes"},
+        BadFlags{{"--master-port", "70000", "true"}, "--master-port"},
+        BadFlags{{"--wait-policy", "fast", "true"}, "--wait-policy"},
+        BadFlags{{"--job-id", "", "true"}, "--job-id must not be empty"},
+        BadFlags{{"--master-addr", "", "true"}, "--master-addr must not be empty"},
+        BadFlags{{"--backend", "mpi", "true"}, "--backend"},
+        BadFlags{{"--job-id", std::string(500, 'x'), "true"}, "--job-id is 500 characters long"},
+        BadFlags{{"--cleanup", "true"}, "--cleanup runs no program"},
+        BadFlags{{"--nproc-per-node", "abc", "true"},
+                 "--nproc-per-node abc: not a number of processes from 1 to 4096, "
+                 "nor auto, gpu or cpu"},
+        BadFlags{{"--nproc-per-node", "5000", "true"}, "from 1 to 4096"},
+        BadFlags{{"--node-rank", "-1", "true"}, "--node-rank -1 must be 0 or more"},
+        BadFlags{{"--nnodes", "1:4", "true"}, "elastic sizes (MIN:MAX) are not"},
+        BadFlags{{"--nnodes", "x", "true"}, "--nnodes x: not a number of nodes"},
+        BadFlags{{"--max-restarts", "3", "true"}, "does not restart failed"},
+        BadFlags{{"--max_restarts=3", "true"}, "does not restart failed"},
+        BadFlags{{"--rdzv-backend", "c10d", "true"}, "no rendezvous backend"},
+        BadFlags{{"--rdzv_endpoint", "h:1", "true"}, "no rendezvous backend"},
+        BadFlags{{"--nproc-per-node"}, "--nproc-per-node"},
+        BadFlags{{"--redirects", "3", "true"}, "--redirects needs --log-dir"},
+        BadFlags{{"--log-dir", "/tmp", "--tee", "4", "true"}, "--tee 4: not 0-3"},
+        BadFlags{{"--nproc-per-node", "2", "--log-dir", "/tmp", "--tee", "2:1", "true"},
+                 "with local ranks 0 to 1"},
+        BadFlags{{"--local-ranks-filter", "0,x", "true"},
+                 "--local-ranks-filter 0,x: not a list of local ranks"}));
 
 // --nproc-per-node cpu and auto (no GPU here) start one process per usable CPU; gpu without a
 // device is refused, saying why.
@@ -300,6 +307,76 @@ TEST(Launcher, DebugLinesSayWhatEachProcessDetected) {
       run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_EXAMPLE"), result_file});
   EXPECT_EQ(count(quiet.err, "lockstep ["), 0) << quiet.err;
   ::unlink(result_file.c_str());
+}
+
+// The one run folder under `dir` (--log-dir makes one per run).
+std::string run_folder(const std::string& dir) {
+  std::string found;
+  if (DIR* listing = ::opendir(dir.c_str())) {
+    while (const dirent* entry = ::readdir(listing)) {
+      if (std::string(entry->d_name).starts_with("run-")) {
+        found = dir + "/" + entry->d_name;
+      }
+    }
+    ::closedir(listing);
+  }
+  return found;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// --log-dir: every process's stdout and stderr in owner-only files of a folder of this run's,
+// and on the console too (as --tee 3).
+TEST(Launcher, LogDirKeepsEachProcesssOutput) {
+  const std::string dir = "/tmp/lockstep-logs-" + std::to_string(::getpid());
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", "--log-dir", dir, "sh", "-c",
+                     "echo out $RANK; echo err $RANK >&2"});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  const std::string folder = run_folder(dir);
+  ASSERT_FALSE(folder.empty()) << result.err;
+  EXPECT_TRUE(contains(result.err, "logs of each process in " + folder)) << result.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(read_text(folder + "/rank" + r + ".stdout"), "out " + r + "\n");
+    EXPECT_EQ(read_text(folder + "/rank" + r + ".stderr"), "err " + r + "\n");
+    struct stat st {};
+    ASSERT_EQ(::stat((folder + "/rank" + r + ".stdout").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600U);
+    EXPECT_EQ(count(result.out, "out " + r + "\n"), 1) << result.out;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(folder.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700U);
+  (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
+}
+
+// --redirects: the streams go to the files only; a process that fails has its last lines
+// repeated by the launcher; --local-ranks-filter hides the others' console output.
+TEST(Launcher, RedirectedOutputOfAFailedProcessIsShownByTheLauncher) {
+  const std::string dir = "/tmp/lockstep-logs-r-" + std::to_string(::getpid());
+  const std::string script =
+      "echo out $RANK; i=0; while [ $i -lt 15 ]; do i=$((i+1)); echo \"line $i of $RANK\" >&2; "
+      "done; if [ $RANK = 2 ]; then sleep 0.5; exit 3; fi; sleep 5";
+  auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", "--log-dir", dir, "--redirects",
+                     "2:2", "--local-ranks-filter", "0,2", "sh", "-c", script});
+  EXPECT_EQ(result.code(), 3) << result.err;
+  const std::string folder = run_folder(dir);
+  EXPECT_TRUE(contains(result.err, "the last lines of rank 2's stderr (" + folder +
+                                       "/rank2.stderr):\n  line 6 of 2\n"))
+      << result.err;
+  EXPECT_TRUE(contains(result.err, "  line 15 of 2\n")) << result.err;
+  EXPECT_FALSE(contains(result.err, "line 5 of 2\n")) << result.err;
+  EXPECT_EQ(count(read_text(folder + "/rank2.stderr"), "\n"), 15);
+  EXPECT_EQ(count(result.out, "out 0"), 1) << result.out;
+  EXPECT_EQ(count(result.out, "out 2"), 1) << result.out;
+  EXPECT_EQ(count(result.out, "out 1"), 0) << result.out;  // filtered out of the console
+  EXPECT_EQ(read_text(folder + "/rank1.stdout"), "");      // --redirects 2:2 alone: no tee
+  (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
 }
 
 // --dry-run prints each rank's environment and command, shell-quoted, and starts nothing.

@@ -1,6 +1,7 @@
 // lockstep-run: starts N processes of a program as one lockstep job, as torchrun does.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
@@ -18,7 +19,10 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <fstream>
+#include <numeric>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +61,9 @@ struct Options {
   std::vector<int> redirects;           // by local rank (resolved by check_options)
   std::vector<int> tee;
   std::vector<bool> shown;
+  // --cpu-bind: none, core, numa or gpu; the CPUs of each local rank (empty: not bound).
+  std::string cpu_bind = "none";
+  std::vector<std::vector<int>> cpus;
   std::vector<std::string> command;
 };
 
@@ -312,7 +319,15 @@ int Launcher::dry_run() {
   prepare();
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     std::string line =
-        "rank " + std::to_string(options_.node_rank * options_.nproc_per_node + local) + ":";
+        "rank " + std::to_string(options_.node_rank * options_.nproc_per_node + local);
+    if (!options_.cpus.empty()) {
+      std::string list;
+      for (int cpu : options_.cpus[static_cast<std::size_t>(local)]) {
+        list += (list.empty() ? "" : ",") + std::to_string(cpu);
+      }
+      line += " on CPUs " + list;
+    }
+    line += ":";
     for (const auto& [name, value] : environment_of(local)) {
       line += " " + name + "=" + shell_quoted(value);
     }
@@ -389,6 +404,14 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     }
     for (const auto& [name, value] : env) {
       ::setenv(name.c_str(), value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): one thread
+    }
+    if (!options_.cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int cpu : options_.cpus[static_cast<std::size_t>(local_rank)]) {
+        CPU_SET(cpu, &set);
+      }
+      (void)::sched_setaffinity(0, sizeof set, &set);
     }
     std::vector<char*> argv;
     for (auto& arg : options_.command) {
@@ -724,6 +747,11 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
   app.add_option("--local-ranks-filter,--local_ranks_filter", options.local_ranks_filter_text,
                  "Local ranks whose output the console shows, as 0,2 (all by default; the log "
                  "files get everything)");
+  app.add_option("--cpu-bind,--cpu_bind", options.cpu_bind,
+                 "Bind each process to CPUs: none; core (local rank r on the r-th CPU it may "
+                 "use); numa (on the CPUs of NUMA node r mod nodes); gpu (on the CPUs of its "
+                 "GPU's NUMA node)")
+      ->capture_default_str();
   app.add_flag("--dry-run,--dry_run", options.dry_run,
                "Print each process's command and environment, one line per process, and exit "
                "without starting anything");
@@ -842,6 +870,112 @@ std::optional<std::vector<int>> stream_spec(const std::string& flag, const std::
   return out;
 }
 
+// A sysfs CPU list ("0-3,8-11") as CPU numbers; empty when unreadable.
+std::vector<int> read_cpulist(const std::string& path) {
+  std::ifstream file(path);
+  std::string text;
+  std::getline(file, text);
+  std::vector<int> cpus;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const auto dash = item.find('-');
+    auto first = lockstep::detail::parse_integer(item.substr(0, dash));
+    auto last =
+        dash == std::string::npos ? first : lockstep::detail::parse_integer(item.substr(dash + 1));
+    for (long long cpu = first.value_or(0); first && last && cpu <= *last; ++cpu) {
+      cpus.push_back(static_cast<int>(cpu));
+    }
+  }
+  return cpus;
+}
+
+// `cpus` that this process may run on.
+std::vector<int> allowed(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  (void)::sched_getaffinity(0, sizeof set, &set);
+  std::vector<int> out;
+  for (int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set)) {
+      out.push_back(cpu);
+    }
+  }
+  return out;
+}
+
+// The NUMA nodes' CPU lists (that this process may use), by node number.
+std::vector<std::vector<int>> numa_nodes() {
+  std::vector<std::vector<int>> nodes;
+  for (int node = 0; node < 1024; ++node) {
+    const std::string path = "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist";
+    if (::access(path.c_str(), R_OK) != 0) {
+      break;
+    }
+    nodes.push_back(allowed(read_cpulist(path)));
+  }
+  return nodes;
+}
+
+// --cpu-bind: each local rank's CPUs; the exit status (2) when the mode cannot apply.
+std::optional<int> resolve_cpu_bind(Options& options) {
+  const int n = options.nproc_per_node;
+  const std::string& mode = options.cpu_bind;
+  options.cpus.clear();
+  if (mode == "none") {
+    return std::nullopt;
+  }
+  std::vector<int> all(CPU_SETSIZE);
+  std::iota(all.begin(), all.end(), 0);
+  all = allowed(all);
+  if (mode == "core") {
+    for (int r = 0; r < n; ++r) {
+      options.cpus.push_back({all[static_cast<std::size_t>(r) % all.size()]});
+    }
+    return std::nullopt;
+  }
+  if (mode != "numa" && mode != "gpu") {
+    say("--cpu-bind " + mode + ": not one of none, core, numa, gpu");
+    return 2;
+  }
+  auto nodes = numa_nodes();
+  if (nodes.empty()) {
+    say("--cpu-bind " + mode + ": this machine shows no NUMA nodes (/sys/devices/system/node)");
+    return 2;
+  }
+  for (int r = 0; r < n; ++r) {
+    std::size_t node = static_cast<std::size_t>(r) % nodes.size();
+    if (mode == "gpu") {
+      std::string why;
+      const int gpus = lockstep::detail::visible_device_count(why);
+      const std::string bus = gpus > 0 ? lockstep::detail::device_pci_bus_id(r % gpus, why) : "";
+      if (bus.empty()) {
+        say("--cpu-bind gpu: cannot tell local rank " + std::to_string(r) + "'s GPU (" + why +
+            "); use core or numa");
+        return 2;
+      }
+      const std::string path = "/sys/bus/pci/devices/" + bus + "/numa_node";
+      std::ifstream file(path);
+      int number = -1;
+      file >> number;
+      if (!file || number < 0 || static_cast<std::size_t>(number) >= nodes.size()) {
+        std::string why_not = "--cpu-bind gpu: the GPU at " + bus;
+        why_not += " names no NUMA node (" + path + "); use core or numa";
+        say(why_not);
+        return 2;
+      }
+      node = static_cast<std::size_t>(number);
+    }
+    if (nodes[node].empty()) {
+      say("--cpu-bind " + mode + ": NUMA node " + std::to_string(node) +
+          " has none of the CPUs this process may use");
+      return 2;
+    }
+    options.cpus.push_back(nodes[node]);
+  }
+  return std::nullopt;
+}
+
 // --log-dir, --redirects, --tee and --local-ranks-filter, resolved per local rank.
 std::optional<int> resolve_logs(Options& options) {
   const int n = options.nproc_per_node;
@@ -913,6 +1047,9 @@ std::optional<int> check_options(const CLI::App& app, Options& options) {
     return refused;
   }
   if (auto refused = resolve_logs(options)) {
+    return refused;
+  }
+  if (auto refused = resolve_cpu_bind(options)) {
     return refused;
   }
   if (options.node_rank < 0) {

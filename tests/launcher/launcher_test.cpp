@@ -379,6 +379,46 @@ TEST(Launcher, RedirectedOutputOfAFailedProcessIsShownByTheLauncher) {
   (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
 }
 
+// --cpu-bind: the mask each process gets. core: local rank r on the r-th usable CPU (wrapping);
+// numa: the CPUs of NUMA node r mod nodes (one node here: all of them); gpu without a GPU and an
+// unknown mode refused. (A machine with several NUMA nodes or a GPU was not available to test the
+// other cases.)
+TEST(Launcher, CpuBindGivesEachProcessItsCpus) {
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) {
+      cpus.push_back(cpu);
+    }
+  }
+  const int n = static_cast<int>(cpus.size()) + 1;  // one more than CPUs: the last wraps
+  auto core =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", std::to_string(n), "--cpu-bind", "core", "sh",
+           "-c", "echo \"$LOCAL_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)\""});
+  EXPECT_EQ(core.code(), 0) << core.err;
+  for (int r = 0; r < n; ++r) {
+    const int cpu = cpus[static_cast<std::size_t>(r) % cpus.size()];
+    EXPECT_EQ(count(core.out, std::to_string(r) + " " + std::to_string(cpu) + "\n"), 1) << core.out;
+  }
+  auto numa = run(
+      {tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--cpu-bind", "numa", "--dry-run", "true"});
+  if (numa.code() == 0) {
+    EXPECT_EQ(count(numa.out, " on CPUs "), 2) << numa.out;
+  } else {
+    EXPECT_TRUE(contains(numa.err, "shows no NUMA nodes")) << numa.err;
+  }
+  auto gpu = run({tool("LOCKSTEP_RUN"), "--cpu-bind", "gpu", "true"});
+  if (gpu.code() != 0) {
+    EXPECT_TRUE(contains(gpu.err, "--cpu-bind gpu: cannot tell local rank 0's GPU (")) << gpu.err;
+  }
+  auto bad = run({tool("LOCKSTEP_RUN"), "--cpu-bind", "socket", "true"});
+  EXPECT_EQ(bad.code(), 2);
+  EXPECT_TRUE(contains(bad.err, "--cpu-bind socket: not one of none, core, numa, gpu")) << bad.err;
+  auto none = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--dry-run", "true"});
+  EXPECT_EQ(count(none.out, " on CPUs "), 0) << none.out;
+}
+
 // --dry-run prints each rank's environment and command, shell-quoted, and starts nothing.
 TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
   const std::string marker = "/tmp/lockstep-dry-run-" + std::to_string(::getpid());

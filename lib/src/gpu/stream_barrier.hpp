@@ -56,5 +56,8 @@ int visible_device(int local_index) noexcept;
 // How many CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies); 0 with `why` saying
 // why when none (no driver, no device, a build without CUDA).
 int visible_device_count(std::string& why);
+// The PCI bus id of visible device `device` ("0000:3b:00.0", lower case, as sysfs names it);
+// empty with `why` when it cannot be told.
+std::string device_pci_bus_id(int device, std::string& why);
 
 }  // namespace lockstep::detail

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -242,6 +243,19 @@ int visible_device_count(std::string& why) {
     why = "CUDA reports no device";
   }
   return count;
+}
+
+std::string device_pci_bus_id(int device, std::string& why) {
+  char id[64] = {};
+  if (cudaError_t status = cudaDeviceGetPCIBusId(id, sizeof id, device); status != cudaSuccess) {
+    why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+    return "";
+  }
+  std::string text(id);
+  for (char& c : text) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return text;
 }
 
 }  // namespace lockstep::detail

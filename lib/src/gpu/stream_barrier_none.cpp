@@ -20,4 +20,9 @@ int visible_device_count(std::string& why) {
   return 0;
 }
 
+std::string device_pci_bus_id(int /*device*/, std::string& why) {
+  why = "this build of lockstep has no CUDA support";
+  return "";
+}
+
 }  // namespace lockstep::detail

@@ -69,6 +69,8 @@ struct Options {
 
 // How many of a failed process's last lines the launcher repeats when they went to a file only.
 constexpr std::size_t kTailLines = 10;
+// When the launcher names the processes that have not joined the job yet (once).
+constexpr auto kJoinNotice = std::chrono::seconds(5);
 
 // A child's stdout or stderr, when the launcher relays it (tagging, logs, filtering) rather than
 // letting the child write to the launcher's own.
@@ -247,6 +249,9 @@ class Launcher {
   void report_tail(Child& child);
   [[nodiscard]] std::string log_path(int rank, int stream) const;
   void open_log_dir();
+  // After kJoinNotice: one line naming this node's running processes that have not joined yet
+  // (when some have: a job that uses lockstep, stuck at start-up).
+  void report_joining();
   void stop_all(int sig);
   // Stops the job: `sig` to every rank now, SIGKILL after the grace period; the launcher will
   // exit with `exit_code`.
@@ -258,6 +263,7 @@ class Launcher {
   std::string launch_id_;  // LOCKSTEP_LAUNCH_ID: this launch, apart from any other with its job id
   std::vector<Child> children_;
   std::optional<Clock::time_point> kill_at_;
+  std::optional<Clock::time_point> join_notice_at_;
   std::optional<int> exit_code_;
   bool set_omp_threads_ = false;  // OMP_NUM_THREADS=1 for each rank (see prepare)
   std::string log_dir_;           // this run's log folder (--log-dir), or empty
@@ -608,6 +614,7 @@ int Launcher::run() {
   }
 
   children_.resize(static_cast<std::size_t>(options_.nproc_per_node));
+  join_notice_at_ = Clock::now() + kJoinNotice;
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     start(local, old_mask);
   }
@@ -640,9 +647,12 @@ void Launcher::supervise(int signals) {
       }
     }
     int timeout_ms = -1;
-    if (kill_at_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at_ - Clock::now());
-      timeout_ms = static_cast<int>(std::max<long long>(0, left.count()));
+    for (const auto& at : {kill_at_, join_notice_at_}) {
+      if (at) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*at - Clock::now());
+        const int ms = static_cast<int>(std::max<long long>(0, left.count()));
+        timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+      }
     }
     if (!any_running() && timeout_ms < 0) {
       timeout_ms = 1000;  // children gone, grandchildren may hold the pipes: do not wait for ever
@@ -663,6 +673,10 @@ void Launcher::supervise(int signals) {
       forward_signals(signals);
     }
     reap();
+    if (join_notice_at_ && Clock::now() >= *join_notice_at_) {
+      join_notice_at_.reset();
+      report_joining();
+    }
     if (kill_at_ && Clock::now() >= *kill_at_ && any_running()) {
       say("grace period of " + CLI::detail::to_string(options_.grace_period) +
           " s over; killing the remaining ranks");
@@ -676,6 +690,31 @@ void Launcher::supervise(int signals) {
         pump(stream, child.rank, true);
       }
     }
+  }
+}
+
+void Launcher::report_joining() {
+  if (exit_code_) {
+    return;  // the job is being stopped
+  }
+  auto joined = lockstep::detail::joined_job_ranks(identity_, options_.node_rank);
+  if (!joined) {
+    return;  // no process has reached lockstep yet (or the program does not use it)
+  }
+  std::string missing;
+  int count = 0;
+  for (const Child& child : children_) {
+    if (child.running && std::find(joined->begin(), joined->end(), child.rank) == joined->end()) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(child.rank);
+      ++count;
+    }
+  }
+  if (count > 0) {
+    say("after " + std::to_string(kJoinNotice.count()) + " s, rank" + (count == 1 ? " " : "s ") +
+        missing + " of this node " + (count == 1 ? "has" : "have") +
+        " not joined the job yet (still starting, or stuck before its first lockstep::State); "
+        "the others wait for " +
+        (count == 1 ? "it" : "them") + " up to LOCKSTEP_JOIN_TIMEOUT (default 300 s)");
   }
 }
 

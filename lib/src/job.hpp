@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,9 @@ std::size_t max_job_identity();
 // Removes node `node_index`'s segment of the job `job_id` if none of its processes runs (a job
 // killed before it could leave). Returns true when it removed it.
 bool remove_abandoned_job(const std::string& job_id, int node_index);
+// The ranks that have joined node `node_index`'s segment of the job `job_id` (a hint, for the
+// launcher's start-up message); empty when the segment does not exist (yet).
+std::optional<std::vector<int>> joined_job_ranks(const std::string& job_id, int node_index);
 // Removes this user's abandoned segments (see sweep_abandoned_segments in shm/segment.hpp);
 // returns their paths.
 std::vector<std::string> remove_abandoned_jobs(bool other_versions);

@@ -1,4 +1,4 @@
-// The launcher's clean-up entry points (job.hpp), over the node segment's.
+// The launcher's entry points into the node segment (job.hpp): clean-up, and who has joined.
 #include "job.hpp"
 #include "shm/segment.hpp"
 
@@ -6,6 +6,10 @@ namespace lockstep::detail {
 
 bool remove_abandoned_job(const std::string& job_id, int node_index) {
   return remove_abandoned_segment(segment_name(job_identity(job_id), node_index));
+}
+
+std::optional<std::vector<int>> joined_job_ranks(const std::string& job_id, int node_index) {
+  return joined_ranks(segment_name(job_identity(job_id), node_index));
 }
 
 std::vector<std::string> remove_abandoned_jobs(bool other_versions) {

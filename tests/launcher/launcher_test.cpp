@@ -419,6 +419,23 @@ TEST(Launcher, CpuBindGivesEachProcessItsCpus) {
   EXPECT_EQ(count(none.out, " on CPUs "), 0) << none.out;
 }
 
+// A process that has not joined after 5 s is named, once; a job that joins at once hears
+// nothing.
+TEST(Launcher, NamesTheProcessesNotJoinedAfterFiveSeconds) {
+  auto late = run(
+      {tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", tool("LOCKSTEP_WORKER"), "late", "2", "7"});
+  EXPECT_EQ(late.code(), 0) << late.err;
+  EXPECT_EQ(count(late.err,
+                  "lockstep-run: after 5 s, rank 2 of this node has not joined the job "
+                  "yet (still starting, or stuck before its first lockstep::State)"),
+            1)
+      << late.err;
+  auto quick = run(
+      {tool("LOCKSTEP_RUN"), "--nproc-per-node", "3", tool("LOCKSTEP_WORKER"), "late", "2", "0"});
+  EXPECT_EQ(quick.code(), 0) << quick.err;
+  EXPECT_EQ(count(quick.err, "not joined"), 0) << quick.err;
+}
+
 // --dry-run prints each rank's environment and command, shell-quoted, and starts nothing.
 TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
   const std::string marker = "/tmp/lockstep-dry-run-" + std::to_string(::getpid());

@@ -13,10 +13,16 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "ok";
   int chosen = argc > 2 ? std::atoi(argv[2]) : 0;
   int code = argc > 3 ? std::atoi(argv[3]) : 1;
+  if (mode == "late") {  // rank `chosen` (by RANK) joins `code` seconds after the others
+    const char* rank = std::getenv("RANK");  // NOLINT(concurrency-mt-unsafe): one thread
+    if (rank != nullptr && std::atoi(rank) == chosen) {
+      std::this_thread::sleep_for(std::chrono::seconds(code));
+    }
+  }
   lockstep::State state;
   state.wait_for_everyone();
   const int rank = state.process_index();
-  if (mode == "ok") {
+  if (mode == "ok" || mode == "late") {
     return 0;
   }
   if (mode == "print") {

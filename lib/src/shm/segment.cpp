@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/interprocess/exceptions.hpp>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -323,6 +325,36 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions) {
       break;
   }
   return bip::shared_memory_object::remove(name.c_str());
+}
+
+std::optional<std::vector<int>> joined_ranks(const std::string& name) {
+  const int fd = ::open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return std::nullopt;
+  }
+  struct stat st {};
+  Prefix prefix;
+  std::optional<std::vector<int>> ranks;
+  if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 0077) == 0 &&
+      peek(fd, static_cast<std::size_t>(st.st_size), prefix) == Peek::ours) {
+    ranks.emplace();
+    for (std::uint32_t i = 0; i < prefix.num_slots; ++i) {
+      alignas(Slot) std::array<unsigned char, sizeof(Slot)> bytes{};
+      const auto at = static_cast<off_t>(sizeof(SegmentHeader) + i * sizeof(Slot));
+      if (::pread(fd, bytes.data(), bytes.size(), at) != static_cast<ssize_t>(bytes.size())) {
+        break;
+      }
+      std::uint32_t status = 0;
+      std::int32_t rank = -1;
+      std::memcpy(&status, bytes.data() + offsetof(Slot, status), sizeof status);
+      std::memcpy(&rank, bytes.data() + offsetof(Slot, rank), sizeof rank);
+      if (status != static_cast<std::uint32_t>(SlotStatus::empty)) {
+        ranks->push_back(rank);
+      }
+    }
+  }
+  ::close(fd);
+  return ranks;
 }
 
 std::vector<std::string> sweep_abandoned_segments(bool other_versions) {

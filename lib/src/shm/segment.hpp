@@ -35,6 +35,11 @@ std::string segment_name(const std::string& identity, int node_index);
 // the segment.
 bool remove_abandoned_segment(const std::string& name, bool other_versions = false);
 
+// The ranks of the processes that have joined segment `name` (and may have left it since), read
+// with pread (no mapping, no lock: a hint); empty when there is no such segment of this user and
+// this layout.
+std::optional<std::vector<int>> joined_ranks(const std::string& name);
+
 // remove_abandoned_segment() for each of this user's lockstep segments in /dev/shm (at most 256
 // looked at); returns the names removed. Every lockstep-run and every process's first State
 // sweep, so that killed jobs (a launcher killed with SIGKILL) leave nothing behind for long.

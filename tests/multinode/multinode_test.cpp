@@ -374,20 +374,32 @@ TEST_P(MultiNode, ALateNodeNeverPassesAnEpisodeTheOthersTimedOutOn) {
 TEST_P(MultiNode, CraftedBytesAtTheMasterPortNeverHurtTheJob) {
   start(0, 2, 2, {"rounds", shared_.string(), "100"});
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Node 0 listens once its processes have started (slow under a sanitizer on a busy machine):
+  // each connection is tried again until it is taken, for up to 30 s.
   auto open_connection = [&] {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<std::uint16_t>(port_));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    return fd;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        return fd;
+      }
+      ::close(fd);
+      if (std::chrono::steady_clock::now() > until) {
+        ADD_FAILURE() << "node 0 did not listen on port " << port_ << " within 30 s";
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   };
   std::vector<int> fds;
   std::vector<unsigned char> packet(16, 0x00);
   std::fill(packet.begin(), packet.begin() + 8, 0xff);
   fds.push_back(open_connection());
-  EXPECT_EQ(::write(fds.back(), packet.data(), packet.size()), 16);
+  EXPECT_EQ(::send(fds.back(), packet.data(), packet.size(), MSG_NOSIGNAL), 16);
   std::mt19937 random(12);
   for (int i = 0; i < 8; ++i) {
     std::vector<unsigned char> junk(1 + random() % 4096);
@@ -395,12 +407,12 @@ TEST_P(MultiNode, CraftedBytesAtTheMasterPortNeverHurtTheJob) {
       byte = static_cast<unsigned char>(random());
     }
     fds.push_back(open_connection());
-    (void)::write(fds.back(), junk.data(), junk.size());
+    (void)::send(fds.back(), junk.data(), junk.size(), MSG_NOSIGNAL);
   }
   // A frame that promises 100 bytes and sends 3, then a valid length with a foreign message.
   fds.push_back(open_connection());
   const unsigned char half[] = {100, 0, 0, 0, 1, 2, 3};
-  EXPECT_EQ(::write(fds.back(), half, sizeof half), 7);
+  EXPECT_EQ(::send(fds.back(), half, sizeof half, MSG_NOSIGNAL), 7);
   for (int i = 0; i < 100; ++i) {
     fds.push_back(open_connection());  // idle
   }

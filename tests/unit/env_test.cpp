@@ -429,4 +429,3 @@ TEST(SplitRange, EverySizeAndProcessCount) {
   EXPECT_THROW((void)lockstep::split_range(5, 3, 3), lockstep::ConfigError);
   EXPECT_THROW((void)lockstep::split_range(5, 3, -1), lockstep::ConfigError);
 }
-

@@ -2,8 +2,10 @@
 // this one): lockstep's C++ API needs C++20. From C, or C++ of any standard, use lockstep.h.
 #pragma once
 
+// Below C++20: compile with -std=c++20 (CMake: link lockstep::lockstep, which requires
+// cxx_std_20; Meson: default_options: ['cpp_std=c++20']), or include lockstep.h instead.
 #if !defined(__cplusplus) || __cplusplus < 202002L
-#error "lockstep's C++ headers need C++20: compile with -std=c++20 (CMake: target_link_libraries with lockstep::lockstep, or target_compile_features(app PRIVATE cxx_std_20); Meson: default_options: ['cpp_std=c++20']). From C or older C++, include <lockstep/lockstep.h>."
+#error "lockstep's C++ headers need C++20 (-std=c++20); from C or older C++, use lockstep.h"
 #endif
 
 #if defined(LOCKSTEP_BUILDING) || defined(LOCKSTEP_STATIC)

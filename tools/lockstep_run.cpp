@@ -187,6 +187,18 @@ std::string random_job_id() {
   return out;
 }
 
+// `text` cut at each `separator`, every piece kept (empty ones too).
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> pieces;
+  std::size_t start = 0;
+  for (std::size_t end = text.find(separator); end != std::string::npos;
+       start = end + 1, end = text.find(separator, start)) {
+    pieces.push_back(text.substr(start, end - start));
+  }
+  pieces.push_back(text.substr(start));
+  return pieces;
+}
+
 // Whether `program` can be executed as execvp would find it; the reason when not.
 std::optional<std::string> cannot_execute(const std::string& program) {
   auto check = [](const std::string& path) -> std::optional<std::string> {
@@ -207,19 +219,12 @@ std::optional<std::string> cannot_execute(const std::string& program) {
   }
   const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe)
   std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    auto end = dirs.find(':', start);
-    std::string dir =
-        dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  for (const std::string& dir : split(dirs, ':')) {
     if (!check((dir.empty() ? "." : dir) + "/" + program)) {
       return std::nullopt;
     }
-    if (end == std::string::npos) {
-      break;
-    }
-    start = end + 1;
   }
+
   return std::string("not found in PATH");
 }
 
@@ -886,10 +891,7 @@ std::optional<std::vector<int>> stream_spec(const std::string& flag, const std::
     std::fill(out.begin(), out.end(), *all);
     return out;
   }
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (const std::string& item : split(text, ',')) {
     const std::size_t colon = item.find(':');
     auto rank =
         colon == std::string::npos ? std::nullopt : number_in(item.substr(0, colon), 0, nproc - 1);
@@ -904,7 +906,6 @@ std::optional<std::vector<int>> stream_spec(const std::string& flag, const std::
       return std::nullopt;
     }
     out[static_cast<std::size_t>(*rank)] = *value;
-    start = comma + 1;
   }
   return out;
 }
@@ -1042,18 +1043,14 @@ std::optional<int> resolve_logs(Options& options) {
   }
   if (!options.local_ranks_filter_text.empty()) {
     options.shown.assign(static_cast<std::size_t>(n), false);
-    std::size_t start = 0;
-    while (start <= options.local_ranks_filter_text.size()) {
-      const std::size_t comma = std::min(options.local_ranks_filter_text.find(',', start),
-                                         options.local_ranks_filter_text.size());
-      auto rank = number_in(options.local_ranks_filter_text.substr(start, comma - start), 0, n - 1);
+    for (const std::string& item : split(options.local_ranks_filter_text, ',')) {
+      auto rank = number_in(item, 0, n - 1);
       if (!rank) {
         say("--local-ranks-filter " + options.local_ranks_filter_text +
             ": not a list of local ranks from 0 to " + std::to_string(n - 1) + " such as 0,2");
         return 2;
       }
       options.shown[static_cast<std::size_t>(*rank)] = true;
-      start = comma + 1;
     }
   }
   return std::nullopt;

@@ -27,7 +27,8 @@
 #include <vector>
 
 #include "env.hpp"
-#include "gpu/stream_barrier.hpp"  // visible_device_count
+#include "gpu/devices.hpp"  // visible_device_count
+#include "text.hpp"           // parse_integer
 #include "job.hpp"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"

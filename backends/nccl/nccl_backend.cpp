@@ -1,5 +1,4 @@
 // The NCCL backend: the node leaders' barrier as a one-element all-reduce on the GPU.
-#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <sched.h>
@@ -13,7 +12,8 @@
 
 #include "backend.hpp"
 #include "dl.hpp"
-#include "gpu/stream_barrier.hpp"  // visible_device
+#include "gpu/cuda_driver.hpp"
+#include "gpu/devices.hpp"  // visible_device
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -72,13 +72,6 @@ Nccl load_nccl() {
   return nccl;
 }
 
-void check_cuda(cudaError_t status, const std::string& what, const char* call) {
-  if (status != cudaSuccess) {
-    throw Error(what + ": " + call + " failed: " + cudaGetErrorName(status) + " (" +
-                cudaGetErrorString(status) + ")");
-  }
-}
-
 class NcclBackend final : public Backend {
  public:
   NcclBackend(const LeaderConfig& config, std::unique_ptr<Bootstrap> bootstrap);
@@ -107,8 +100,9 @@ class NcclBackend final : public Backend {
   std::unique_ptr<Bootstrap> bootstrap_;
   Nccl nccl_;
   ncclComm_t comm_ = nullptr;  // null once aborted
-  cudaStream_t stream_ = nullptr;
-  int* buffer_ = nullptr;
+  const cuda::Driver* cuda_ = nullptr;
+  CUstream stream_ = nullptr;
+  int* buffer_ = nullptr;  // one int in device memory
 };
 
 NcclBackend::NcclBackend(const LeaderConfig& config, std::unique_ptr<Bootstrap> bootstrap)
@@ -130,16 +124,25 @@ void NcclBackend::set_up(const char* what) {
   nccl_ = load_nccl();
   const int device = visible_device(0);
   if (device < 0) {
-    int count = 0;
-    cudaError_t status = cudaGetDeviceCount(&count);
+    std::string why;
+    (void)visible_device_count(why);
     throw ConfigError(std::string(what) + ": node " + std::to_string(config.job.node_index) +
-                      " has no CUDA device (" + cudaGetErrorName(status) +
+                      " has no CUDA device (" + why +
                       "): the NCCL backend needs one GPU per node's main process");
   }
-  check_cuda(cudaSetDevice(device), what, "cudaSetDevice");
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), what,
-             "cudaStreamCreateWithFlags");
-  check_cuda(cudaMalloc(reinterpret_cast<void**>(&buffer_), sizeof(int)), what, "cudaMalloc");
+  // What cudaSetDevice does: the device's primary context, current on this thread.
+  cuda_ = &cuda::driver(what);
+  CUdevice handle = 0;
+  CUcontext context = nullptr;
+  cuda::check(*cuda_, cuda_->device_get(&handle, device), what, "cuDeviceGet");
+  cuda::check(*cuda_, cuda_->device_primary_ctx_retain(&context, handle), what,
+              "cuDevicePrimaryCtxRetain");
+  cuda::check(*cuda_, cuda_->ctx_set_current(context), what, "cuCtxSetCurrent");
+  cuda::check(*cuda_, cuda_->stream_create(&stream_, CU_STREAM_NON_BLOCKING), what,
+              "cuStreamCreate");
+  CUdeviceptr buffer = 0;
+  cuda::check(*cuda_, cuda_->mem_alloc(&buffer, sizeof(int)), what, "cuMemAlloc");
+  buffer_ = reinterpret_cast<int*>(buffer);
 
   ncclUniqueId id{};
   if (config.job.node_index == 0) {
@@ -256,15 +259,15 @@ void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char*
                            " (" + nccl_.last_error(comm_) + ")"},
                what);
         }
-        cudaError_t status = cudaStreamQuery(stream_);
-        if (status != cudaSuccess && status != cudaErrorNotReady) {
+        const CUresult status = cuda_->stream_query(stream_);
+        if (status != CUDA_SUCCESS && status != CUDA_ERROR_NOT_READY) {
           fail(Failure{FailureKind::error,
                        -1,
                        {},
-                       std::string("the NCCL stream failed: ") + cudaGetErrorString(status)},
+                       "the NCCL stream failed: " + cuda::describe(*cuda_, status)},
                what);
         }
-        return state == ncclSuccess && status == cudaSuccess;
+        return state == ncclSuccess && status == CUDA_SUCCESS;
       },
       deadline, what, "in the NCCL all-reduce");
 }

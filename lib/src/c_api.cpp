@@ -133,6 +133,27 @@ lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void
   return guarded([&] { state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream)); });
 }
 
+lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state, void* cuda_stream,
+                                                        int64_t timeout_ms) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_wait_for_everyone_on_stream_for: state is null");
+  }
+  if (timeout_ms < 0) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, ("lockstep_wait_for_everyone_on_stream_for: timeout_ms " +
+                                            std::to_string(timeout_ms) + " is negative")
+                                               .c_str());
+  }
+  return guarded([&] {
+    state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),
+                                   std::chrono::milliseconds(timeout_ms));
+  });
+}
+
+int lockstep_gpu_barrier_released(const lockstep_state* state) {
+  return state != nullptr && state->state.gpu_barrier_released() ? 1 : 0;
+}
+
 int lockstep_device(const lockstep_state* state) {
   return state == nullptr ? -1 : state->state.device();
 }

@@ -208,8 +208,14 @@ bool Context::leave() noexcept {
     }
     return false;
   }
-  // The GPU barrier's destructor makes no CUDA call (at exit the runtime may be gone): its
-  // events go with the process.
+  // The GPU barrier's destructor stops its watchdog and makes no CUDA call (at exit the driver
+  // may be gone): its events and registration go with the process. A forked child's copy
+  // refers to its parent's thread and CUDA objects: it is forgotten, untouched.
+  published_stream_barrier_.store(nullptr, std::memory_order_release);
+  if (stream_barrier_ && ::getpid() != owner_) {
+    stream_barrier_->abandon();
+    (void)stream_barrier_.release();  // NOLINT(bugprone-unused-return-value): see abandon()
+  }
   stream_barrier_.reset();
   barrier_.reset();
   if (::getpid() == owner_) {
@@ -300,23 +306,45 @@ void Context::check_intact(const char* what) {
   }
 }
 
-void Context::wait_stream(CUstream_st* stream, const char* what) {
+void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                          const char* what) {
   check_usable(what);
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }
+  if (barrier_) {
+    barrier_->check_intact(what);  // a lost peer, a released stream barrier: the job is broken
+  }
   if (!stream_barrier_) {
     stream_barrier_ = make_stream_barrier(segment_.get(), config_);
+    // Release: a thread that asks stream_released() sees the barrier made.
+    published_stream_barrier_.store(stream_barrier_.get(), std::memory_order_release);
+  }
+  // A timeout beyond a century is no deadline.
+  if (timeout && *timeout >= std::chrono::hours(24 * 365 * 100)) {
+    timeout.reset();
   }
   stream_barrier_->wait(
-      stream,
-      [&] {
+      stream, timeout,
+      [&](std::optional<std::chrono::steady_clock::time_point> deadline) {
         if (barrier_) {
-          barrier_->arrive_and_wait(std::nullopt, what);
+          barrier_->arrive_and_wait(deadline, what);
         }
       },
       what);
+}
+
+bool Context::stream_released() const noexcept {
+  // Acquire: pairs with wait_stream's release.
+  const StreamBarrier* barrier = published_stream_barrier_.load(std::memory_order_acquire);
+  return barrier != nullptr && barrier->released();
+}
+
+const volatile std::uint32_t* Context::stream_release_word() const noexcept {
+  // Acquire: pairs with wait_stream's release.
+  const StreamBarrier* barrier = published_stream_barrier_.load(std::memory_order_acquire);
+  return barrier != nullptr ? barrier->release_word() : nullptr;
 }
 
 void Context::defer(std::exception_ptr error) noexcept {

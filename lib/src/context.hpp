@@ -35,8 +35,13 @@ class Context {
 
   // The job-wide barrier; `what` names the caller in messages.
   void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
-  // The stream-ordered barrier (see gpu/stream_barrier.hpp).
-  void wait_stream(CUstream_st* stream, const char* what);
+  // The stream-ordered barrier (see gpu/stream_barrier.hpp); `timeout`: State's rule.
+  void wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                   const char* what);
+  // Whether a failure released this node's GPU streams (StreamBarrier::released); any thread.
+  [[nodiscard]] bool stream_released() const noexcept;
+  // StreamBarrier::release_word(), or null before the first stream barrier.
+  [[nodiscard]] const volatile std::uint32_t* stream_release_word() const noexcept;
   // Throws what wait() would throw before it arrives: this handle is unusable here, or the job
   // is broken (a peer lost, a cross-node failure).
   void check_intact(const char* what);
@@ -65,6 +70,7 @@ class Context {
   std::unique_ptr<Leaders> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
+  std::atomic<StreamBarrier*> published_stream_barrier_{nullptr};  // for other threads' queries
   std::atomic<bool> busy_{false};                  // a thread waits in a barrier (see BusyGuard)
   std::atomic<bool> left_{false};                  // the process left the job (it exits)
   std::atomic<bool> has_deferred_{false};

@@ -463,10 +463,10 @@ void read_options(const EnvLookup& env, JobConfig& config) {
     config.log_level = *debug.value == "1" ? LogLevel::info : LogLevel::off;
   }
   if (auto mode = lookup(env, "LOCKSTEP_GPU_BARRIER"); mode.present()) {
-    if (*mode.value != "events" && *mode.value != "memops") {
-      bad(mode, "is not one of events, memops");
+    if (*mode.value != "flags" && *mode.value != "events" && *mode.value != "memops") {
+      bad(mode, "is not one of flags, events (or 0.2's memops, now flags)");
     }
-    config.gpu_barrier = *mode.value;
+    config.gpu_barrier = *mode.value == "memops" ? "flags" : *mode.value;
   }
 }
 

@@ -44,8 +44,9 @@ struct JobConfig {
   std::string master_addr;
   int master_port = 0;
   std::string backend;
-  // LOCKSTEP_GPU_BARRIER: "events" (the default) or "memops" (see gpu/stream_barrier.hpp).
-  std::string gpu_barrier = "events";
+  // LOCKSTEP_GPU_BARRIER: "flags" (the default; on one node) or "events" (see
+  // gpu/stream_barrier.hpp); 0.2's "memops" is read as "flags". Across nodes: events.
+  std::string gpu_barrier = "flags";
   // LOCKSTEP_LOG (or LOCKSTEP_DEBUG=1): what the process says about itself (log.hpp).
   LogLevel log_level = LogLevel::off;
   // The variables the job's shape was read from, "NAME=value ..." (for the log).

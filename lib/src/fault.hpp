@@ -12,6 +12,7 @@
 //   leave.marked     leaving: slot marked left, before the last one out removes the segment
 //   lead.local       a multi-node leader: its node arrived, before meeting the other leaders
 //   lead.met         a multi-node leader: the other leaders met, before releasing its node
+//   gpu.releasing    a GPU watchdog releasing the streams: after raising one process's flag
 #pragma once
 
 #include <atomic>

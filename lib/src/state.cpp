@@ -5,6 +5,7 @@
 #include <string>
 
 #include "context.hpp"
+#include "gpu/devices.hpp"
 
 namespace lockstep {
 
@@ -70,7 +71,23 @@ void State::wait_for_everyone(std::chrono::milliseconds timeout) {
 }
 
 void State::wait_for_everyone(CUstream_st* stream) {
-  context_->wait_stream(stream, "wait_for_everyone(stream)");
+  context_->wait_stream(stream, std::nullopt, "wait_for_everyone(stream)");
+}
+
+void State::wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout) {
+  std::string what = "wait_for_everyone(stream, " + std::to_string(timeout.count()) + " ms)";
+  if (timeout.count() < 0) {
+    throw ConfigError("lockstep: " + what + ": the timeout is negative");
+  }
+  context_->wait_stream(stream, timeout, what.c_str());
+}
+
+bool State::gpu_barrier_released() const noexcept {
+  return context_->stream_released();
+}
+
+const volatile std::uint32_t* State::gpu_release_word() const noexcept {
+  return context_->stream_release_word();
 }
 
 int State::device() const {

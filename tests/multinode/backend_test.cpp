@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "gpu/stream_barrier.hpp"
+#include "gpu/devices.hpp"
 #include "lockstep/error.hpp"
 #include "ranks.hpp"
 

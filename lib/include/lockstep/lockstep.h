@@ -64,6 +64,14 @@ LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* st
  * (null: the legacy default stream). LOCKSTEP_CONFIG_ERROR when lockstep was built without CUDA. */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state,
                                                                     void* cuda_stream);
+/* As above, with State::wait_for_everyone(stream, timeout)'s rule: when this process's stream has
+ * not passed the barrier `timeout_ms` after the call, the node's streams are released and every
+ * later call returns LOCKSTEP_TIMEOUT; negative: LOCKSTEP_INVALID_ARGUMENT. */
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state,
+                                                                        void* cuda_stream,
+                                                                        int64_t timeout_ms);
+/* 1 when a failure released this node's GPU streams (State::gpu_barrier_released()), else 0. */
+LOCKSTEP_C_API int lockstep_gpu_barrier_released(const lockstep_state* state);
 /* The CUDA device this process should use (State::device()); -1 without one. */
 LOCKSTEP_C_API int lockstep_device(const lockstep_state* state);
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -171,10 +172,29 @@ class LOCKSTEP_API State {
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling
   // thread does not wait for the GPU (on one node; across nodes each process first waits for its
-  // own stream). `stream` must belong to the current device, and every process must call this
-  // form at the same point. Throws ConfigError when lockstep was built without CUDA, Error on a
-  // CUDA failure, and what wait_for_everyone() throws.
+  // own stream). `stream` must belong to the current device (cudaSetDevice first), and every
+  // process must call this form at the same point. On one node (LOCKSTEP_GPU_BARRIER=flags, the
+  // default there) the call only enqueues: each stream writes a flag in host memory and waits for
+  // its peers' flags. A watchdog thread in each process (started by the first call) releases
+  // every waiting stream within about 20 ms when a process of the node dies or leaves; the
+  // streams then run on without the lost process's work, and every later lockstep call in every
+  // process throws PeerLostError naming it (gpu_barrier_released() says so without throwing).
+  // Throws ConfigError when lockstep was built without CUDA or finds no driver, Error on a CUDA
+  // failure, and what wait_for_everyone() throws.
   void wait_for_everyone(CUstream_st* stream);
+  // As above; when this process's stream has not passed this barrier `timeout` after the call
+  // (flags mode: because another process's stream had not arrived), every stream of the node is
+  // released and every later call in every process throws TimeoutError naming the processes
+  // whose streams had not arrived. Events mode: the host meet times out as
+  // wait_for_everyone(timeout) does. Negative: ConfigError; beyond a century: no timeout.
+  void wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout);
+  // Whether a failure (a lost process, a stream barrier's timeout) released this node's GPU
+  // streams: their barriers passed without the missing work. Never blocks or throws; any thread.
+  [[nodiscard]] bool gpu_barrier_released() const noexcept;
+  // The device address of a 32-bit word that turns nonzero when gpu_barrier_released() does,
+  // for kernels that want to stop early; null before the first stream barrier, and in events
+  // mode.
+  [[nodiscard]] const volatile std::uint32_t* gpu_release_word() const noexcept;
 
   // The CUDA device this process should use: its local process index modulo the devices CUDA
   // shows it (CUDA_VISIBLE_DEVICES applies); -1 without a device or CUDA support. Call

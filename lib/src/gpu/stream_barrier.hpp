@@ -1,63 +1,76 @@
 // The stream-ordered barrier: State::wait_for_everyone(cudaStream_t) (internal).
 #pragma once
 
-#include <string>
-
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "env.hpp"
 #include "shm/segment.hpp"
 
-struct CUstream_st;  // CUDA's stream (cudaStream_t is CUstream_st*)
+struct CUstream_st;  // CUDA's stream (cudaStream_t and CUstream are CUstream_st*)
 
 namespace lockstep::detail {
 
-// Orders GPU work across the node's processes without making the host wait for the GPU.
+class StreamOps;
+
+// Orders GPU work across the node's processes. Two modes (LOCKSTEP_GPU_BARRIER):
 //
-// Each process creates kGpuRing interprocess events on its current device and publishes their
-// handles in its GpuSlot of the node segment; the first call (collective, like every call) also
-// opens every peer's. A call records this process's next event on the stream, meets the others
-// on the host barrier (`meet`), then makes the stream wait on every peer's event of the same
-// episode. A peer can be at most one episode ahead of this process's waits (it cannot pass the
-// next host barrier without this process), so with a ring of 4 an event is never re-recorded
-// before every peer has enqueued its wait on the earlier record (which cudaStreamWaitEvent
-// captures when called).
+// flags (the default on one node; gpu/flag_barrier.hpp): no host rendezvous and no CPU wait.
+// Each process's stream writes its episode number to its own flag in host memory that every
+// GPU maps, and waits for its peers' flags; a watchdog thread per process releases every stream
+// when a peer dies or leaves, or a timed call's deadline passes, and the job then throws.
 //
-// With LOCKSTEP_GPU_BARRIER=memops (one node only), no host rendezvous at all: each process owns
-// a 64-bit flag in device memory, which its peers map through CUDA IPC; a call enqueues a write
-// of the episode number to its own flag (after the stream's earlier work) and a wait on every
-// peer's flag reaching it (cuStreamWriteValue64 / cuStreamWaitValue64, reached through
-// cudaGetDriverEntryPointByVersion). Not the default: nothing on the host watches a memops
-// barrier, so a peer that dies leaves the survivors' streams waiting for ever, where the events
-// barrier turns it into PeerLostError.
-//
-// Across nodes the other nodes' events cannot be waited on: there each process first waits for
-// its own stream's work (cudaEventSynchronize), then meets the job on the host. Ordering holds;
-// only the node's own processes are stream-ordered without the host waiting.
+// events (the default across nodes; gpu/stream_barrier_cuda.cpp): each call records an
+// interprocess event on the stream, meets the others on the host barrier, then makes the stream
+// wait on every peer's event of the same episode. Across nodes, where the other nodes' events
+// cannot be waited on, each process first waits for its own stream (cuEventSynchronize), then
+// meets the job on the host. Its hole: a peer that dies after the host meet but before its
+// stream reached its event leaves the survivors' streams waiting on an event whose exporter is
+// gone (CUDA does not say what then happens).
 class StreamBarrier {
  public:
+  // Runs the host barrier (all nodes) with an optional deadline.
+  using Meet = std::function<void(std::optional<std::chrono::steady_clock::time_point>)>;
+
   StreamBarrier() = default;
   virtual ~StreamBarrier() = default;
   StreamBarrier(const StreamBarrier&) = delete;
   StreamBarrier& operator=(const StreamBarrier&) = delete;
 
-  // `meet` runs the host barrier (all nodes); `what` names the call in errors.
-  virtual void wait(CUstream_st* stream, const std::function<void()>& meet, const char* what) = 0;
+  // One episode on `stream`; `timeout`: see State::wait_for_everyone(stream, timeout). `what`
+  // names the call in errors.
+  virtual void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                    const Meet& meet, const char* what) = 0;
+  // Whether a failure released this node's streams (their waits passed without the peers'
+  // work): never blocks, never throws.
+  [[nodiscard]] virtual bool released() const noexcept { return false; }
+  // The device address of a 32-bit word that turns nonzero when released() does (for kernels
+  // that poll it), or null in a mode without one.
+  [[nodiscard]] virtual const volatile std::uint32_t* release_word() const noexcept {
+    return nullptr;
+  }
+  // Called in a forked child: forget everything without touching it (threads, CUDA objects).
+  virtual void abandon() noexcept {}
 };
 
 // The barrier for this process (`segment` null in a job of one). Throws ConfigError when this
-// build has no CUDA support.
+// build has no CUDA support (unless the stream operations are overridden).
 std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config);
 
-// The device a local process should use: its local index modulo the devices CUDA shows it
-// (CUDA_VISIBLE_DEVICES applies); -1 when there is none, or this build has no CUDA support.
-int visible_device(int local_index) noexcept;
-// How many CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies); 0 with `why` saying
-// why when none (no driver, no device, a build without CUDA).
-int visible_device_count(std::string& why);
-// The PCI bus id of visible device `device` ("0000:3b:00.0", lower case, as sysfs names it);
-// empty with `why` when it cannot be told.
-std::string device_pci_bus_id(int device, std::string& why);
+// Tests: every later make_stream_barrier() of this process makes a flags-mode barrier whose
+// streams are driven by `make` (a fake GPU) instead of CUDA. Null restores CUDA.
+void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make);
+
+// "<what>: process 3 met this call with ...": a peer that set up another form or mode (its
+// GpuSlot::ready is `ready`).
+std::string peer_form_error(const char* what, int rank, std::uint32_t ready);
+
+// The CUDA barrier of mode config.gpu_barrier (stream_barrier_cuda.cpp), or ConfigError in a
+// build without CUDA (stream_barrier_none.cpp).
+std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,
+                                                        const JobConfig& config);
 
 }  // namespace lockstep::detail

@@ -1,84 +1,157 @@
-// The stream-ordered barrier over CUDA IPC events (see stream_barrier.hpp).
-#include <cuda.h>  // the driver's types only: its calls are reached through the runtime
-#include <cuda_runtime_api.h>
-
+// The stream barriers over the CUDA driver (see stream_barrier.hpp): flags mode's stream
+// operations, events mode, and a job of one.
 #include <array>
-#include <cctype>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "gpu/cuda_driver.hpp"
+#include "gpu/flag_barrier.hpp"
 #include "gpu/stream_barrier.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
 namespace {
 
-static_assert(sizeof(cudaIpcEventHandle_t) == kIpcHandle, "GpuSlot holds CUDA's handles");
+static_assert(sizeof(CUipcEventHandle) == kIpcHandle, "GpuSlot holds CUDA's handles");
 
-void check(cudaError_t status, const char* what, const char* call) {
-  if (status != cudaSuccess) {
-    throw Error(std::string(what) + ": " + call + " failed: " + cudaGetErrorName(status) + " (" +
-                cudaGetErrorString(status) + ")");
+constexpr std::uint32_t kEventsReady = 1;  // GpuSlot::ready: this process set events mode up
+// cuStreamBatchMemOp takes at most this many operations a call (CUDA documents 256).
+constexpr std::size_t kMaxBatch = 256;
+
+// Flags mode's streams: CUDA's stream memory operations on the registered GPU area.
+class CudaStreamOps final : public StreamOps {
+ public:
+  CudaStreamOps() : cuda_(cuda::driver("lockstep: wait_for_everyone(stream)")) {}
+  // The registration stays to the process's end (at exit the driver may already be gone).
+
+  void map(void* area, std::size_t bytes, const char* what) override {
+    const CUdevice device = cuda::current_device(cuda_, what);
+    int supported = 0;
+    cuda::check(cuda_,
+                cuda_.device_get_attribute(&supported,
+                                           CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                                           device),
+                what, "cuDeviceGetAttribute");
+    if (supported == 0) {
+      throw ConfigError(std::string(what) + ": device " + std::to_string(device) +
+                        " has no 64-bit stream memory operations (which flags mode needs): set "
+                        "LOCKSTEP_GPU_BARRIER=events");
+    }
+    int flush = 0;
+    if (cuda_.device_get_attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, device) ==
+            CUDA_SUCCESS &&
+        flush != 0) {
+      // Peers' writes into this GPU's memory that reached it before a flag are seen after it.
+      wait_flags_ |= CU_STREAM_WAIT_VALUE_FLUSH;
+    }
+    cuda::check(cuda_,
+                cuda_.mem_host_register(area, bytes,
+                                        CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+                what, "cuMemHostRegister (the node segment's GPU area)");
+    CUdeviceptr base = 0;
+    cuda::check(cuda_, cuda_.mem_host_get_device_pointer(&base, area, 0), what,
+                "cuMemHostGetDevicePointer");
+    host_base_ = static_cast<unsigned char*>(area);
+    device_base_ = base;
   }
-}
 
-// Published in GpuSlot::ready.
-constexpr std::uint32_t kEventsReady = 1;
-constexpr std::uint32_t kMemopsReady = 2;
+  void enqueue(CUstream_st* stream, std::span<const MemOp> ops, const char* what) override {
+    params_.resize(ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      CUstreamBatchMemOpParams& param = params_[i];
+      std::memset(&param, 0, sizeof param);
+      const MemOp& op = ops[i];
+      if (op.kind == MemOp::Kind::write) {
+        param.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        param.writeValue.address = device_address_of(op.word);
+        param.writeValue.value64 = op.value;
+        param.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;  // after a fence
+      } else {
+        param.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+        param.waitValue.address = device_address_of(op.word);
+        param.waitValue.value64 = op.value;
+        param.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ | wait_flags_;
+      }
+    }
+    for (std::size_t first = 0; first < params_.size(); first += kMaxBatch) {
+      const auto count = static_cast<unsigned int>(std::min(kMaxBatch, params_.size() - first));
+      cuda::check(cuda_, cuda_.stream_batch_mem_op(stream, count, params_.data() + first, 0), what,
+                  "cuStreamBatchMemOp");
+    }
+  }
 
-std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
-  return std::string(what) + ": process " + std::to_string(rank) +
-         (ready == 0 ? " met this call with wait_for_everyone() without a stream: every process "
-                       "must call the same form at the same point"
-                     : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
-                       "for every process)");
-}
+  [[nodiscard]] const volatile std::uint32_t* device_address(
+      const std::atomic<std::uint32_t>* word) const noexcept override {
+    return reinterpret_cast<const volatile std::uint32_t*>(device_address_of(word));
+  }
+
+ private:
+  template <class T>
+  CUdeviceptr device_address_of(const T* word) const noexcept {
+    return device_base_ +
+           static_cast<CUdeviceptr>(reinterpret_cast<const unsigned char*>(word) - host_base_);
+  }
+
+  const cuda::Driver& cuda_;
+  unsigned char* host_base_ = nullptr;
+  CUdeviceptr device_base_ = 0;
+  unsigned int wait_flags_ = 0;
+  std::vector<CUstreamBatchMemOpParams> params_;
+};
 
 class IpcEventBarrier final : public StreamBarrier {
  public:
   IpcEventBarrier(NodeSegment& segment, bool cross_node)
-      : segment_(segment), cross_node_(cross_node) {}
-  // The events are left to the process's end: at exit the CUDA runtime may already be gone.
+      : cuda_(cuda::driver("lockstep: wait_for_everyone(stream)")),
+        segment_(segment),
+        cross_node_(cross_node) {}
+  // The events are left to the process's end: at exit the driver may already be gone.
 
-  void wait(CUstream_st* stream, const std::function<void()>& meet, const char* what) override {
+  void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+            const Meet& meet, const char* what) override {
     if (!set_up_) {
       set_up(meet, what);
     }
-    int current = -1;
-    check(cudaGetDevice(&current), what, "cudaGetDevice");
-    if (current != device_) {
+    if (const CUdevice current = cuda::current_device(cuda_, what); current != device_) {
       throw Error(std::string(what) + ": the current device is " + std::to_string(current) +
                   ", but this process's GPU barrier lives on device " + std::to_string(device_) +
                   " (its first call's): call cudaSetDevice(" + std::to_string(device_) + ") first");
     }
     const auto slot = static_cast<std::size_t>(episode_ % kGpuRing);
-    check(cudaEventRecord(mine_[slot], stream), what, "cudaEventRecord");
+    cuda::check(cuda_, cuda_.event_record(mine_[slot], stream), what, "cuEventRecord");
     if (cross_node_) {
       // Other nodes cannot wait on this node's events: finish this stream's work first.
-      check(cudaEventSynchronize(mine_[slot]), what, "cudaEventSynchronize");
+      cuda::check(cuda_, cuda_.event_synchronize(mine_[slot]), what, "cuEventSynchronize");
     }
-    meet();
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (timeout) {
+      deadline = std::chrono::steady_clock::now() + *timeout;
+    }
+    meet(deadline);
     for (const auto& events : peers_) {
-      check(cudaStreamWaitEvent(stream, events[slot], 0), what, "cudaStreamWaitEvent");
+      cuda::check(cuda_, cuda_.stream_wait_event(stream, events[slot], 0), what,
+                  "cuStreamWaitEvent");
     }
     ++episode_;
   }
 
  private:
-  void set_up(const std::function<void()>& meet, const char* what) {
-    check(cudaGetDevice(&device_), what, "cudaGetDevice (is there a GPU?)");
+  void set_up(const Meet& meet, const char* what) {
+    device_ = cuda::current_device(cuda_, what);
     GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
     for (std::size_t i = 0; i < mine_.size(); ++i) {
-      check(cudaEventCreateWithFlags(&mine_[i], cudaEventInterprocess | cudaEventDisableTiming),
-            what, "cudaEventCreateWithFlags(cudaEventInterprocess)");
-      cudaIpcEventHandle_t handle{};
-      check(cudaIpcGetEventHandle(&handle, mine_[i]), what, "cudaIpcGetEventHandle");
+      cuda::check(cuda_,
+                  cuda_.event_create(&mine_[i], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
+                  what, "cuEventCreate(CU_EVENT_INTERPROCESS)");
+      CUipcEventHandle handle{};
+      cuda::check(cuda_, cuda_.ipc_get_event_handle(&handle, mine_[i]), what,
+                  "cuIpcGetEventHandle");
       std::memcpy(own.events[i], &handle, sizeof handle);
     }
     own.device = device_;
-    own.ready.store(kEventsReady, std::memory_order_release);
-    meet();  // every process has published its handles
+    own.ready.store(kEventsReady, std::memory_order_release);  // read after the meet (acquire)
+    meet(std::nullopt);  // every process has published its handles
     for (int slot = 0; slot < segment_.num_slots(); ++slot) {
       if (slot == segment_.my_slot()) {
         continue;
@@ -88,174 +161,50 @@ class IpcEventBarrier final : public StreamBarrier {
         throw Error(
             peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
       }
-      std::array<cudaEvent_t, kGpuRing> events{};
+      std::array<CUevent, kGpuRing> events{};
       for (std::size_t i = 0; i < events.size(); ++i) {
-        cudaIpcEventHandle_t handle{};
+        CUipcEventHandle handle{};
         std::memcpy(&handle, peer.events[i], sizeof handle);
-        check(cudaIpcOpenEventHandle(&events[i], handle), what, "cudaIpcOpenEventHandle");
+        cuda::check(cuda_, cuda_.ipc_open_event_handle(&events[i], handle), what,
+                    "cuIpcOpenEventHandle");
       }
       peers_.push_back(events);
     }
     set_up_ = true;
   }
 
+  const cuda::Driver& cuda_;
   NodeSegment& segment_;
   bool cross_node_;
   bool set_up_ = false;
-  int device_ = -1;
+  CUdevice device_ = -1;
   std::uint64_t episode_ = 0;
-  std::array<cudaEvent_t, kGpuRing> mine_{};
-  std::vector<std::array<cudaEvent_t, kGpuRing>> peers_;
-};
-
-// The driver's stream memory operations, without linking the driver.
-class MemopsBarrier final : public StreamBarrier {
- public:
-  explicit MemopsBarrier(NodeSegment& segment) : segment_(segment) {}
-
-  void wait(CUstream_st* stream, const std::function<void()>& meet, const char* what) override {
-    if (!set_up_) {
-      set_up(meet, what);
-    }
-    ++episode_;
-    // Written after the stream's earlier work, with a memory barrier (the default flags).
-    check_driver(write_(stream, flag_, episode_, 0), what, "cuStreamWriteValue64");
-    for (CUdeviceptr peer : peers_) {
-      check_driver(wait_(stream, peer, episode_, CU_STREAM_WAIT_VALUE_GEQ), what,
-                   "cuStreamWaitValue64");
-    }
-  }
-
- private:
-  using WriteValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-  using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-  using DeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
-
-  static void check_driver(CUresult result, const char* what, const char* call) {
-    if (result != CUDA_SUCCESS) {
-      throw Error(std::string(what) + ": " + call + " failed: CUresult " + std::to_string(result));
-    }
-  }
-
-  template <class F>
-  static F entry_point(const char* name, const char* what) {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found), what,
-          "cudaGetDriverEntryPointByVersion");
-    if (function == nullptr || found != cudaDriverEntryPointSuccess) {
-      throw Error(std::string(what) + ": the CUDA driver has no " + name +
-                  " (LOCKSTEP_GPU_BARRIER=memops needs stream memory operations)");
-    }
-    return reinterpret_cast<F>(function);
-  }
-
-  void set_up(const std::function<void()>& meet, const char* what) {
-    int device = -1;
-    check(cudaGetDevice(&device), what, "cudaGetDevice (is there a GPU?)");
-    write_ = entry_point<WriteValue64>("cuStreamWriteValue64", what);
-    wait_ = entry_point<WaitValue64>("cuStreamWaitValue64", what);
-    auto attribute = entry_point<DeviceGetAttribute>("cuDeviceGetAttribute", what);
-    int supported = 0;
-    check_driver(attribute(&supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device),
-                 what, "cuDeviceGetAttribute");
-    if (supported == 0) {
-      throw Error(std::string(what) + ": device " + std::to_string(device) +
-                  " has no 64-bit stream memory operations: unset LOCKSTEP_GPU_BARRIER");
-    }
-    void* flag = nullptr;
-    check(cudaMalloc(&flag, sizeof(std::uint64_t)), what, "cudaMalloc");
-    check(cudaMemset(flag, 0, sizeof(std::uint64_t)), what, "cudaMemset");
-    flag_ = reinterpret_cast<CUdeviceptr>(flag);
-    GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
-    cudaIpcMemHandle_t handle{};
-    check(cudaIpcGetMemHandle(&handle, flag), what, "cudaIpcGetMemHandle");
-    std::memcpy(own.flag, &handle, sizeof handle);
-    own.device = device;
-    own.ready.store(kMemopsReady, std::memory_order_release);
-    meet();  // once, to exchange the handles; never again
-    for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-      if (slot == segment_.my_slot()) {
-        continue;
-      }
-      GpuSlot& peer = segment_.gpu_slot(slot);
-      std::uint32_t ready = peer.ready.load(std::memory_order_acquire);
-      if (ready != kMemopsReady) {
-        throw Error(
-            peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
-      }
-      cudaIpcMemHandle_t peer_handle{};
-      std::memcpy(&peer_handle, peer.flag, sizeof peer_handle);
-      void* mapped = nullptr;
-      check(cudaIpcOpenMemHandle(&mapped, peer_handle, cudaIpcMemLazyEnablePeerAccess), what,
-            "cudaIpcOpenMemHandle (the GPUs must reach each other's memory)");
-      peers_.push_back(reinterpret_cast<CUdeviceptr>(mapped));
-    }
-    set_up_ = true;
-  }
-
-  NodeSegment& segment_;
-  bool set_up_ = false;
-  std::uint64_t episode_ = 0;
-  CUdeviceptr flag_ = 0;
-  std::vector<CUdeviceptr> peers_;
-  WriteValue64 write_ = nullptr;
-  WaitValue64 wait_ = nullptr;
+  std::array<CUevent, kGpuRing> mine_{};
+  std::vector<std::array<CUevent, kGpuRing>> peers_;
 };
 
 // A job of one: the stream is ordered with itself; only check that CUDA works.
 class SoleProcessBarrier final : public StreamBarrier {
  public:
-  void wait(CUstream_st* /*stream*/, const std::function<void()>& /*meet*/,
-            const char* what) override {
-    int device = -1;
-    check(cudaGetDevice(&device), what, "cudaGetDevice (is there a GPU?)");
+  void wait(CUstream_st* /*stream*/, std::optional<std::chrono::milliseconds> /*timeout*/,
+            const Meet& /*meet*/, const char* what) override {
+    (void)cuda::current_device(cuda::driver(what), what);
   }
 };
 
 }  // namespace
 
-std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config) {
+std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,
+                                                        const JobConfig& config) {
   if (segment == nullptr) {
     return std::make_unique<SoleProcessBarrier>();
   }
-  if (config.gpu_barrier == "memops" && config.num_nodes == 1) {
-    return std::make_unique<MemopsBarrier>(*segment);
+  // Flags mode on one node unless events are asked for; across nodes events (the leaders meet
+  // on the host there, after each process's stream has finished).
+  if (config.gpu_barrier != "events" && config.num_nodes == 1) {
+    return std::make_unique<FlagBarrier>(*segment, std::make_unique<CudaStreamOps>());
   }
   return std::make_unique<IpcEventBarrier>(*segment, config.num_nodes > 1);
-}
-
-int visible_device(int local_index) noexcept {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
-    return -1;  // no driver, or no device (CUDA says why only as an error code)
-  }
-  return local_index % count;
-}
-
-int visible_device_count(std::string& why) {
-  int count = 0;
-  if (cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
-    why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
-    return 0;
-  }
-  if (count <= 0) {
-    why = "CUDA reports no device";
-  }
-  return count;
-}
-
-std::string device_pci_bus_id(int device, std::string& why) {
-  char id[64] = {};
-  if (cudaError_t status = cudaDeviceGetPCIBusId(id, sizeof id, device); status != cudaSuccess) {
-    why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
-    return "";
-  }
-  std::string text(id);
-  for (char& c : text) {
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return text;
 }
 
 }  // namespace lockstep::detail

@@ -275,8 +275,11 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
       // This process is the leader that gave up: its own record, as the backend threw it.
       throw_failure(segment_.recorded_failure(), std::string(what) + ": the job cannot go on: ");
     }
-    throw_failure(segment_.recorded_failure(), std::string(what) + ": the node's main process, " +
-                                                   segment_.describe(peer.slot) + ", gave up: ");
+    // The leader on a cross-node failure, or any process whose GPU barrier timed out.
+    const bool leader = peer.slot == segment_.leader_slot();
+    throw_failure(segment_.recorded_failure(),
+                  std::string(what) + (leader ? ": the node's main process, " : ": ") +
+                      segment_.describe(peer.slot) + ", gave up: ");
   }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;

@@ -15,7 +15,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 8;
+inline constexpr std::uint32_t kLayoutVersion = 9;
 inline constexpr std::size_t kMaxIdentity = 480;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
@@ -114,6 +114,9 @@ struct SegmentHeader {
   // leader alone, before it sets `lost` to lost_word(its slot, LostHow::elsewhere) (acq_rel);
   // read only after reading that word (acquire).
   struct alignas(kCacheLine) Failure {
+    // 0, then 1 once a writer claimed the record (CAS): the leader's cross-node failure and a GPU
+    // watchdog's timeout may both try to write it; only the first does.
+    std::atomic<std::uint32_t> claim;
     std::uint32_t kind;  // FailureKind
     std::int32_t rank;
     std::uint32_t num_missing;
@@ -126,50 +129,81 @@ struct SegmentHeader {
 // One node-local process's GPU barrier (lib/src/gpu): written by its owner alone when it sets the
 // barrier up (before its arrival at the set-up episode), read by the others after that episode.
 inline constexpr int kGpuRing = 4;             // interprocess events per process, used in turn
-inline constexpr std::size_t kIpcHandle = 64;  // sizeof(cudaIpcEventHandle_t)
+inline constexpr std::size_t kIpcHandle = 64;  // sizeof(CUipcEventHandle)
 struct alignas(kCacheLine) GpuSlot {
-  std::atomic<std::uint32_t> ready;  // 1 (events) or 2 (memops) once the handles are written
+  std::atomic<std::uint32_t> ready;  // 1 (events) or 3 (flags) once set up
   std::int32_t device;
-  unsigned char events[kGpuRing][kIpcHandle];  // cudaIpcEventHandle_t, events mode
-  unsigned char flag[kIpcHandle];              // cudaIpcMemHandle_t of its flag, memops mode
+  unsigned char events[kGpuRing][kIpcHandle];  // CUipcEventHandle, events mode
+  // Flags mode: the episodes the owner has enqueued on its streams (written by the owner after
+  // each enqueue; read by the peers' watchdogs, which release the streams until every live
+  // process's stream has passed them all).
+  alignas(kCacheLine) std::atomic<std::uint64_t> enqueued;
+};
+
+// The flags mode's area (lib/src/gpu/flag_barrier.hpp): host memory at a page-aligned offset of
+// the segment, which every process registers with CUDA so that its streams write and wait on it
+// while any CPU can read and release it. Streams write their own process's GpuFlag; the CPU
+// writes only to release (a watchdog) and the header's `released`, which kernels may read.
+inline constexpr std::size_t kGpuAreaAlign = 65536;  // the largest page of CUDA's hosts (arm64)
+struct alignas(kCacheLine) GpuAreaHeader {
+  std::atomic<std::uint32_t> released;  // nonzero once a failure released the streams
+};
+struct alignas(kCacheLine) GpuFlag {
+  std::atomic<std::uint64_t> arrived;  // the last episode the owner's stream reached
+  std::atomic<std::uint64_t> passed;   // the last episode whose waits the owner's stream passed
 };
 
 static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuSlot>, "GpuSlot lives in shared memory");
+static_assert(std::is_standard_layout_v<GpuFlag>, "GpuFlag lives in shared memory");
+static_assert(std::is_standard_layout_v<GpuAreaHeader>, "GpuAreaHeader lives in shared memory");
 static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 8, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 9, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 8, "update the pinned layout below with the version");
-static_assert(sizeof(SegmentHeader) == 1984 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384,
-              "layout 8: sizes");
+static_assert(kLayoutVersion == 9, "update the pinned layout below with the version");
+static_assert(sizeof(SegmentHeader) == 1984 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
+                  sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64,
+              "layout 9: sizes");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
                   offsetof(SegmentHeader, lost) == 704 && offsetof(SegmentHeader, episode) == 768 &&
                   offsetof(SegmentHeader, sleepers) == 832 &&
                   offsetof(SegmentHeader, failure) == 896,
-              "layout 8: the header's fields");
+              "layout 9: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 8: a slot's fields");
+              "layout 9: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
-                  offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, flag) == 264,
-              "layout 8: a GPU slot's fields");
+                  offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
+                  offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8,
+              "layout 9: a GPU slot's fields");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&
                   offsetof(SegmentHeader, num_slots) == 12,
               "the header's first fields are the same in every layout version");
 
-// The header, then the slots, then one GpuSlot per slot.
+inline constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+// The header, then the slots, then one GpuSlot per slot; then, at a page boundary, the GPU area:
+// its header and one GpuFlag per slot, padded to a page.
+inline constexpr std::size_t gpu_area_offset(std::uint32_t num_slots) {
+  return align_up(sizeof(SegmentHeader) + num_slots * (sizeof(Slot) + sizeof(GpuSlot)),
+                  kGpuAreaAlign);
+}
+inline constexpr std::size_t gpu_area_size(std::uint32_t num_slots) {
+  return align_up(sizeof(GpuAreaHeader) + num_slots * sizeof(GpuFlag), kGpuAreaAlign);
+}
 inline constexpr std::size_t segment_size(std::uint32_t num_slots) {
-  return sizeof(SegmentHeader) + num_slots * (sizeof(Slot) + sizeof(GpuSlot));
+  return gpu_area_offset(num_slots) + gpu_area_size(num_slots);
 }
 
 }  // namespace lockstep::detail

@@ -448,6 +448,7 @@ bool NodeSegment::attach(const JobConfig& config, Clock::time_point deadline) {
   slots_ = slots_of(header);
   num_slots_ = static_cast<int>(header->num_slots);
   gpu_slots_ = reinterpret_cast<GpuSlot*>(slots_ + num_slots_);
+  gpu_area_ = reinterpret_cast<unsigned char*>(header) + gpu_area_offset(header->num_slots);
   shm_ = std::move(shm);
   region_ = std::move(region);
   return true;
@@ -475,6 +476,8 @@ SegmentHeader* NodeSegment::lay_out(bip::shared_memory_object& shm, int fd, cons
   header->pid_namespace = pid_namespace();
   new (header + 1) Slot[local_size]{};
   new (reinterpret_cast<Slot*>(header + 1) + local_size) GpuSlot[local_size]{};
+  auto* area = reinterpret_cast<unsigned char*>(header) + gpu_area_offset(local_size);
+  new (new (area) GpuAreaHeader{} + 1) GpuFlag[local_size]{};
   header->magic = kSegmentMagic;  // last: a reader that sees it sees a whole layout
   return header;
 }
@@ -726,6 +729,11 @@ void NodeSegment::record_failure(const Failure& failure) noexcept {
     return;  // the node already knows why it cannot go on
   }
   auto& record = header_->failure;
+  std::uint32_t unclaimed = 0;
+  // acq_rel: the winner alone writes the record; a loser's view of it is not needed.
+  if (!record.claim.compare_exchange_strong(unclaimed, 1, std::memory_order_acq_rel)) {
+    return;  // another writer's failure is being recorded: it is the node's
+  }
   record.kind = static_cast<std::uint32_t>(failure.kind);
   record.rank = failure.rank;
   record.num_missing =

@@ -68,6 +68,17 @@ class NodeSegment {
   [[nodiscard]] Slot& slot(int index) const noexcept { return slots_[index]; }
   [[nodiscard]] GpuSlot& gpu_slot(int index) const noexcept { return gpu_slots_[index]; }
   [[nodiscard]] int num_slots() const noexcept { return num_slots_; }
+  // The GPU area (layout.hpp): page-aligned, gpu_area_size(num_slots()) bytes.
+  [[nodiscard]] void* gpu_area() const noexcept { return gpu_area_; }
+  [[nodiscard]] std::size_t gpu_area_bytes() const noexcept {
+    return gpu_area_size(static_cast<std::uint32_t>(num_slots_));
+  }
+  [[nodiscard]] GpuAreaHeader& gpu_area_header() const noexcept {
+    return *static_cast<GpuAreaHeader*>(gpu_area_);
+  }
+  [[nodiscard]] GpuFlag& gpu_flag(int index) const noexcept {
+    return reinterpret_cast<GpuFlag*>(&gpu_area_header() + 1)[index];
+  }
   [[nodiscard]] int my_slot() const noexcept { return my_slot_; }
   // This process's node-local index: the given LOCAL_RANK, or its rank's order on the node.
   [[nodiscard]] int local_index() const noexcept { return local_index_; }
@@ -127,6 +138,7 @@ class NodeSegment {
   SegmentHeader* header_ = nullptr;
   Slot* slots_ = nullptr;
   GpuSlot* gpu_slots_ = nullptr;
+  void* gpu_area_ = nullptr;
   int num_slots_ = 0;
   int my_slot_ = -1;
   int local_index_ = -1;

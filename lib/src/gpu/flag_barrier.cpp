@@ -1,0 +1,315 @@
+#include "gpu/flag_barrier.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "fault.hpp"
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+constexpr std::uint32_t kFlagsReady = 3;  // GpuSlot::ready: this process set flags mode up
+// How often the watchdog looks at what no descriptor tells it: a peer that left, a loss recorded
+// by another process, this process's deadlines. A dead peer wakes it at once (pidfd). The issue's
+// bound for releasing every stream after a death is 0.5 s; 20 ms costs 50 wake-ups a second.
+constexpr int kWatchMs = 20;
+// Without pidfds (a kernel before 5.3, or the pids of another namespace): a full liveness check
+// (a /proc read per peer) this often.
+constexpr auto kFullCheck = std::chrono::milliseconds(500);
+// While streams are not yet drained after a release, they are raised again this often; once
+// drained, looked at this often (a call racing the failure may enqueue one more episode).
+constexpr int kReleaseMs = 1;
+constexpr int kDrainedMs = 10;
+// What a release adds to the highest episode enqueued: far past any episode a stream may wait
+// for, and still after every flag in the cyclic order (a release never lowers a flag).
+constexpr std::uint64_t kReleaseLead = 1ULL << 62;
+
+void raise_to(std::atomic<std::uint64_t>& word, std::uint64_t target) noexcept {
+  // Relaxed: the word is a signal to the streams; nothing else is published through it.
+  std::uint64_t seen = word.load(std::memory_order_relaxed);
+  while (cyclic_before(seen, target) &&
+         !word.compare_exchange_weak(seen, target, std::memory_order_relaxed)) {
+  }
+}
+
+int open_pidfd(pid_t pid) noexcept {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops)
+    : segment_(segment), ops_(std::move(ops)) {}
+
+FlagBarrier::~FlagBarrier() {
+  stop_watchdog();
+}
+
+void FlagBarrier::stop_watchdog() noexcept {
+  if (watchdog_.joinable()) {
+    stop_.store(true, std::memory_order_seq_cst);
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+    watchdog_.join();
+  }
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+    wake_fd_ = -1;
+  }
+}
+
+void FlagBarrier::abandon() noexcept {
+  // A forked child: the watchdog is a thread of the parent, and the stream operations may hold
+  // the parent's threads or CUDA objects. Neither may be joined, destroyed or used here.
+  if (watchdog_.joinable()) {
+    new std::thread(std::move(watchdog_));  // NOLINT: deliberately never destroyed
+  }
+  (void)ops_.release();  // NOLINT(bugprone-unused-return-value): the same
+}
+
+bool FlagBarrier::released() const noexcept {
+  // Acquire: pairs with the watchdog's store, for a caller that then reads the failure.
+  return segment_.gpu_area_header().released.load(std::memory_order_acquire) != 0;
+}
+
+const volatile std::uint32_t* FlagBarrier::release_word() const noexcept {
+  return set_up_ ? ops_->device_address(&segment_.gpu_area_header().released) : nullptr;
+}
+
+void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                       const Meet& meet, const char* what) {
+  if (!set_up_) {
+    set_up(meet, what);
+  }
+  const int me = segment_.my_slot();
+  const std::uint64_t episode = episode_ + 1;
+  GpuFlag& own = segment_.gpu_flag(me);
+  ops_buffer_.clear();
+  ops_buffer_.push_back({MemOp::Kind::write, &own.arrived, episode});
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    if (slot != me) {
+      ops_buffer_.push_back({MemOp::Kind::wait_at, &segment_.gpu_flag(slot).arrived, episode});
+    }
+  }
+  ops_buffer_.push_back({MemOp::Kind::write, &own.passed, episode});
+  if (timeout) {
+    std::lock_guard lock(deadlines_mutex_);
+    deadlines_.push_back({episode, Clock::now() + *timeout, *timeout});
+  }
+  try {
+    ops_->enqueue(stream, ops_buffer_, what);
+  } catch (...) {
+    if (timeout) {
+      std::lock_guard lock(deadlines_mutex_);
+      deadlines_.pop_back();
+    }
+    throw;
+  }
+  episode_ = episode;
+  // seq_cst, with the watchdogs' loss mark (seq_cst) and their reads of `enqueued`: either a
+  // watchdog that releases sees this episode, or this process sees the mark and releases.
+  segment_.gpu_slot(me).enqueued.store(episode, std::memory_order_seq_cst);
+  if (segment_.header().lost.value.load(std::memory_order_seq_cst) != 0) {
+    release_streams();
+  }
+}
+
+void FlagBarrier::set_up(const Meet& meet, const char* what) {
+  ops_->map(segment_.gpu_area(), segment_.gpu_area_bytes(), what);
+  GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
+  // Release: a peer that reads the mark after the meet below sees this process set up.
+  own.ready.store(kFlagsReady, std::memory_order_release);
+  meet(std::nullopt);  // once: every process has mapped the area; never again
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    if (slot == segment_.my_slot()) {
+      continue;
+    }
+    // Acquire: pairs with the peer's release above.
+    if (std::uint32_t ready = segment_.gpu_slot(slot).ready.load(std::memory_order_acquire);
+        ready != kFlagsReady) {
+      throw Error(peer_form_error(
+          what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
+    }
+  }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) {
+    throw Error(std::string(what) + ": eventfd failed: " + std::strerror(errno));
+  }
+  watchdog_ = std::thread([this] { watch(); });
+  set_up_ = true;
+}
+
+void FlagBarrier::watch() noexcept {
+  const int me = segment_.my_slot();
+  std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
+  std::vector<int> fd_slot{-1};
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    // Relaxed: written before the slot's owner joined, which this process saw complete.
+    const pid_t pid = segment_.slot(slot).pid.load(std::memory_order_relaxed);
+    if (slot != me) {
+      if (int fd = open_pidfd(pid); fd >= 0) {
+        fds.push_back({fd, POLLIN, 0});
+        fd_slot.push_back(slot);
+      }
+    }
+  }
+  const bool every_peer_has_a_pidfd = static_cast<int>(fds.size()) == segment_.num_slots();
+  std::vector<bool> gone(static_cast<std::size_t>(segment_.num_slots()), false);
+  bool failed = false;
+  auto last_full_check = Clock::now();
+  while (!stop_.load(std::memory_order_seq_cst)) {
+    const int wait_ms = !failed ? kWatchMs : (drained(gone) ? kDrainedMs : kReleaseMs);
+    bool fired = false;
+    if (::poll(fds.data(), fds.size(), wait_ms) > 0) {
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].fd >= 0 && fds[i].revents != 0) {
+          fired = true;  // that peer ended: check_peer below says how
+          ::close(fds[i].fd);
+          fds[i].fd = -1;  // poll ignores it from now on
+        }
+      }
+    }
+    if (stop_.load(std::memory_order_seq_cst)) {
+      break;
+    }
+    const auto now = Clock::now();
+    const bool full = fired || (!every_peer_has_a_pidfd && now - last_full_check >= kFullCheck);
+    if (full) {
+      last_full_check = now;
+    }
+    if (!failed) {
+      failed = broken(gone, full);
+      if (failed) {
+        release_streams();
+      }
+    } else {
+      if (full) {
+        (void)broken(gone, true);  // keeps `gone` current: drained() waits for the living only
+      }
+      if (!drained(gone)) {
+        release_streams();
+      }
+    }
+  }
+  for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].fd >= 0) {
+      ::close(fds[i].fd);
+    }
+  }
+}
+
+bool FlagBarrier::broken(std::vector<bool>& gone, bool full_check) noexcept {
+  try {
+    // Acquire: the mark's writer recorded the slot (and any failure record) before it.
+    if (std::uint32_t word = segment_.header().lost.value.load(std::memory_order_acquire);
+        word != 0) {
+      if (const int slot = lost_slot(word);
+          lost_how(word) != LostHow::elsewhere && slot >= 0 && slot < segment_.num_slots()) {
+        gone[static_cast<std::size_t>(slot)] = true;
+      }
+      if (!full_check) {
+        return true;
+      }
+    }
+    // Relaxed: the count only says whether to look at the slots (check_peer reads each one's
+    // status with acquire).
+    const bool someone_left = segment_.header().left.value.load(std::memory_order_relaxed) != 0;
+    if (someone_left || full_check) {
+      bool found = false;
+      for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+        if (slot == segment_.my_slot() || gone[static_cast<std::size_t>(slot)]) {
+          continue;
+        }
+        if (auto lost = segment_.find_lost([slot](int other) { return other != slot; })) {
+          gone[static_cast<std::size_t>(lost->slot)] = true;
+          segment_.mark_lost(*lost);
+          found = true;
+        }
+      }
+      if (found) {
+        return true;
+      }
+    }
+    return segment_.header().lost.value.load(std::memory_order_acquire) != 0 || check_deadline();
+  } catch (...) {
+    return false;  // a failed /proc read: looked at again next time
+  }
+}
+
+bool FlagBarrier::check_deadline() noexcept {
+  const int me = segment_.my_slot();
+  std::unique_lock lock(deadlines_mutex_);
+  // Acquire: the stream wrote it; nothing else is read through it.
+  const std::uint64_t passed = segment_.gpu_flag(me).passed.load(std::memory_order_acquire);
+  while (!deadlines_.empty() && !cyclic_before(passed, deadlines_.front().episode)) {
+    deadlines_.pop_front();
+  }
+  if (deadlines_.empty() || Clock::now() < deadlines_.front().at) {
+    return false;
+  }
+  const Deadline late = deadlines_.front();
+  lock.unlock();
+  Failure failure;
+  failure.kind = FailureKind::timeout;
+  std::string names;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    // Acquire: the stream wrote it.
+    if (cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire),
+                      late.episode)) {
+      const int rank = segment_.slot(slot).rank.load(std::memory_order_relaxed);
+      failure.missing.push_back(rank);
+      names += (names.empty() ? "" : ", ") + std::to_string(rank);
+    }
+  }
+  if (failure.missing.empty()) {
+    return false;  // every stream arrived a moment ago: this one passes next
+  }
+  failure.message = "the GPU streams of process" + std::string(failure.missing.size() > 1 ? "es " : " ") +
+                    names + " had not reached its stream barrier " + std::to_string(late.episode) +
+                    " within " + std::to_string(late.timeout.count()) +
+                    " ms; every stream of the node was released";
+  segment_.record_failure(failure);
+  return true;
+}
+
+void FlagBarrier::release_streams() noexcept {
+  // seq_cst: ordered with the callers' `enqueued` stores (see wait).
+  segment_.gpu_area_header().released.store(1, std::memory_order_seq_cst);
+  std::uint64_t top = 0;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    const std::uint64_t enqueued = segment_.gpu_slot(slot).enqueued.load(std::memory_order_seq_cst);
+    if (cyclic_before(top, enqueued)) {
+      top = enqueued;
+    }
+  }
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    raise_to(segment_.gpu_flag(slot).arrived, top + kReleaseLead);
+    fault_point("gpu.releasing");
+  }
+}
+
+bool FlagBarrier::drained(const std::vector<bool>& gone) const noexcept {
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    // Acquire: written by the slot's owner and its stream; only compared.
+    if (!gone[static_cast<std::size_t>(slot)] &&
+        segment_.gpu_flag(slot).passed.load(std::memory_order_acquire) !=
+            segment_.gpu_slot(slot).enqueued.load(std::memory_order_acquire)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace lockstep::detail

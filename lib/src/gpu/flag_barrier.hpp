@@ -1,0 +1,118 @@
+// The flags-mode stream barrier and its watchdog (internal; no CUDA here: the streams are driven
+// through StreamOps, by the CUDA driver or, in tests, by a fake GPU).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "gpu/stream_barrier.hpp"
+
+namespace lockstep::detail {
+
+// One stream memory operation on a word of the node segment's GPU area.
+struct MemOp {
+  enum class Kind {
+    write,    // stores `value` after the stream's earlier work and a system-wide fence
+    wait_at,  // blocks the stream until the word, compared cyclically, is at least `value`
+  };
+  Kind kind;
+  std::atomic<std::uint64_t>* word;
+  std::uint64_t value;
+};
+
+// "a is before b" in the cyclic order that the streams' waits use (CU_STREAM_WAIT_VALUE_GEQ on
+// 64 bits: (int64_t)(word - value) >= 0 passes).
+inline constexpr bool cyclic_before(std::uint64_t a, std::uint64_t b) {
+  return static_cast<std::int64_t>(a - b) < 0;
+}
+
+// How a process's streams are driven.
+class StreamOps {
+ public:
+  StreamOps() = default;
+  virtual ~StreamOps() = default;
+  StreamOps(const StreamOps&) = delete;
+  StreamOps& operator=(const StreamOps&) = delete;
+
+  // Once, before the first enqueue: makes [area, area + bytes) (page-aligned) reachable by this
+  // process's streams. Throws Error (naming `what`) when it cannot.
+  virtual void map(void* area, std::size_t bytes, const char* what) = 0;
+  // Enqueues `ops` on `stream`, in order, after the stream's earlier work; returns without
+  // waiting for any of them. Throws Error when the stream refuses them.
+  virtual void enqueue(CUstream_st* stream, std::span<const MemOp> ops, const char* what) = 0;
+  // The address a kernel uses for `word` of the area; null when there is none.
+  [[nodiscard]] virtual const volatile std::uint32_t* device_address(
+      const std::atomic<std::uint32_t>* word) const noexcept = 0;
+};
+
+// Episode e of a process (counted from 1): its stream writes e to its own GpuFlag::arrived,
+// waits until every peer's `arrived` is at least e, then writes e to its `passed`. The call
+// enqueues these and returns. A stream can run at most one episode ahead of a peer's stream
+// (it waits for the peer's write of the same episode), and flags only grow, so a wait never
+// sees a value of another episode that would let it pass early.
+//
+// The watchdog (a thread per process, started by the first call) releases every stream when
+// the job is broken: a peer died (pidfd) or left, a loss was recorded in the segment (by another
+// watchdog, a CPU waiter or the node's leader), or this process's timed call was not passed by
+// its stream before the deadline (it then records a TimeoutError naming the processes whose
+// streams had not arrived). Releasing: GpuAreaHeader::released := 1, then every process's
+// `arrived` is raised (with CAS, never lowered cyclically) to the highest episode any process
+// has enqueued plus 2^62. A live stream may still write its own smaller episode over that
+// afterwards, so the watchdog raises again every millisecond until every live process's stream
+// has passed every episode it enqueued, and keeps watching after that (a call racing the
+// failure may enqueue one more). Every watchdog of the node does this; any one suffices.
+//
+// Every later call in every process throws the recorded failure (PeerLostError naming the peer,
+// or TimeoutError), through the node barrier's check (Context::wait_stream).
+//
+// Memory ordering: a stream's `arrived` write follows a system-wide fence after its earlier
+// work, so a peer's stream that passed its wait on that write sees that work.
+class FlagBarrier final : public StreamBarrier {
+ public:
+  FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops);
+  ~FlagBarrier() override;  // stops the watchdog; the area stays registered to the process's end
+  FlagBarrier(const FlagBarrier&) = delete;
+  FlagBarrier& operator=(const FlagBarrier&) = delete;
+
+  void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+            const Meet& meet, const char* what) override;
+  [[nodiscard]] bool released() const noexcept override;
+  [[nodiscard]] const volatile std::uint32_t* release_word() const noexcept override;
+  void abandon() noexcept override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Deadline {
+    std::uint64_t episode;
+    Clock::time_point at;
+    std::chrono::milliseconds timeout;  // as the call gave it, for the message
+  };
+  void set_up(const Meet& meet, const char* what);
+  void watch() noexcept;
+  // One look at the job; true once it is broken (and the streams must be released).
+  bool broken(std::vector<bool>& gone, bool pidfd_fired) noexcept;
+  bool check_deadline() noexcept;
+  void release_streams() noexcept;
+  [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
+  void stop_watchdog() noexcept;
+
+  NodeSegment& segment_;
+  std::unique_ptr<StreamOps> ops_;
+  bool set_up_ = false;
+  std::uint64_t episode_ = 0;
+  std::vector<MemOp> ops_buffer_;
+  std::mutex deadlines_mutex_;
+  std::deque<Deadline> deadlines_;  // this process's timed calls not yet passed, oldest first
+  std::thread watchdog_;
+  int wake_fd_ = -1;  // eventfd: stops the watchdog
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace lockstep::detail

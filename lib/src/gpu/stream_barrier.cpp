@@ -1,0 +1,40 @@
+// Choosing the stream barrier (see stream_barrier.hpp).
+#include "gpu/stream_barrier.hpp"
+
+#include <mutex>
+#include <string>
+
+#include "gpu/flag_barrier.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+std::mutex override_mutex;
+std::function<std::unique_ptr<StreamOps>()> overridden;  // NOLINT: tests only
+
+}  // namespace
+
+void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make) {
+  std::lock_guard lock(override_mutex);
+  overridden = std::move(make);
+}
+
+std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config) {
+  {
+    std::lock_guard lock(override_mutex);
+    if (overridden && segment != nullptr) {
+      return std::make_unique<FlagBarrier>(*segment, overridden());
+    }
+  }
+  return make_cuda_stream_barrier(segment, config);
+}
+
+std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
+  return std::string(what) + ": process " + std::to_string(rank) +
+         (ready == 0 ? " met this call with wait_for_everyone() without a stream: every process "
+                       "must call the same form at the same point"
+                     : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
+                       "for every process)");
+}
+
+}  // namespace lockstep::detail

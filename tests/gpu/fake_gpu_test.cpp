@@ -1,0 +1,468 @@
+// The flags-mode stream barrier and its watchdog (lib/src/gpu/flag_barrier.cpp), driven through
+// State by a fake GPU: each process's "stream" is a thread that runs the barrier's memory
+// operations on the same host words a GPU would (the node segment's GPU area), in order, with
+// random delays, beside the test's own work. Everything but CUDA's stream engine is the real
+// code: the episode protocol, the release, the watchdog thread, the errors. Runs on any machine.
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <lockstep/lockstep.hpp>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "gpu/flag_barrier.hpp"
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::detail::cyclic_before;
+using lockstep::detail::MemOp;
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+using Clock = std::chrono::steady_clock;
+
+// The bound the watchdog must meet (issue 20): every survivor's stream released within 0.5 s of
+// a death. Sanitizers slow everything several times; their builds get 4x.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kReleaseBound = 2.0;
+#else
+constexpr double kReleaseBound = 0.5;
+#endif
+
+double now_seconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// One fake stream: a thread that runs its operations in order. An operation returns false while
+// it cannot complete (a wait); the thread then polls it (spin, yield, then 20 us sleeps).
+class FakeStream {
+ public:
+  using Op = std::function<bool()>;
+  // `delay_one_in`: one operation in that many is preceded by a random sleep of up to 200 us.
+  explicit FakeStream(unsigned seed, int delay_one_in = 200)
+      : random_(seed), delay_one_in_(delay_one_in), thread_([this] { run(); }) {}
+  ~FakeStream() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  FakeStream(const FakeStream&) = delete;
+  FakeStream& operator=(const FakeStream&) = delete;
+
+  CUstream_st* handle() { return reinterpret_cast<CUstream_st*>(this); }
+
+  void push(Op op) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(op));
+    }
+    changed_.notify_all();
+  }
+  void launch(std::function<void()> work) {
+    push([work = std::move(work)] {
+      work();
+      return true;
+    });
+  }
+  // cudaStreamSynchronize with a limit: false if the stream still has work after `limit`.
+  bool synchronize(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, limit, [this] { return queue_.empty() && !busy_; });
+  }
+  // Whether the stream is blocked in a wait now.
+  [[nodiscard]] bool waiting() const { return waiting_.load(); }
+
+ private:
+  void run() {
+    for (;;) {
+      Op op;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (stop_) {
+          return;
+        }
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      if (random_() % static_cast<unsigned>(delay_one_in_) == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(random_() % 200));
+      }
+      for (int tries = 0; !op(); ++tries) {
+        waiting_.store(true);
+        if (tries < 50) {
+          continue;
+        }
+        if (tries < 100) {
+          ::sched_yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        std::lock_guard lock(mutex_);
+        if (stop_) {
+          return;
+        }
+      }
+      waiting_.store(false);
+      {
+        std::lock_guard lock(mutex_);
+        busy_ = false;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  std::mt19937 random_;
+  int delay_one_in_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Op> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::atomic<bool> waiting_{false};
+  std::thread thread_;
+};
+
+// The barrier's stream operations on a fake stream, exactly as CUDA's would run them.
+class FakeStreamOps final : public lockstep::detail::StreamOps {
+ public:
+  void map(void* /*area*/, std::size_t /*bytes*/, const char* /*what*/) override {}
+  void enqueue(CUstream_st* stream, std::span<const MemOp> ops, const char* /*what*/) override {
+    auto* fake = reinterpret_cast<FakeStream*>(stream);
+    for (const MemOp& op : ops) {
+      if (op.kind == MemOp::Kind::write) {
+        fake->push([op] {
+          // CU_STREAM_WRITE_VALUE_DEFAULT: a system-wide fence, then the write.
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+          op.word->store(op.value, std::memory_order_release);
+          return true;
+        });
+      } else {
+        fake->push([op] { return !cyclic_before(op.word->load(std::memory_order_acquire), op.value); });
+      }
+    }
+  }
+  [[nodiscard]] const volatile std::uint32_t* device_address(
+      const std::atomic<std::uint32_t>* word) const noexcept override {
+    return reinterpret_cast<const volatile std::uint32_t*>(word);
+  }
+};
+
+void use_fake_gpu() {
+  lockstep::detail::override_stream_ops([] { return std::make_unique<FakeStreamOps>(); });
+}
+
+// What every rank's streams share: the work each has done (episode numbers), and violations.
+struct Shared {
+  std::atomic<std::uint64_t> work[64];
+  std::atomic<int> early;        // checks that saw a peer's work missing
+  std::atomic<int> called;       // survivors whose call of the last episode returned
+  std::atomic<int> blocked;      // survivors whose stream is blocked in the last episode's wait
+  std::atomic<double> killed_at; // when the victim died
+  std::atomic<double> passed_at[64];
+};
+
+// One episode: this rank's work on its stream, the barrier, then a check on the stream that
+// every peer's work of this episode is done.
+void episode(lockstep::State& state, FakeStream& stream, Shared* shared, int rank, int n,
+             std::uint64_t e) {
+  stream.launch([=] { shared->work[rank].store(e, std::memory_order_release); });
+  state.wait_for_everyone(stream.handle());
+  stream.launch([=] {
+    for (int p = 0; p < n; ++p) {
+      if (shared->work[p].load(std::memory_order_acquire) < e) {
+        shared->early.fetch_add(1);
+      }
+    }
+  });
+}
+
+TEST(FakeGpu, NoStreamPassesBeforeEveryStreamArrived) {
+  // More processes than cores, each with a host thread and a stream thread.
+  const int n = static_cast<int>(std::thread::hardware_concurrency()) * 2 + 1;
+  const int n_clamped = std::min(n, 9);
+  const std::uint64_t episodes = 100000;
+  auto* shared = shared_array<Shared>(1);
+  Job job = Job::of(n_clamped);
+  job.limit = std::chrono::seconds(600);
+  auto ends = run_ranks(job, [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 7U, 1000);
+    for (std::uint64_t e = 1; e <= episodes; ++e) {
+      episode(state, stream, shared, rank, n_clamped, e);
+      if (e % 4096 == 0) {
+        // Keeps the queue (host memory) bounded, as CUDA's finite queues do.
+        RANK_CHECK(stream.synchronize(std::chrono::seconds(60)));
+      }
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(60)));
+    RANK_CHECK(!state.gpu_barrier_released());
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0) << "a stream passed an episode before a peer's work was done";
+}
+
+enum class KillPoint { before_call, before_stream_wrote, while_others_wait, during_release };
+
+std::string name_of(KillPoint point) {
+  switch (point) {
+    case KillPoint::before_call:
+      return "before_call";
+    case KillPoint::before_stream_wrote:
+      return "before_stream_wrote";
+    case KillPoint::while_others_wait:
+      return "while_others_wait";
+    case KillPoint::during_release:
+      break;
+  }
+  return "during_release";
+}
+
+class KillPoints : public ::testing::TestWithParam<KillPoint> {};
+
+// Ranks 0..3; rank 1 dies at the chosen point of episode kLast (rank 3 is 3 episodes ahead). During_release: rank 2's watchdog
+// also dies, after raising one flag of its release (LOCKSTEP_FAULT_POINT=gpu.releasing@2).
+TEST_P(KillPoints, EverySurvivorsStreamIsReleasedAndEveryLaterCallThrows) {
+  constexpr int kN = 4;
+  constexpr int kVictim = 1;
+  constexpr std::uint64_t kLast = 200;
+  const KillPoint point = GetParam();
+  auto* shared = shared_array<Shared>(1);
+  Job job = Job::of(kN);
+  if (point == KillPoint::during_release) {
+    job.env["LOCKSTEP_FAULT_POINT"] = "gpu.releasing@2";
+  }
+  auto is_survivor = [point](int rank) {
+    return rank != kVictim && !(point == KillPoint::during_release && rank == 2);
+  };
+  auto ends = run_ranks(job, [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 1U);
+    for (std::uint64_t e = 1; e < kLast; ++e) {
+      episode(state, stream, shared, rank, kN, e);
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
+    auto survivors_ready = [&] {
+      const int want = kN - 1;  // every process but the victim called episode kLast
+      while (shared->called.load() < want ||
+             (point == KillPoint::while_others_wait && shared->blocked.load() < want)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    };
+    if (rank == kVictim) {
+      if (point == KillPoint::before_stream_wrote || point == KillPoint::while_others_wait) {
+        stream.push([] { return false; });  // the stream never reaches its write
+        state.wait_for_everyone(stream.handle());
+      }
+      survivors_ready();
+      shared->killed_at.store(now_seconds());
+      ::raise(SIGKILL);
+    }
+    // The others (rank 2 too, in during_release: its watchdog dies while it waits here).
+    if (rank == 0) {
+      // A survivor whose stream lags: it writes its flag of episode kLast 0.1 s after the death,
+      // over the release's higher value, which the watchdogs must then raise again.
+      stream.push([=] {
+        const double killed = shared->killed_at.load();
+        return killed != 0 && now_seconds() >= killed + 0.1;
+      });
+    }
+    stream.launch([=] { shared->work[rank].store(kLast); });
+    state.wait_for_everyone(stream.handle());
+    if (rank == 3) {
+      // A survivor ahead of the others: its stream also waits for episodes that the other
+      // survivors will never enqueue (their next call throws), so their flags must be raised
+      // too, and kept raised while their own streams still write smaller episodes: these waits
+      // run 0.2 s after the death, after rank 0's stream wrote over the first release.
+      stream.push([=] {
+        const double killed = shared->killed_at.load();
+        return killed != 0 && now_seconds() >= killed + 0.2;
+      });
+      for (int extra = 0; extra < 3; ++extra) {
+        state.wait_for_everyone(stream.handle());
+      }
+    }
+    stream.launch([=] { shared->passed_at[rank].store(now_seconds()); });
+    shared->called.fetch_add(1);
+    while (point == KillPoint::while_others_wait && !stream.waiting()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    shared->blocked.fetch_add(1);
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(10)));  // not hung
+    const double released_after = shared->passed_at[rank].load() - shared->killed_at.load();
+    if (released_after > kReleaseBound) {
+      throw std::logic_error("stream released " + std::to_string(released_after) +
+                             " s after the death");
+    }
+    RANK_CHECK(state.gpu_barrier_released());
+    RANK_CHECK(state.gpu_release_word() != nullptr && *state.gpu_release_word() != 0);
+    for (int call = 0; call < 2; ++call) {
+      try {
+        state.wait_for_everyone(stream.handle());
+        throw std::logic_error("a call after the death returned");
+      } catch (const lockstep::PeerLostError& error) {
+        RANK_CHECK(error.process_index() == kVictim ||
+                   (point == KillPoint::during_release && error.process_index() == 2));
+      }
+    }
+    try {
+      state.wait_for_everyone();
+      throw std::logic_error("the host barrier after the death returned");
+    } catch (const lockstep::PeerLostError&) {
+    }
+    if (!is_survivor(rank)) {
+      // Rank 2 in during_release: its watchdog must die in its release before the process ends
+      // (its exit would stop the watchdog first).
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      throw std::logic_error("the watchdog never reached its release");
+    }
+  });
+  for (const auto& end : ends) {
+    if (is_survivor(end.rank)) {
+      EXPECT_TRUE(end.ok()) << end.describe() << " (kill point " << name_of(point) << ")";
+    } else {
+      EXPECT_TRUE(end.killed_by(SIGKILL)) << end.describe();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FakeGpu, KillPoints,
+                         ::testing::Values(KillPoint::before_call, KillPoint::before_stream_wrote,
+                                           KillPoint::while_others_wait,
+                                           KillPoint::during_release),
+                         [](const auto& info) { return name_of(info.param); });
+
+// A timed call whose stream cannot pass (rank 2's stream is stuck for 1 s): after the timeout
+// every stream is released and every process's next call throws TimeoutError naming rank 2.
+TEST(FakeGpu, ATimedOutStreamBarrierReleasesAndNamesTheLateProcess) {
+  constexpr int kN = 3;
+  auto* shared = shared_array<Shared>(1);
+  auto* called_at = shared_array<std::atomic<double>>(kN);
+  auto ends = run_ranks(Job::of(kN), [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 11U);
+    for (std::uint64_t e = 1; e < 50; ++e) {
+      episode(state, stream, shared, rank, kN, e);
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
+    state.wait_for_everyone();
+    if (rank == 2) {
+      const double until = now_seconds() + 1.0;
+      stream.push([until] { return now_seconds() >= until; });
+    }
+    called_at[rank].store(now_seconds());
+    state.wait_for_everyone(stream.handle(), std::chrono::milliseconds(100));
+    stream.launch([=] { shared->passed_at[rank].store(now_seconds()); });
+    if (rank != 2) {
+      RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+      const double waited = shared->passed_at[rank].load() - called_at[rank].load();
+      if (waited > 0.1 + kReleaseBound) {
+        throw std::logic_error("released " + std::to_string(waited) + " s after the call");
+      }
+    }
+    // Every process learns of it (rank 2 too, once the release is recorded).
+    while (!state.gpu_barrier_released()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    try {
+      state.wait_for_everyone(stream.handle());
+      throw std::logic_error("the call after the timeout returned");
+    } catch (const lockstep::TimeoutError& error) {
+      RANK_CHECK(error.missing() == std::vector<int>{2});
+      RANK_CHECK(lockstep::testing::contains(error.what(), "had not reached"));
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// A process that uses the GPU barrier forks a child that exits normally: the child neither
+// joins nor disturbs the parent's watchdog, and the parent's barrier goes on.
+TEST(FakeGpu, AForkedChildLeavesTheWatchdogAlone) {
+  constexpr int kN = 2;
+  auto* shared = shared_array<Shared>(1);
+  auto ends = run_ranks(Job::of(kN), [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 3U);
+    for (std::uint64_t e = 1; e <= 20; ++e) {
+      episode(state, stream, shared, rank, kN, e);
+    }
+    pid_t child = ::fork();
+    if (child == 0) {
+      std::exit(0);  // runs the exit handlers: the inherited context is forgotten, untouched
+    }
+    int status = 0;
+    RANK_CHECK(::waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+               WEXITSTATUS(status) == 0);
+    for (std::uint64_t e = 21; e <= 40; ++e) {
+      episode(state, stream, shared, rank, kN, e);
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
+    RANK_CHECK(!state.gpu_barrier_released());
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0);
+}
+
+// LOCKSTEP_SOAK_SECONDS (60 by default) of episodes with random delays on the streams and the
+// hosts: no watchdog may see a failure where there is none.
+TEST(FakeGpu, NoFalseAlarmInASoak) {
+  const char* value = std::getenv("LOCKSTEP_SOAK_SECONDS");  // NOLINT(concurrency-mt-unsafe)
+  const double seconds = value != nullptr ? std::atof(value) : 60.0;
+  constexpr int kN = 4;
+  auto* shared = shared_array<Shared>(1);
+  Job job = Job::of(kN);
+  job.limit = std::chrono::seconds(static_cast<int>(seconds) + 120);
+  auto ends = run_ranks(job, [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 21U, 50);
+    std::mt19937 random(static_cast<unsigned>(rank) + 99U);
+    const double end = now_seconds() + seconds;
+    std::uint64_t e = 0;
+    while (true) {
+      // Rank 0 decides when to stop, for everyone, through the host barrier.
+      if (rank == 0) {
+        shared->called.store(now_seconds() >= end ? 1 : 0);
+      }
+      state.wait_for_everyone();
+      if (shared->called.load() != 0) {
+        break;
+      }
+      state.wait_for_everyone();
+      for (int i = 0; i < 500; ++i) {
+        episode(state, stream, shared, rank, kN, ++e);
+        if (random() % 100 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(random() % 2000));
+        }
+      }
+      RANK_CHECK(stream.synchronize(std::chrono::seconds(60)));
+      RANK_CHECK(!state.gpu_barrier_released());
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0);
+}
+
+}  // namespace

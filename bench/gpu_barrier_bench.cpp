@@ -1,17 +1,23 @@
-// GPU barrier latency, N processes sharing the machine's GPUs (tools/gpu-check runs it).
+// GPU barrier latency, N processes sharing the machine's GPUs (tools/gpu-check runs it, with
+// and without MPS).
 //
-//   BM_StreamBarrier/ranks:N    a 4-byte cudaMemsetAsync, then wait_for_everyone(stream)
-//   BM_StreamBarrierMemops/ranks:N  the same with LOCKSTEP_GPU_BARRIER=memops (no host rendezvous)
-//   BM_SyncHostBarrier/ranks:N  a 4-byte cudaMemsetAsync, cudaStreamSynchronize, then
-//                               wait_for_everyone(): what a barrier costs when the CPU must wait
-//                               for the GPU to drain
-//   BM_NcclAllReduce/ranks:1    a 4-byte cudaMemsetAsync, then a one-element ncclAllReduce on the
-//                               stream (NCCL needs a GPU per rank: one rank on a one-GPU machine)
-//   BM_StreamOnly/ranks:1       the cudaMemsetAsync alone: the floor
+//   BM_StreamBarrierFlags/ranks:N   a 4-byte cudaMemsetAsync, then wait_for_everyone(stream) in
+//                                   flags mode (the default: no host rendezvous)
+//   BM_StreamBarrierEvents/ranks:N  the same with LOCKSTEP_GPU_BARRIER=events (IPC events and a
+//                                   host meet per call)
+//   BM_SyncHostBarrier/ranks:N      a 4-byte cudaMemsetAsync, cudaStreamSynchronize, then
+//                                   wait_for_everyone(): what a barrier costs when the CPU must
+//                                   wait for the GPU to drain
+//   BM_NcclAllReduce/ranks:1        a 4-byte cudaMemsetAsync, then a one-element ncclAllReduce on
+//                                   the stream (NCCL needs a GPU per rank: one rank on a one-GPU
+//                                   machine)
+//   BM_StreamOnly/ranks:1           the cudaMemsetAsync alone: the floor
 //
 // Time per episode: rank 0's wall time for the episodes, the final cudaStreamSynchronize
-// included, over their number. Without a GPU every family reports an error (and the binary exits
-// non-zero); CI only builds it.
+// included, over their number. Counter host_us: rank 0's mean time inside the barrier call
+// itself (what the CPU spends enqueuing), over 256 calls made with an empty queue (later calls
+// can block once CUDA's queue is full, which is the GPU's time, not the call's). Without a GPU
+// every family reports an error (and the binary exits non-zero); CI only builds it.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -38,7 +44,7 @@ void cuda(cudaError_t status, const char* call) {
   }
 }
 
-enum class Kind { stream_barrier, stream_memops, sync_host_barrier, nccl, stream_only };
+enum class Kind { stream_flags, stream_events, sync_host_barrier, nccl, stream_only };
 
 struct NcclCalls {
   decltype(&ncclCommInitAll) init_all = nullptr;
@@ -70,9 +76,8 @@ void BM_Gpu(benchmark::State& state, Kind kind) {
   const std::string id = "gpu-bench-" + std::to_string(::getpid()) + "-" + std::to_string(runs++);
   const bool ok = fork_ranks(ranks, [&](int rank) {
     set_job_environment(id, rank, ranks);
-    if (kind == Kind::stream_memops) {
-      ::setenv("LOCKSTEP_GPU_BARRIER", "memops", 1);  // NOLINT(concurrency-mt-unsafe): a child
-    }
+    ::setenv("LOCKSTEP_GPU_BARRIER", kind == Kind::stream_events ? "events" : "flags",
+             1);  // NOLINT(concurrency-mt-unsafe): a child
     lockstep::State job;
     int device = job.device();
     if (device < 0) {
@@ -91,13 +96,17 @@ void BM_Gpu(benchmark::State& state, Kind kind) {
         throw std::runtime_error("ncclCommInitAll failed");
       }
     }
+    double host_seconds = 0;
     auto episode = [&] {
       cuda(cudaMemsetAsync(buffer, 0, sizeof(int), stream), "cudaMemsetAsync");
       switch (kind) {
-        case Kind::stream_barrier:
-        case Kind::stream_memops:
+        case Kind::stream_flags:
+        case Kind::stream_events: {
+          const double start = wall_seconds();
           job.wait_for_everyone(stream);
+          host_seconds += wall_seconds() - start;
           break;
+        }
         case Kind::sync_host_barrier:
           cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
           job.wait_for_everyone();
@@ -113,6 +122,16 @@ void BM_Gpu(benchmark::State& state, Kind kind) {
     };
     for (int i = 0; i < 100; ++i) {
       episode();
+    }
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    job.wait_for_everyone();
+    host_seconds = 0;
+    constexpr int kHostCalls = 256;
+    for (int i = 0; i < kHostCalls; ++i) {
+      episode();
+    }
+    if (rank == 0) {
+      report->cpu[0] = host_seconds / kHostCalls;
     }
     cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     job.wait_for_everyone();
@@ -133,6 +152,9 @@ void BM_Gpu(benchmark::State& state, Kind kind) {
     for (auto _ : state) {
       state.SetIterationTime(per_episode);
     }
+    if (kind == Kind::stream_flags || kind == Kind::stream_events) {
+      state.counters["host_us"] = report->cpu[0] * 1e6;
+    }
   }
   ::munmap(report, sizeof(Report));
 }
@@ -149,13 +171,13 @@ void arguments(benchmark::internal::Benchmark* bench, std::initializer_list<int>
       ->Unit(benchmark::kMicrosecond);
 }
 
-BENCHMARK_CAPTURE(BM_Gpu, stream_barrier, Kind::stream_barrier)
-    ->Name("BM_StreamBarrier")
+BENCHMARK_CAPTURE(BM_Gpu, stream_flags, Kind::stream_flags)
+    ->Name("BM_StreamBarrierFlags")
     ->Apply([](auto* b) {
       arguments(b, {2, 4, 8});
     });
-BENCHMARK_CAPTURE(BM_Gpu, stream_memops, Kind::stream_memops)
-    ->Name("BM_StreamBarrierMemops")
+BENCHMARK_CAPTURE(BM_Gpu, stream_events, Kind::stream_events)
+    ->Name("BM_StreamBarrierEvents")
     ->Apply([](auto* b) {
       arguments(b, {2, 4, 8});
     });

@@ -44,9 +44,10 @@ struct JobConfig {
   std::string master_addr;
   int master_port = 0;
   std::string backend;
-  // LOCKSTEP_GPU_BARRIER: "flags" (the default; on one node) or "events" (see
-  // gpu/stream_barrier.hpp); 0.2's "memops" is read as "flags". Across nodes: events.
-  std::string gpu_barrier = "flags";
+  // LOCKSTEP_GPU_BARRIER: "events" (the default) or "flags" (one node; see
+  // gpu/stream_barrier.hpp); 0.2's "memops" is read as "flags". Across nodes: events. Flags
+  // becomes the default once tools/gpu-check has passed on a GPU (issue 20).
+  std::string gpu_barrier = "events";
   // LOCKSTEP_LOG (or LOCKSTEP_DEBUG=1): what the process says about itself (log.hpp).
   LogLevel log_level = LogLevel::off;
   // The variables the job's shape was read from, "NAME=value ..." (for the log).

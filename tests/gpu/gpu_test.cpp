@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <lockstep/lockstep.hpp>
 #include <random>
@@ -101,7 +104,7 @@ TEST(GpuBarrier, DeviceIsTheLocalIndexModuloTheDevices) {
 // sleeps, now and then), then sets a byte of shared device memory to r's value; after barrier
 // B every process copies that byte to its own host array, without waiting. Any round where a
 // reader's copy ran before the writer's set shows up at the end.
-void rounds(int processes, int count, const char* mode = "events") {
+void rounds(int processes, int count, const char* mode) {
   auto* handle = shared_array<cudaIpcMemHandle_t>(1);
   auto* ready = shared_array<std::atomic<int>>(1);
   auto* call_ms = shared_array<double>(static_cast<std::size_t>(processes));
@@ -174,22 +177,144 @@ void rounds(int processes, int count, const char* mode = "events") {
 
 TEST(GpuBarrier, OrdersWorkAcrossProcessesWithoutWaitingOnTheHost) {
   SKIP_WITHOUT_GPU();
-  rounds(2, 50);
+  rounds(2, 50, "flags");
 }
 
-TEST(GpuBarrier, ManyRoundsReuseTheEventsSafely) {
+TEST(GpuBarrier, ManyRoundsReuseTheFlagsSafely) {
   SKIP_WITHOUT_GPU();
-  rounds(4, 2000);
+  rounds(4, 2000, "flags");
 }
 
-TEST(GpuBarrier, MemopsOrdersWorkWithoutAHostRendezvous) {
+TEST(GpuBarrier, EventsOrderWorkAcrossProcesses) {
   SKIP_WITHOUT_GPU();
-  rounds(2, 50, "memops");
+  rounds(2, 50, "events");
 }
 
-TEST(GpuBarrier, MemopsManyRounds) {
+TEST(GpuBarrier, EventsManyRounds) {
   SKIP_WITHOUT_GPU();
-  rounds(4, 2000, "memops");
+  rounds(4, 2000, "events");
+}
+
+void record_time(void* at) {
+  static_cast<std::atomic<double>*>(at)->store(
+      std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Flags mode on the real GPU: rank 1 is killed (SIGKILL) while the others' streams wait for it
+// in a stream barrier. Their streams must finish (within 0.5 s of the death), and their next
+// call must throw PeerLostError naming rank 1.
+TEST(GpuBarrier, AKilledPeerNeverLeavesAStreamHung) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kN = 4;
+  auto* called = shared_array<std::atomic<int>>(1);
+  auto* killed_at = shared_array<std::atomic<double>>(1);
+  auto* passed_at = shared_array<std::atomic<double>>(kN);
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    CUDA(cudaSetDevice(state.device()));
+    cudaStream_t stream = nullptr;
+    CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 100; ++i) {
+      state.wait_for_everyone(stream);
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    state.wait_for_everyone();
+    if (rank == 1) {
+      while (called->load() < kN - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // their streams are waiting
+      killed_at->store(seconds_now());
+      ::raise(SIGKILL);
+    }
+    state.wait_for_everyone(stream);
+    CUDA(cudaLaunchHostFunc(stream, record_time, &passed_at[rank]));
+    called->fetch_add(1);
+    const auto limit = Clock::now() + std::chrono::seconds(10);
+    cudaError_t status = cudaErrorNotReady;
+    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    RANK_CHECK(status == cudaSuccess);  // not hung, and no CUDA error
+    const double after = passed_at[rank].load() - killed_at->load();
+    if (after > 0.5) {
+      throw std::logic_error("the stream was released " + std::to_string(after) +
+                             " s after the death");
+    }
+    RANK_CHECK(state.gpu_barrier_released());
+    try {
+      state.wait_for_everyone(stream);
+      throw std::logic_error("a call after the death returned");
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 1);
+    }
+    std::printf("rank %d: stream released %.1f ms after the death\n", rank, after * 1e3);
+  });
+  EXPECT_EQ(failures(ends, 1), "");
+}
+
+// A timed stream barrier on the real GPU: rank 1's stream sleeps 2 s before its barrier, the
+// others give up after 100 ms, every stream is released, and every next call names rank 1.
+TEST(GpuBarrier, ATimedStreamBarrierReleasesTheStreams) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kN = 2;
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    CUDA(cudaSetDevice(state.device()));
+    cudaStream_t stream = nullptr;
+    CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    state.wait_for_everyone(stream);
+    CUDA(cudaStreamSynchronize(stream));
+    state.wait_for_everyone();
+    static int two_seconds = 2000;
+    if (rank == 1) {
+      CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, &two_seconds));
+    }
+    const auto start = Clock::now();
+    state.wait_for_everyone(stream, std::chrono::milliseconds(100));
+    if (rank == 0) {
+      CUDA(cudaStreamSynchronize(stream));
+      RANK_CHECK(Clock::now() - start < std::chrono::milliseconds(700));
+    }
+    while (!state.gpu_barrier_released()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    try {
+      state.wait_for_everyone(stream);
+      throw std::logic_error("a call after the timeout returned");
+    } catch (const lockstep::TimeoutError& error) {
+      RANK_CHECK(error.missing() == std::vector<int>{1});
+    }
+    CUDA(cudaStreamSynchronize(stream));
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// A program that never calls the GPU barrier (or device()) never loads the CUDA driver.
+TEST(GpuBarrier, TheHostBarrierAloneNeverLoadsCuda) {
+  SKIP_WITHOUT_GPU();
+  auto ends = run_ranks(Job::of(2), [](int) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    std::FILE* maps = std::fopen("/proc/self/maps", "r");
+    RANK_CHECK(maps != nullptr);
+    char line[4096];
+    bool loaded = false;
+    while (std::fgets(line, sizeof line, maps) != nullptr) {
+      loaded = loaded || std::strstr(line, "libcuda.so") != nullptr;
+    }
+    std::fclose(maps);
+    RANK_CHECK(!loaded);
+  });
+  EXPECT_EQ(failures(ends), "");
 }
 
 TEST(GpuBarrier, MixedFormsAreAnError) {

@@ -274,8 +274,8 @@ TEST(Environment, RankDisagreeingWithADerivedLocalSize) {
 }
 
 TEST(Environment, GpuBarrierMode) {
-  EXPECT_EQ(read({}).gpu_barrier, "flags");
-  EXPECT_EQ(read({{"LOCKSTEP_GPU_BARRIER", "events"}}).gpu_barrier, "events");
+  EXPECT_EQ(read({}).gpu_barrier, "events");
+  EXPECT_EQ(read({{"LOCKSTEP_GPU_BARRIER", "flags"}}).gpu_barrier, "flags");
   EXPECT_EQ(read({{"LOCKSTEP_GPU_BARRIER", "memops"}}).gpu_barrier, "flags");
   auto message = config_error({{"LOCKSTEP_GPU_BARRIER", "fast"}});
   EXPECT_NE(message.find("LOCKSTEP_GPU_BARRIER=\"fast\""), std::string::npos) << message;

@@ -173,12 +173,15 @@ class LOCKSTEP_API State {
   // the work every process enqueued on its own stream before its call has finished. The calling
   // thread does not wait for the GPU (on one node; across nodes each process first waits for its
   // own stream). `stream` must belong to the current device (cudaSetDevice first), and every
-  // process must call this form at the same point. On one node (LOCKSTEP_GPU_BARRIER=flags, the
-  // default there) the call only enqueues: each stream writes a flag in host memory and waits for
-  // its peers' flags. A watchdog thread in each process (started by the first call) releases
-  // every waiting stream within about 20 ms when a process of the node dies or leaves; the
-  // streams then run on without the lost process's work, and every later lockstep call in every
-  // process throws PeerLostError naming it (gpu_barrier_released() says so without throwing).
+  // process must call this form at the same point. Events mode (the default): each call records
+  // an interprocess event and meets the others on the host; a process that dies after its call
+  // but before its stream reached the event leaves the others' streams waiting on an event whose
+  // process is gone. Flags mode (LOCKSTEP_GPU_BARRIER=flags, one node): the call only enqueues;
+  // each stream writes a flag in host memory and waits for its peers' flags, and a watchdog
+  // thread in each process (started by the first call) releases every waiting stream within
+  // about 20 ms when a process of the node dies or leaves; the streams then run on without the
+  // lost process's work, and every later lockstep call in every process throws PeerLostError
+  // naming it (gpu_barrier_released() says so without throwing).
   // Throws ConfigError when lockstep was built without CUDA or finds no driver, Error on a CUDA
   // failure, and what wait_for_everyone() throws.
   void wait_for_everyone(CUstream_st* stream);

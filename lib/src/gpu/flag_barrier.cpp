@@ -20,9 +20,9 @@ constexpr std::uint32_t kFlagsReady = 3;  // GpuSlot::ready: this process set fl
 // by another process, this process's deadlines. A dead peer wakes it at once (pidfd). The issue's
 // bound for releasing every stream after a death is 0.5 s; 20 ms costs 50 wake-ups a second.
 constexpr int kWatchMs = 20;
-// Without pidfds (a kernel before 5.3, or the pids of another namespace): a full liveness check
-// (a /proc read per peer) this often.
-constexpr auto kFullCheck = std::chrono::milliseconds(500);
+// Without pidfds (a kernel before 5.3, gVisor, the pids of another namespace): a full liveness
+// check (a /proc read per peer) this often, as the CPU barrier's waiters poll (kPollInterval).
+constexpr auto kFullCheck = kPollInterval;
 // While streams are not yet drained after a release, they are raised again this often; once
 // drained, looked at this often (a call racing the failure may enqueue one more episode).
 constexpr int kReleaseMs = 1;

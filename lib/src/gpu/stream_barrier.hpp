@@ -18,12 +18,12 @@ class StreamOps;
 
 // Orders GPU work across the node's processes. Two modes (LOCKSTEP_GPU_BARRIER):
 //
-// flags (the default on one node; gpu/flag_barrier.hpp): no host rendezvous and no CPU wait.
+// flags (one node; gpu/flag_barrier.hpp): no host rendezvous and no CPU wait.
 // Each process's stream writes its episode number to its own flag in host memory that every
 // GPU maps, and waits for its peers' flags; a watchdog thread per process releases every stream
 // when a peer dies or leaves, or a timed call's deadline passes, and the job then throws.
 //
-// events (the default across nodes; gpu/stream_barrier_cuda.cpp): each call records an
+// events (the default; the only mode across nodes; gpu/stream_barrier_cuda.cpp): each call records an
 // interprocess event on the stream, meets the others on the host barrier, then makes the stream
 // wait on every peer's event of the same episode. Across nodes, where the other nodes' events
 // cannot be waited on, each process first waits for its own stream (cuEventSynchronize), then

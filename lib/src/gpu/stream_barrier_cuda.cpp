@@ -199,9 +199,9 @@ std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,
   if (segment == nullptr) {
     return std::make_unique<SoleProcessBarrier>();
   }
-  // Flags mode on one node unless events are asked for; across nodes events (the leaders meet
-  // on the host there, after each process's stream has finished).
-  if (config.gpu_barrier != "events" && config.num_nodes == 1) {
+  // Flags mode on one node when asked for; across nodes events (the leaders meet on the host
+  // there, after each process's stream has finished).
+  if (config.gpu_barrier == "flags" && config.num_nodes == 1) {
     return std::make_unique<FlagBarrier>(*segment, std::make_unique<CudaStreamOps>());
   }
   return std::make_unique<IpcEventBarrier>(*segment, config.num_nodes > 1);

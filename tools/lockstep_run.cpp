@@ -28,11 +28,11 @@
 
 #include "env.hpp"
 #include "gpu/devices.hpp"  // visible_device_count
-#include "text.hpp"           // parse_integer
 #include "job.hpp"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
 #include "proc.hpp"
+#include "text.hpp"  // parse_integer
 #include "wait.hpp"  // usable_cpus
 
 namespace {

@@ -134,15 +134,16 @@ lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state, void* cuda_stream,
-                                                        int64_t timeout_ms) {
+                                                         int64_t timeout_ms) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 "lockstep_wait_for_everyone_on_stream_for: state is null");
   }
   if (timeout_ms < 0) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT, ("lockstep_wait_for_everyone_on_stream_for: timeout_ms " +
-                                            std::to_string(timeout_ms) + " is negative")
-                                               .c_str());
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                ("lockstep_wait_for_everyone_on_stream_for: timeout_ms " +
+                 std::to_string(timeout_ms) + " is negative")
+                    .c_str());
   }
   return guarded([&] {
     state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),

@@ -71,8 +71,8 @@ class Context {
   std::optional<NodeBarrier> barrier_;
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
   std::atomic<StreamBarrier*> published_stream_barrier_{nullptr};  // for other threads' queries
-  std::atomic<bool> busy_{false};                  // a thread waits in a barrier (see BusyGuard)
-  std::atomic<bool> left_{false};                  // the process left the job (it exits)
+  std::atomic<bool> busy_{false};  // a thread waits in a barrier (see BusyGuard)
+  std::atomic<bool> left_{false};  // the process left the job (it exits)
   std::atomic<bool> has_deferred_{false};
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;

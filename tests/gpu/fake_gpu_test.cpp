@@ -154,7 +154,8 @@ class FakeStreamOps final : public lockstep::detail::StreamOps {
           return true;
         });
       } else {
-        fake->push([op] { return !cyclic_before(op.word->load(std::memory_order_acquire), op.value); });
+        fake->push(
+            [op] { return !cyclic_before(op.word->load(std::memory_order_acquire), op.value); });
       }
     }
   }
@@ -171,10 +172,10 @@ void use_fake_gpu() {
 // What every rank's streams share: the work each has done (episode numbers), and violations.
 struct Shared {
   std::atomic<std::uint64_t> work[64];
-  std::atomic<int> early;        // checks that saw a peer's work missing
-  std::atomic<int> called;       // survivors whose call of the last episode returned
-  std::atomic<int> blocked;      // survivors whose stream is blocked in the last episode's wait
-  std::atomic<double> killed_at; // when the victim died
+  std::atomic<int> early;         // checks that saw a peer's work missing
+  std::atomic<int> called;        // survivors whose call of the last episode returned
+  std::atomic<int> blocked;       // survivors whose stream is blocked in the last episode's wait
+  std::atomic<double> killed_at;  // when the victim died
   std::atomic<double> passed_at[64];
 };
 
@@ -238,8 +239,9 @@ std::string name_of(KillPoint point) {
 
 class KillPoints : public ::testing::TestWithParam<KillPoint> {};
 
-// Ranks 0..3; rank 1 dies at the chosen point of episode kLast (rank 3 is 3 episodes ahead). During_release: rank 2's watchdog
-// also dies, after raising one flag of its release (LOCKSTEP_FAULT_POINT=gpu.releasing@2).
+// Ranks 0..3; rank 1 dies at the chosen point of episode kLast (rank 3 is 3 episodes ahead).
+// During_release: rank 2's watchdog also dies, after raising one flag of its release
+// (LOCKSTEP_FAULT_POINT=gpu.releasing@2).
 TEST_P(KillPoints, EverySurvivorsStreamIsReleasedAndEveryLaterCallThrows) {
   constexpr int kN = 4;
   constexpr int kVictim = 1;
@@ -347,8 +349,7 @@ TEST_P(KillPoints, EverySurvivorsStreamIsReleasedAndEveryLaterCallThrows) {
 
 INSTANTIATE_TEST_SUITE_P(FakeGpu, KillPoints,
                          ::testing::Values(KillPoint::before_call, KillPoint::before_stream_wrote,
-                                           KillPoint::while_others_wait,
-                                           KillPoint::during_release),
+                                           KillPoint::while_others_wait, KillPoint::during_release),
                          [](const auto& info) { return name_of(info.param); });
 
 // A timed call whose stream cannot pass (rank 2's stream is stuck for 1 s): after the timeout

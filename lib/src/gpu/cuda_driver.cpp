@@ -26,7 +26,8 @@ bool bind(GetProcAddress lookup, const char* name, F& function, std::string& why
   CUdriverProcAddressQueryResult status{};
   if (lookup(name, &found, kCudaAbi, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||
       found == nullptr || status != CU_GET_PROC_ADDRESS_SUCCESS) {
-    why = std::string("the CUDA driver has no ") + name + " (a driver of CUDA 12 or later is needed)";
+    why =
+        std::string("the CUDA driver has no ") + name + " (a driver of CUDA 12 or later is needed)";
     return false;
   }
   function = reinterpret_cast<F>(found);
@@ -91,7 +92,8 @@ const Driver* driver(std::string& why) noexcept {
   static std::once_flag once;
   static Loaded* loaded = nullptr;  // never destroyed: the driver outlives every static
   try {
-    std::call_once(once, [] { loaded = new Loaded(load()); });  // NOLINT(cppcoreguidelines-owning-memory)
+    std::call_once(once,
+                   [] { loaded = new Loaded(load()); });  // NOLINT(cppcoreguidelines-owning-memory)
   } catch (const std::bad_alloc&) {
     why = "out of memory";
     return nullptr;

@@ -27,8 +27,7 @@ struct Driver {
   CUresult (*stream_create)(CUstream*, unsigned int);
   CUresult (*stream_query)(CUstream);
   CUresult (*stream_get_ctx)(CUstream, CUcontext*);
-  CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*,
-                                  unsigned int);
+  CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
   CUresult (*stream_wait_event)(CUstream, CUevent, unsigned int);
   CUresult (*mem_alloc)(CUdeviceptr*, size_t);
   CUresult (*mem_host_register)(void*, size_t, unsigned int);

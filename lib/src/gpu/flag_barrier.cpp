@@ -139,8 +139,8 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
     // Acquire: pairs with the peer's release above.
     if (std::uint32_t ready = segment_.gpu_slot(slot).ready.load(std::memory_order_acquire);
         ready != kFlagsReady) {
-      throw Error(peer_form_error(
-          what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
+      throw Error(
+          peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
     }
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -276,10 +276,10 @@ bool FlagBarrier::check_deadline() noexcept {
   if (failure.missing.empty()) {
     return false;  // every stream arrived a moment ago: this one passes next
   }
-  failure.message = "the GPU streams of process" + std::string(failure.missing.size() > 1 ? "es " : " ") +
-                    names + " had not reached its stream barrier " + std::to_string(late.episode) +
-                    " within " + std::to_string(late.timeout.count()) +
-                    " ms; every stream of the node was released";
+  failure.message =
+      "the GPU streams of process" + std::string(failure.missing.size() > 1 ? "es " : " ") + names +
+      " had not reached its stream barrier " + std::to_string(late.episode) + " within " +
+      std::to_string(late.timeout.count()) + " ms; every stream of the node was released";
   segment_.record_failure(failure);
   return true;
 }

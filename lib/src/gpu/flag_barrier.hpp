@@ -81,8 +81,8 @@ class FlagBarrier final : public StreamBarrier {
   FlagBarrier(const FlagBarrier&) = delete;
   FlagBarrier& operator=(const FlagBarrier&) = delete;
 
-  void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-            const Meet& meet, const char* what) override;
+  void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout, const Meet& meet,
+            const char* what) override;
   [[nodiscard]] bool released() const noexcept override;
   [[nodiscard]] const volatile std::uint32_t* release_word() const noexcept override;
   void abandon() noexcept override;

@@ -23,8 +23,8 @@ class StreamOps;
 // GPU maps, and waits for its peers' flags; a watchdog thread per process releases every stream
 // when a peer dies or leaves, or a timed call's deadline passes, and the job then throws.
 //
-// events (the default; the only mode across nodes; gpu/stream_barrier_cuda.cpp): each call records an
-// interprocess event on the stream, meets the others on the host barrier, then makes the stream
+// events (the default; the only mode across nodes; gpu/stream_barrier_cuda.cpp): each call records
+// an interprocess event on the stream, meets the others on the host barrier, then makes the stream
 // wait on every peer's event of the same episode. Across nodes, where the other nodes' events
 // cannot be waited on, each process first waits for its own stream (cuEventSynchronize), then
 // meets the job on the host. Its hole: a peer that dies after the host meet but before its

@@ -29,9 +29,8 @@ class CudaStreamOps final : public StreamOps {
     const CUdevice device = cuda::current_device(cuda_, what);
     int supported = 0;
     cuda::check(cuda_,
-                cuda_.device_get_attribute(&supported,
-                                           CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
-                                           device),
+                cuda_.device_get_attribute(
+                    &supported, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, device),
                 what, "cuDeviceGetAttribute");
     if (supported == 0) {
       throw ConfigError(std::string(what) + ": device " + std::to_string(device) +
@@ -108,8 +107,8 @@ class IpcEventBarrier final : public StreamBarrier {
         cross_node_(cross_node) {}
   // The events are left to the process's end: at exit the driver may already be gone.
 
-  void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-            const Meet& meet, const char* what) override {
+  void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout, const Meet& meet,
+            const char* what) override {
     if (!set_up_) {
       set_up(meet, what);
     }

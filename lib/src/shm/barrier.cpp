@@ -277,9 +277,9 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
     }
     // The leader on a cross-node failure, or any process whose GPU barrier timed out.
     const bool leader = peer.slot == segment_.leader_slot();
-    throw_failure(segment_.recorded_failure(),
-                  std::string(what) + (leader ? ": the node's main process, " : ": ") +
-                      segment_.describe(peer.slot) + ", gave up: ");
+    throw_failure(segment_.recorded_failure(), std::string(what) +
+                                                   (leader ? ": the node's main process, " : ": ") +
+                                                   segment_.describe(peer.slot) + ", gave up: ");
   }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;

@@ -142,7 +142,7 @@ void NcclBackend::set_up(const char* what) {
               "cuStreamCreate");
   CUdeviceptr buffer = 0;
   cuda::check(*cuda_, cuda_->mem_alloc(&buffer, sizeof(int)), what, "cuMemAlloc");
-  buffer_ = reinterpret_cast<int*>(buffer);
+  buffer_ = reinterpret_cast<int*>(buffer);  // NOLINT(performance-no-int-to-ptr): device memory
 
   ncclUniqueId id{};
   if (config.job.node_index == 0) {

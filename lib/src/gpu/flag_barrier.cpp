@@ -5,12 +5,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <string>
 
 #include "fault.hpp"
 #include "lockstep/error.hpp"
+#include "proc.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -61,7 +60,10 @@ void FlagBarrier::stop_watchdog() noexcept {
   if (watchdog_.joinable()) {
     stop_.store(true, std::memory_order_seq_cst);
     const std::uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof one);
+    if (::write(wake_fd_, &one, sizeof one) < 0) {
+      // Cannot happen with an eventfd far from its limit; the watchdog still stops within its
+      // next poll timeout.
+    }
     watchdog_.join();
   }
   if (wake_fd_ >= 0) {
@@ -145,7 +147,7 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
-    throw Error(std::string(what) + ": eventfd failed: " + std::strerror(errno));
+    throw_errno(what, "eventfd");
   }
   watchdog_ = std::thread([this] { watch(); });
   set_up_ = true;

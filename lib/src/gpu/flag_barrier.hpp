@@ -97,7 +97,7 @@ class FlagBarrier final : public StreamBarrier {
   void set_up(const Meet& meet, const char* what);
   void watch() noexcept;
   // One look at the job; true once it is broken (and the streams must be released).
-  bool broken(std::vector<bool>& gone, bool pidfd_fired) noexcept;
+  bool broken(std::vector<bool>& gone, bool full_check) noexcept;
   bool check_deadline() noexcept;
   void release_streams() noexcept;
   [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;

@@ -82,6 +82,7 @@ class CudaStreamOps final : public StreamOps {
 
   [[nodiscard]] const volatile std::uint32_t* device_address(
       const std::atomic<std::uint32_t>* word) const noexcept override {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): a device address, never dereferenced here
     return reinterpret_cast<const volatile std::uint32_t*>(device_address_of(word));
   }
 

@@ -19,6 +19,33 @@ using namespace std::chrono_literals;
 
 constexpr auto kRetryDelay = 100ms;      // between attempts to reach node 0
 constexpr std::size_t kMaxDropped = 16;  // reasons kept for node 0's messages
+constexpr std::array<std::byte, 4> kAuthMagic{std::byte{'L'}, std::byte{'S'}, std::byte{'A'},
+                                              std::byte{'1'}};
+constexpr std::string_view kNodeZeroRole = "lockstep node 0";
+constexpr std::string_view kNodeRole = "lockstep node";
+
+// `message` followed by its seal.
+std::vector<std::byte> sealed(const auth::Session& session, std::string_view label,
+                              std::span<const std::byte> message) {
+  std::vector<std::byte> out(message.begin(), message.end());
+  const auth::Mac seal = session.seal(label, message);
+  out.insert(out.end(), seal.begin(), seal.end());
+  return out;
+}
+
+// The message of a sealed frame, if its seal is right.
+std::optional<std::span<const std::byte>> unsealed(const auth::Session& session,
+                                                   std::string_view label,
+                                                   std::span<const std::byte> frame_body) {
+  if (frame_body.size() < auth::kMac) {
+    return std::nullopt;
+  }
+  const auto message = frame_body.first(frame_body.size() - auth::kMac);
+  if (!auth::same(session.seal(label, message), frame_body.last(auth::kMac))) {
+    return std::nullopt;
+  }
+  return message;
+}
 
 // "127.0.0.1:41234": a peer as a message names it.
 std::string describe(const sockaddr_storage& address, socklen_t length) {
@@ -89,9 +116,9 @@ std::size_t FrameReader::feed(std::span<const std::byte> input) {
         length_ =
             (length_ << 8) | std::to_integer<std::size_t>(prefix_[static_cast<std::size_t>(i)]);
       }
-      if (length_ == 0 || length_ > kMaxFrame) {
+      if (length_ == 0 || length_ > limit_) {
         throw wire::WireError("a frame of " + std::to_string(length_) + " bytes (1 to " +
-                              std::to_string(kMaxFrame) + " allowed)");
+                              std::to_string(limit_) + " allowed)");
       }
     }
   }
@@ -105,7 +132,9 @@ std::size_t FrameReader::feed(std::span<const std::byte> input) {
   return used;
 }
 
-Server::Server(const sockaddr_storage& address, socklen_t length, const std::string& where) {
+Server::Server(const sockaddr_storage& address, socklen_t length, const std::string& where,
+               std::string secret)
+    : secret_(std::move(secret)) {
   fd_ = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) {
     throw_errno("lockstep: node 0 listening on " + where, "socket");
@@ -174,9 +203,9 @@ void Server::step(std::chrono::milliseconds limit, const OnHello& on_hello,
 }
 
 void Server::read_peer(int id, const OnHello& on_hello, const std::function<void(int)>& on_lost) {
-  Peer& peer = peers_.at(id);
   std::array<std::byte, 65536> buffer{};
   for (;;) {
+    Peer& peer = peers_.at(id);
     const ssize_t got = ::recv(peer.fd, buffer.data(), buffer.size(), 0);
     if (got < 0 && errno == EINTR) {
       continue;
@@ -185,53 +214,133 @@ void Server::read_peer(int id, const OnHello& on_hello, const std::function<void
       return;
     }
     if (got <= 0) {
-      if (peer.kept) {
+      if (peer.kept()) {
         ::close(peer.fd);
         peers_.erase(id);
         on_lost(id);
       } else {
-        drop(id, "closed before it sent a hello");
+        drop(id, peer.stage == Stage::nonce
+                     ? "closed before it sent a hello"
+                     : peer.stage == Stage::proof
+                           ? "closed after node 0's proof of the secret: it could not prove "
+                             "that it holds the job's secret (the nodes' secrets differ?)"
+                           : "closed before it finished the join");
       }
       return;
     }
-    if (peer.kept) {
+    if (peer.kept()) {
       continue;  // a joined node has nothing more to say: whatever it sends is ignored
     }
     std::span<const std::byte> input(buffer.data(), static_cast<std::size_t>(got));
-    try {
-      (void)peer.reader.feed(input);
-    } catch (const wire::WireError& error) {
-      drop(id, std::string("malformed: ") + error.what());
-      return;
+    while (!input.empty()) {
+      Peer& current = peers_.at(id);
+      if (current.kept()) {
+        break;
+      }
+      try {
+        input = input.subspan(current.reader.feed(input));
+      } catch (const wire::WireError& error) {
+        if (current.stage == Stage::nonce) {
+          // Anyone may learn this much: what node 0 speaks (a node of lockstep 0.2 sends its
+          // hello first, larger than an opening may be).
+          const auto bytes = frame(wire::encode(wire::Refuse{
+              "node 0 expects lockstep's authenticated join first (lockstep 0.3 or later on "
+              "every node)"}));
+          (void)::send(current.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        drop(id, std::string("malformed: ") + error.what());
+        return;
+      }
+      if (current.reader.complete() && !take_frame(id, current, on_hello)) {
+        return;
+      }
     }
-    if (!peer.reader.complete()) {
-      continue;
-    }
-    Verdict verdict = on_hello(id, peer.reader.message(), peer.from);
-    if (verdict.keep) {
-      peer.kept = true;
-      peer.reader = FrameReader{};
-      continue;
-    }
-    // A refusal is small: one try, without waiting (a peer that does not read loses it).
-    const auto bytes = frame(verdict.reply);
-    (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::close(peer.fd);
-    peers_.erase(id);
-    return;
   }
+}
+
+auth::Session Server::session(const Peer& peer) const {
+  return auth::Session{std::as_bytes(std::span(secret_.data(), secret_.size())), peer.client,
+                       peer.server};
+}
+
+bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
+  const std::vector<std::byte> body(peer.reader.message().begin(), peer.reader.message().end());
+  auto refuse = [&](const std::string& reason, bool seal) {
+    const auto message = wire::encode(wire::Refuse{reason});
+    const auto bytes = frame(seal ? sealed(session(peer), "answer", message) : message);
+    // A refusal is small: one try, without waiting (a peer that does not read loses it).
+    (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    drop(id, reason);
+    return false;
+  };
+  switch (peer.stage) {
+    case Stage::nonce: {
+      if (body.size() != kAuthMagic.size() + auth::kNonce ||
+          !std::equal(kAuthMagic.begin(), kAuthMagic.end(), body.begin())) {
+        return refuse("it did not open lockstep's authenticated join (a node of lockstep 0.2 or "
+                      "older, or not lockstep)",
+                      false);
+      }
+      std::copy(body.begin() + kAuthMagic.size(), body.end(), peer.client.begin());
+      peer.server = auth::fresh_nonce();
+      const auth::Mac proof = session(peer).proof(kNodeZeroRole);
+      std::vector<std::byte> answer(kAuthMagic.begin(), kAuthMagic.end());
+      answer.insert(answer.end(), peer.server.begin(), peer.server.end());
+      answer.insert(answer.end(), proof.begin(), proof.end());
+      const auto bytes = frame(answer);
+      if (::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(bytes.size())) {
+        drop(id, "could not take node 0's 72-byte challenge");
+        return false;
+      }
+      peer.stage = Stage::proof;
+      peer.reader = FrameReader{kMaxUnauthenticatedFrame};
+      return true;
+    }
+    case Stage::proof:
+      if (!auth::same(session(peer).proof(kNodeRole), body)) {
+        return refuse("it could not prove that it holds the job's secret (the nodes' secrets "
+                      "differ: LOCKSTEP_SECRET, LOCKSTEP_SECRET_FILE or ~/.config/lockstep/secret)",
+                      false);
+      }
+      peer.stage = Stage::hello;
+      peer.reader = FrameReader{kMaxFrame};
+      return true;
+    case Stage::hello: {
+      const auto message = unsealed(session(peer), "hello", body);
+      if (!message) {
+        drop(id, "its hello's seal is wrong (changed on the way?)");
+        return false;
+      }
+      Verdict verdict = on_hello(id, *message, peer.from);
+      if (verdict.keep) {
+        Peer& kept = peers_.at(id);
+        kept.stage = Stage::kept;
+        kept.reader = FrameReader{};
+        return true;
+      }
+      const auto bytes = frame(sealed(session(peer), "answer", verdict.reply));
+      (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(peer.fd);
+      peers_.erase(id);
+      return false;
+    }
+    case Stage::kept:
+      break;
+  }
+  return true;
 }
 
 // Idle connections: a hello is sent at once after connecting.
 void Server::drop_idle(Clock::time_point now) {
   std::vector<int> idle;
   for (const auto& [id, peer] : peers_) {
-    if (!peer.kept && now - peer.since > kHelloBound) {
+    if (!peer.kept() && now - peer.since > kHelloBound) {
       idle.push_back(id);
     }
   }
   for (int id : idle) {
-    drop(id, "sent no hello within 10 s");
+    drop(id, "did not finish the join within 10 s");
   }
 }
 
@@ -254,7 +363,7 @@ void Server::accept_new(Clock::time_point now) {
     std::size_t pending = 0;
     int oldest = -1;
     for (const auto& [id, waiting] : peers_) {
-      if (!waiting.kept) {
+      if (!waiting.kept()) {
         ++pending;
         oldest = oldest < 0 ? id : oldest;
       }
@@ -267,14 +376,113 @@ void Server::accept_new(Clock::time_point now) {
 
 bool Server::send(int id, std::span<const std::byte> message, Clock::time_point deadline) {
   auto found = peers_.find(id);
-  return found != peers_.end() && write_all(found->second.fd, frame(message), deadline);
+  return found != peers_.end() &&
+         write_all(found->second.fd, frame(sealed(session(found->second), "answer", message)),
+                   deadline);
 }
+
+namespace {
+
+// Reads one frame of at most `limit` bytes by `deadline`; empty (with `last_error`) when the
+// connection closes or the deadline passes first.
+std::optional<std::vector<std::byte>> read_frame(int fd, std::size_t limit,
+                                                 Clock::time_point deadline,
+                                                 std::string& last_error) {
+  FrameReader reader(limit);
+  std::byte byte{};
+  // One byte at a time: what follows the frame (nothing, in this exchange) stays unread.
+  while (!reader.complete()) {
+    if (!await(fd, POLLIN, deadline)) {
+      last_error = "node 0 accepted the connection but had not answered";
+      return std::nullopt;
+    }
+    const ssize_t got = ::recv(fd, &byte, 1, 0);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
+      continue;
+    }
+    if (got <= 0) {
+      last_error = "node 0 closed the connection without an answer";
+      return std::nullopt;
+    }
+    (void)reader.feed({&byte, 1});
+  }
+  return std::vector<std::byte>(reader.message().begin(), reader.message().end());
+}
+
+// A refusal that node 0 sent without a seal (before it could trust this node): its reason.
+std::optional<std::string> plain_refusal(std::span<const std::byte> message) {
+  try {
+    wire::Message decoded = wire::decode(message);
+    if (const auto* refusal = std::get_if<wire::Refuse>(&decoded)) {
+      return refusal->reason;
+    }
+  } catch (const wire::WireError&) {
+  }
+  return std::nullopt;
+}
+
+// One join over the connected socket `fd`: empty when it should be tried again.
+std::optional<std::vector<std::byte>> join_over(int fd, std::span<const std::byte> hello,
+                                                const Credentials& credentials,
+                                                Clock::time_point deadline,
+                                                std::string& last_error) {
+  auth::Session session{
+      std::as_bytes(std::span(credentials.secret.data(), credentials.secret.size())),
+      auth::fresh_nonce(), {}};
+  std::vector<std::byte> opening(kAuthMagic.begin(), kAuthMagic.end());
+  opening.insert(opening.end(), session.client.begin(), session.client.end());
+  if (!write_all(fd, frame(opening), deadline)) {
+    last_error = "sending the join's nonce failed";
+    return std::nullopt;
+  }
+  auto challenge = read_frame(fd, kMaxFrame, deadline, last_error);
+  if (!challenge) {
+    return std::nullopt;
+  }
+  if (challenge->size() != kAuthMagic.size() + auth::kNonce + auth::kMac ||
+      !std::equal(kAuthMagic.begin(), kAuthMagic.end(), challenge->begin())) {
+    if (auto reason = plain_refusal(*challenge)) {
+      throw AuthError("it refused this node: " + *reason);
+    }
+    throw wire::WireError("its answer to the join's nonce is not lockstep 0.3's");
+  }
+  std::copy_n(challenge->begin() + kAuthMagic.size(), auth::kNonce, session.server.begin());
+  if (!auth::same(session.proof(kNodeZeroRole),
+                  std::span(*challenge).last(auth::kMac))) {
+    throw AuthError("what answers there could not prove that it holds this job's secret (this "
+                    "node's secret comes from " +
+                    credentials.source +
+                    "): the nodes hold different secrets, or another program holds the port");
+  }
+  const auth::Mac proof = session.proof(kNodeRole);
+  std::vector<std::byte> out = frame(proof);
+  const auto hello_frame = frame(sealed(session, "hello", hello));
+  out.insert(out.end(), hello_frame.begin(), hello_frame.end());
+  if (!write_all(fd, out, deadline)) {
+    last_error = "sending the hello failed";
+    return std::nullopt;
+  }
+  auto answer = read_frame(fd, kMaxFrame, deadline, last_error);
+  if (!answer) {
+    return std::nullopt;
+  }
+  if (auto message = unsealed(session, "answer", *answer)) {
+    return std::vector<std::byte>(message->begin(), message->end());
+  }
+  if (auto reason = plain_refusal(*answer)) {
+    throw AuthError("it refused this node: " + *reason + " (this node's secret comes from " +
+                    credentials.source + ")");
+  }
+  throw AuthError("its answer carries a wrong seal (changed on the way?)");
+}
+
+}  // namespace
 
 std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, socklen_t length,
                                                std::span<const std::byte> hello,
+                                               const Credentials& credentials,
                                                Clock::time_point deadline,
                                                std::string& last_error) {
-  const auto bytes = frame(hello);
   while (Clock::now() < deadline) {
     const auto retry_at = Clock::now() + kRetryDelay;
     const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -291,33 +499,17 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
     }
     if (!connected) {
       last_error = errno != 0 ? error_text(errno) : "no answer";
-    } else if (!write_all(fd, bytes, deadline)) {
-      last_error = "sending the hello failed";
     } else {
-      FrameReader reader;
-      std::array<std::byte, 65536> buffer{};
-      while (!reader.complete() && await(fd, POLLIN, deadline)) {
-        const ssize_t got = ::recv(fd, buffer.data(), buffer.size(), 0);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
-          continue;
-        }
-        if (got <= 0) {
-          last_error = "node 0 closed the connection without an answer";
-          break;
-        }
-        try {
-          (void)reader.feed({buffer.data(), static_cast<std::size_t>(got)});
-        } catch (...) {
-          ::close(fd);
-          throw;
-        }
-      }
-      if (reader.complete()) {
+      std::optional<std::vector<std::byte>> answer;
+      try {
+        answer = join_over(fd, hello, credentials, deadline, last_error);
+      } catch (...) {
         ::close(fd);
-        return std::vector<std::byte>(reader.message().begin(), reader.message().end());
+        throw;
       }
-      if (Clock::now() >= deadline) {
-        last_error = "node 0 accepted the connection but had not answered";
+      if (answer) {
+        ::close(fd);
+        return answer;
       }
     }
     ::close(fd);

@@ -88,7 +88,7 @@ class UcxBackend final : public Backend, public Bootstrap {
   rendezvous::Verdict take_hello(int id, std::span<const std::byte> bytes, const std::string& from);
   [[nodiscard]] std::string check_hello(const wire::Hello& hello) const;
   void forget_joiner(int id);
-  [[noreturn]] void throw_serve_timeout() const;
+  [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes.

@@ -10,10 +10,16 @@
 
 #include "lockstep/error.hpp"
 #include "text.hpp"
+#include "secret.hpp"
 #include "ucx/ucx_backend.hpp"
 
 namespace lockstep::detail::ucx {
 namespace {
+
+// What a UCX worker address can be: UCX 1.13's packed addresses hold a header and at least one
+// transport's entry (hundreds of bytes on tcp and shared memory); none comes near 1 MiB.
+constexpr std::size_t kMinWorkerAddress = 16;
+constexpr std::size_t kMaxWorkerAddress = 1u << 20;
 
 std::string where(const JobConfig& job) {
   return job.master_addr + ":" + std::to_string(job.master_port);
@@ -58,6 +64,13 @@ std::string UcxBackend::check_hello(const wire::Hello& hello) const {
   if (joiners_[hello.node] >= 0) {
     return "node " + std::to_string(hello.node) + " has already joined";
   }
+  // UCX asserts (and aborts) on a malformed worker address: check what can be checked. (Only an
+  // authenticated node gets here; this guards against a broken one.)
+  if (hello.address.size() < kMinWorkerAddress || hello.address.size() > kMaxWorkerAddress) {
+    return "its UCX worker address has " + std::to_string(hello.address.size()) +
+           " bytes (UCX's are " + std::to_string(kMinWorkerAddress) + " to " +
+           std::to_string(kMaxWorkerAddress) + ")";
+  }
   if (hello.ranks.empty()) {
     return "it lists no processes";
   }
@@ -83,7 +96,8 @@ void UcxBackend::serve() {
 
   socklen_t length = 0;
   const sockaddr_storage address = master_address(job, length);
-  rendezvous::Server server(address, length, where(job));
+  rendezvous::Server server(address, length, where(job),
+                            load_job_secret(process_environment()).bytes);
   joiners_.assign(static_cast<std::size_t>(num_nodes_), -1);
   addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
   addresses_[0] = address_;
@@ -94,7 +108,7 @@ void UcxBackend::serve() {
   const auto on_lost = [this](int id) { forget_joiner(id); };
   while (nodes_.size() != static_cast<std::size_t>(num_nodes_)) {
     if (Clock::now() >= config_.deadline) {
-      throw_serve_timeout();
+      throw_serve_timeout(server.dropped());
     }
     server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
                                           config_.deadline - Clock::now())),
@@ -165,13 +179,20 @@ void UcxBackend::forget_joiner(int id) {
   }
 }
 
-void UcxBackend::throw_serve_timeout() const {
+void UcxBackend::throw_serve_timeout(const std::vector<std::string>& dropped) const {
   std::string why;
   for (int node = 1; node < num_nodes_; ++node) {
     if (joiners_[static_cast<std::size_t>(node)] < 0) {
       auto refused = refusals_.find(node);
       why += (why.empty() ? "" : "; ") + ("node " + std::to_string(node) + " ") +
              (refused != refusals_.end() ? refused->second : "never connected");
+    }
+  }
+  if (!dropped.empty()) {
+    // Connections that did not finish the join: a node holding another secret is among them.
+    why += "; connections refused: ";
+    for (std::size_t i = 0; i < dropped.size() && i < 4; ++i) {
+      why += (i == 0 ? "" : "; ") + dropped[i];
     }
   }
   throw TimeoutError(
@@ -197,8 +218,9 @@ void UcxBackend::connect() {
   std::string last_error = "no answer";
   std::optional<wire::Message> answer;
   try {
-    auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello), config_.deadline,
-                                      last_error);
+    const JobSecret secret = load_job_secret(process_environment());
+    auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello),
+                                      {secret.bytes, secret.source}, config_.deadline, last_error);
     if (!bytes) {
       throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
                              std::to_string(me_) + " could not join node 0's main process at " +
@@ -209,6 +231,9 @@ void UcxBackend::connect() {
   } catch (const wire::WireError& error) {
     throw ConfigError("lockstep: what answers at " + where(job) + " is not lockstep's node 0 (" +
                       error.what() + "): is MASTER_ADDR:MASTER_PORT another program's?");
+  } catch (const rendezvous::AuthError& error) {
+    throw ConfigError("lockstep: node " + std::to_string(me_) + " joining node 0 at " +
+                      where(job) + ": " + error.what());
   }
   if (const auto* refusal = std::get_if<wire::Refuse>(&*answer)) {
     throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +

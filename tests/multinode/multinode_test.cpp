@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -25,7 +26,10 @@
 #include "backend.hpp"
 #include "job.hpp"
 #include "ranks.hpp"
+#include "secret.hpp"
 #include "shm/segment.hpp"
+#include "ucx/rendezvous.hpp"
+#include "ucx/wire.hpp"
 
 namespace {
 
@@ -132,6 +136,9 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       if (!fault.empty()) {
         ::setenv("LOCKSTEP_FAULT_POINT", fault.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
       }
+      if (auto secret = node_secret_.find(rank); secret != node_secret_.end()) {
+        ::setenv("LOCKSTEP_SECRET", secret->second.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+      }
       if (std::string(GetParam()) == "tcp") {
         ::setenv("UCX_TLS", "tcp", 1);  // NOLINT(concurrency-mt-unsafe)
       } else {
@@ -147,6 +154,28 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     }
     nodes_.push_back(node);
     return nodes_.back();
+  }
+
+  // A connection to node 0's port, tried again for up to 30 s (node 0 listens once its
+  // processes have started); -1 (and a failure) if none.
+  int connect_to_node0() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+        return fd;
+      }
+      ::close(fd);
+      if (std::chrono::steady_clock::now() > until) {
+        ADD_FAILURE() << "node 0 did not listen on port " << port_ << " within 30 s";
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
 
   // Waits for every node's launcher to end, at most `limit`; a hang is a failure.
@@ -202,6 +231,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
   fs::path shared_;
   int port_ = 0;
   std::string job_;
+  std::map<int, std::string> node_secret_;  // LOCKSTEP_SECRET for a node, when set
   std::string join_timeout_ = "30";  // LOCKSTEP_JOIN_TIMEOUT of the nodes started next
   std::vector<Node> nodes_;
 };
@@ -423,6 +453,96 @@ TEST_P(MultiNode, CraftedBytesAtTheMasterPortNeverHurtTheJob) {
   }
   EXPECT_EQ(nodes_[0].code(), 0) << all_output();
   EXPECT_EQ(nodes_[1].code(), 0) << all_output();
+}
+
+// Issue 21: node 0 trusted anyone who knew the job's identity. A stranger that sent a
+// well-formed hello first was welcomed as node 1 (and given the job's token and every leader's
+// UCX address), and an 8-byte worker address in a hello made UCX abort node 0. Now: 0.2's hello
+// is refused before it is read, a stranger with another secret learns nothing, an authenticated
+// node's impossible worker address is refused before UCX sees it, and the real node 1 joins.
+TEST_P(MultiNode, OnlyANodeThatProvesTheSecretJoins) {
+  start(0, 2, 1, {"rounds", shared_.string(), "20"});
+  namespace wire = lockstep::detail::wire;
+  namespace rendezvous = lockstep::detail::rendezvous;
+  wire::Hello hello;
+  hello.identity =
+      lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_));
+  hello.num_nodes = 2;
+  hello.world_size = 2;
+  hello.node = 1;
+  hello.ranks = {1};
+  hello.address.assign(8, std::byte{0x5a});
+  const auto message = wire::encode(hello);
+
+  // 0.2's attack: the hello first, with the right identity. Refused unread, with no job data.
+  const int fd = connect_to_node0();
+  const auto bytes = rendezvous::frame(message);
+  EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  std::vector<std::byte> reply;
+  std::array<std::byte, 4096> chunk{};
+  for (ssize_t got = 0; (got = ::recv(fd, chunk.data(), chunk.size(), 0)) > 0;) {
+    reply.insert(reply.end(), chunk.begin(), chunk.begin() + got);  // until node 0 closes
+  }
+  ::close(fd);
+  ASSERT_GT(reply.size(), 4U);
+  auto answer = wire::decode(std::span(reply).subspan(4));
+  ASSERT_TRUE(std::holds_alternative<wire::Refuse>(answer));
+  EXPECT_NE(std::get<wire::Refuse>(answer).reason.find("authenticated join"), std::string::npos)
+      << std::get<wire::Refuse>(answer).reason;
+
+  // A stranger with another secret, through lockstep's own client: node 0 cannot be made to
+  // answer it, and it says why.
+  sockaddr_storage address{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&address);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(static_cast<std::uint16_t>(port_));
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string last_error;
+  const auto soon = Clock::now() + std::chrono::seconds(30);
+  try {
+    (void)rendezvous::exchange(address, sizeof(sockaddr_in), message,
+                               {"a secret that is not the job's", "the test"}, soon, last_error);
+    ADD_FAILURE() << "a stranger with another secret got an answer";
+  } catch (const rendezvous::AuthError& error) {
+    EXPECT_NE(std::string(error.what()).find("could not prove"), std::string::npos)
+        << error.what();
+  }
+
+  // A node with the job's secret (this user's key file, as the nodes use) and an 8-byte worker
+  // address: refused, and node 0 lives on.
+  const auto secret = lockstep::detail::load_job_secret(lockstep::detail::process_environment());
+  auto refused = rendezvous::exchange(address, sizeof(sockaddr_in), message,
+                                      {secret.bytes, secret.source}, soon, last_error);
+  ASSERT_TRUE(refused.has_value()) << last_error;
+  auto verdict = wire::decode(*refused);
+  ASSERT_TRUE(std::holds_alternative<wire::Refuse>(verdict));
+  EXPECT_NE(std::get<wire::Refuse>(verdict).reason.find("worker address"), std::string::npos)
+      << std::get<wire::Refuse>(verdict).reason;
+
+  start(1, 2, 1, {"rounds", shared_.string(), "20"});
+  wait_all();
+  EXPECT_EQ(nodes_[0].code(), 0) << all_output();
+  EXPECT_EQ(nodes_[1].code(), 0) << all_output();
+}
+
+// Nodes that hold different secrets: the joining node says so at once, naming its secret's
+// source; node 0 names the node that could not prove the secret when its join times out.
+TEST_P(MultiNode, NodesWithDifferentSecretsSayWhy) {
+  join_timeout_ = "3";
+  node_secret_[1] = "another secret, long enough to be taken";
+  start(0, 2, 1, {"rounds", shared_.string(), "10"});
+  start(1, 2, 1, {"rounds", shared_.string(), "10"});
+  wait_all();
+  EXPECT_NE(nodes_[0].code(), 0);
+  EXPECT_NE(nodes_[1].code(), 0);
+  EXPECT_NE(nodes_[1].output().find("could not prove that it holds this job's secret"),
+            std::string::npos)
+      << all_output();
+  EXPECT_NE(nodes_[1].output().find("LOCKSTEP_SECRET"), std::string::npos) << all_output();
+  EXPECT_NE(nodes_[0].output().find("could not prove that it holds the job's secret"),
+            std::string::npos)
+      << all_output();
 }
 
 // Node 0 used to wait the whole join timeout and then say that node 1 "never connected" when

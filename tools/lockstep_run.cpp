@@ -32,6 +32,7 @@
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
 #include "proc.hpp"
+#include "secret.hpp"
 #include "text.hpp"  // parse_integer
 #include "wait.hpp"  // usable_cpus
 
@@ -347,6 +348,12 @@ int Launcher::dry_run() {
       line += " " + shell_quoted(word);
     }
     (void)std::printf("%s\n", line.c_str());
+  }
+  if (options_.nnodes > 1) {
+    // The nodes prove this secret to each other when they join (nothing is created here).
+    (void)std::printf(
+        "secret: %s\n",
+        lockstep::detail::describe_secret_source(lockstep::detail::process_environment()).c_str());
   }
   return 0;
 }

@@ -20,7 +20,7 @@ struct Crypto {
   unsigned char* (*hmac)(const void*, const void*, int, const unsigned char*, std::size_t,
                          unsigned char*, unsigned int*) = nullptr;  // HMAC
   int (*memcmp)(const void*, const void*, std::size_t) = nullptr;   // CRYPTO_memcmp
-  std::string why;  // empty when loaded
+  std::string why;                                                  // empty when loaded
 };
 
 Crypto load() {
@@ -33,8 +33,9 @@ Crypto load() {
     }
   }
   if (library == nullptr) {
-    crypto.why = "cannot open OpenSSL's libcrypto.so.3 (apt-get install libssl3), which "
-                 "authenticates the nodes of a multi-node job";
+    crypto.why =
+        "cannot open OpenSSL's libcrypto.so.3 (apt-get install libssl3), which "
+        "authenticates the nodes of a multi-node job";
     return crypto;
   }
   crypto.sha256 = reinterpret_cast<decltype(crypto.sha256)>(::dlsym(library, "EVP_sha256"));
@@ -49,7 +50,8 @@ Crypto load() {
 const Crypto& crypto() {
   static std::once_flag once;
   static const Crypto* loaded = nullptr;  // never destroyed: used until the process ends
-  std::call_once(once, [] { loaded = new Crypto(load()); });  // NOLINT(cppcoreguidelines-owning-memory)
+  std::call_once(once,
+                 [] { loaded = new Crypto(load()); });  // NOLINT(cppcoreguidelines-owning-memory)
   if (!loaded->why.empty()) {
     throw ConfigError("lockstep: " + loaded->why);
   }
@@ -88,10 +90,15 @@ Mac mac(std::span<const std::byte> key, std::initializer_list<std::span<const st
     const auto* bytes = reinterpret_cast<const unsigned char*>(part.data());
     input.insert(input.end(), bytes, bytes + part.size());
   }
+  return hmac_sha256(key, std::as_bytes(std::span(input)));
+}
+
+Mac hmac_sha256(std::span<const std::byte> key, std::span<const std::byte> data) {
   const Crypto& c = crypto();
   Mac out{};
   unsigned int length = 0;
-  if (c.hmac(c.sha256(), key.data(), static_cast<int>(key.size()), input.data(), input.size(),
+  if (c.hmac(c.sha256(), key.data(), static_cast<int>(key.size()),
+             reinterpret_cast<const unsigned char*>(data.data()), data.size(),
              reinterpret_cast<unsigned char*>(out.data()), &length) == nullptr ||
       length != out.size()) {
     throw Error("lockstep: HMAC-SHA-256 failed in OpenSSL's libcrypto");

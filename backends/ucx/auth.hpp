@@ -27,6 +27,9 @@ using Mac = std::array<std::byte, kMac>;
 // A fresh nonce from getrandom; SystemError when the kernel gives none.
 Nonce fresh_nonce();
 
+// Plain HMAC-SHA-256 (RFC 2104) of `data` under `key` (its known answers are in RFC 4231).
+Mac hmac_sha256(std::span<const std::byte> key, std::span<const std::byte> data);
+
 // HMAC-SHA-256 under `key` of `parts`, each prefixed with its length (no two lists of parts give
 // the same input). ConfigError when libcrypto cannot be opened.
 Mac mac(std::span<const std::byte> key, std::initializer_list<std::span<const std::byte>> parts);

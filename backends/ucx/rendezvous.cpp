@@ -219,12 +219,11 @@ void Server::read_peer(int id, const OnHello& on_hello, const std::function<void
         peers_.erase(id);
         on_lost(id);
       } else {
-        drop(id, peer.stage == Stage::nonce
-                     ? "closed before it sent a hello"
-                     : peer.stage == Stage::proof
-                           ? "closed after node 0's proof of the secret: it could not prove "
-                             "that it holds the job's secret (the nodes' secrets differ?)"
-                           : "closed before it finished the join");
+        drop(id, peer.stage == Stage::nonce ? "closed before it sent a hello"
+                 : peer.stage == Stage::proof
+                     ? "closed after node 0's proof of the secret: it could not prove "
+                       "that it holds the job's secret (the nodes' secrets differ?)"
+                     : "closed before it finished the join");
       }
       return;
     }
@@ -277,9 +276,10 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
     case Stage::nonce: {
       if (body.size() != kAuthMagic.size() + auth::kNonce ||
           !std::equal(kAuthMagic.begin(), kAuthMagic.end(), body.begin())) {
-        return refuse("it did not open lockstep's authenticated join (a node of lockstep 0.2 or "
-                      "older, or not lockstep)",
-                      false);
+        return refuse(
+            "it did not open lockstep's authenticated join (a node of lockstep 0.2 or "
+            "older, or not lockstep)",
+            false);
       }
       std::copy(body.begin() + kAuthMagic.size(), body.end(), peer.client.begin());
       peer.server = auth::fresh_nonce();
@@ -299,9 +299,10 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
     }
     case Stage::proof:
       if (!auth::same(session(peer).proof(kNodeRole), body)) {
-        return refuse("it could not prove that it holds the job's secret (the nodes' secrets "
-                      "differ: LOCKSTEP_SECRET, LOCKSTEP_SECRET_FILE or ~/.config/lockstep/secret)",
-                      false);
+        return refuse(
+            "it could not prove that it holds the job's secret (the nodes' secrets "
+            "differ: LOCKSTEP_SECRET, LOCKSTEP_SECRET_FILE or ~/.config/lockstep/secret)",
+            false);
       }
       peer.stage = Stage::hello;
       peer.reader = FrameReader{kMaxFrame};
@@ -428,7 +429,8 @@ std::optional<std::vector<std::byte>> join_over(int fd, std::span<const std::byt
                                                 std::string& last_error) {
   auth::Session session{
       std::as_bytes(std::span(credentials.secret.data(), credentials.secret.size())),
-      auth::fresh_nonce(), {}};
+      auth::fresh_nonce(),
+      {}};
   std::vector<std::byte> opening(kAuthMagic.begin(), kAuthMagic.end());
   opening.insert(opening.end(), session.client.begin(), session.client.end());
   if (!write_all(fd, frame(opening), deadline)) {
@@ -447,12 +449,12 @@ std::optional<std::vector<std::byte>> join_over(int fd, std::span<const std::byt
     throw wire::WireError("its answer to the join's nonce is not lockstep 0.3's");
   }
   std::copy_n(challenge->begin() + kAuthMagic.size(), auth::kNonce, session.server.begin());
-  if (!auth::same(session.proof(kNodeZeroRole),
-                  std::span(*challenge).last(auth::kMac))) {
-    throw AuthError("what answers there could not prove that it holds this job's secret (this "
-                    "node's secret comes from " +
-                    credentials.source +
-                    "): the nodes hold different secrets, or another program holds the port");
+  if (!auth::same(session.proof(kNodeZeroRole), std::span(*challenge).last(auth::kMac))) {
+    throw AuthError(
+        "what answers there could not prove that it holds this job's secret (this "
+        "node's secret comes from " +
+        credentials.source +
+        "): the nodes hold different secrets, or another program holds the port");
   }
   const auth::Mac proof = session.proof(kNodeRole);
   std::vector<std::byte> out = frame(proof);

@@ -38,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 inline constexpr std::size_t kMaxFrame = 16u << 20;  // a hello of 2^20 processes fits
 inline constexpr std::size_t kMaxPending = 64;       // connections yet to send their hello
 inline constexpr auto kHelloBound = std::chrono::seconds(10);  // to send it, once connected
-inline constexpr std::size_t kMaxUnauthenticatedFrame = 64;  // before the node's proof
+inline constexpr std::size_t kMaxUnauthenticatedFrame = 64;    // before the node's proof
 
 // A message as a frame.
 std::vector<std::byte> frame(std::span<const std::byte> message);

@@ -9,8 +9,8 @@
 #include <random>
 
 #include "lockstep/error.hpp"
-#include "text.hpp"
 #include "secret.hpp"
+#include "text.hpp"
 #include "ucx/ucx_backend.hpp"
 
 namespace lockstep::detail::ucx {
@@ -232,8 +232,8 @@ void UcxBackend::connect() {
     throw ConfigError("lockstep: what answers at " + where(job) + " is not lockstep's node 0 (" +
                       error.what() + "): is MASTER_ADDR:MASTER_PORT another program's?");
   } catch (const rendezvous::AuthError& error) {
-    throw ConfigError("lockstep: node " + std::to_string(me_) + " joining node 0 at " +
-                      where(job) + ": " + error.what());
+    throw ConfigError("lockstep: node " + std::to_string(me_) + " joining node 0 at " + where(job) +
+                      ": " + error.what());
   }
   if (const auto* refusal = std::get_if<wire::Refuse>(&*answer)) {
     throw ConfigError("lockstep: node 0's main process at " + where(job) + " refused node " +

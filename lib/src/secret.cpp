@@ -40,7 +40,8 @@ std::optional<std::string> read_secret_file(const std::string& path, const std::
     if (errno == ENOENT) {
       return std::nullopt;
     }
-    refuse(source, errno == ELOOP ? "is a symbolic link" : "cannot be opened: " + error_text(errno));
+    refuse(source,
+           errno == ELOOP ? "is a symbolic link" : "cannot be opened: " + error_text(errno));
   }
   struct stat st {};
   std::string text;
@@ -106,13 +107,13 @@ void create_key_file(const std::string& path) {
   }
   hex += '\n';
   const std::string temporary = path + ".new-" + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0600);
+  const int fd =
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     refuse(path, "cannot be created: " + error_text(errno));
   }
-  const bool written = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) &&
-                       ::fsync(fd) == 0;
+  const bool written =
+      ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!written || (::link(temporary.c_str(), path.c_str()) != 0 && errno != EEXIST)) {
     const int error = errno;

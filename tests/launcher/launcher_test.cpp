@@ -451,6 +451,13 @@ TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
   }
   EXPECT_TRUE(contains(result.out, "LOCKSTEP_JOB_ID=dry@127.0.0.1:29500")) << result.out;
   EXPECT_TRUE(contains(result.out, "OMP_NUM_THREADS=1 touch " + marker + " 'a b'\n")) << result.out;
+  EXPECT_FALSE(contains(result.out, "secret:")) << "one node needs no secret: " << result.out;
+  // Several nodes: which secret the nodes will prove, and where it comes from.
+  auto nodes =
+      run({"/usr/bin/env", "LOCKSTEP_SECRET=0123456789abcdef", tool("LOCKSTEP_RUN"), "--nnodes",
+           "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--dry-run", "true"});
+  EXPECT_EQ(nodes.code(), 0) << nodes.err;
+  EXPECT_TRUE(contains(nodes.out, "secret: LOCKSTEP_SECRET\n")) << nodes.out;
 }
 
 // Several processes get OMP_NUM_THREADS=1 with a notice, unless the user set it; one gets none.

@@ -232,7 +232,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
   int port_ = 0;
   std::string job_;
   std::map<int, std::string> node_secret_;  // LOCKSTEP_SECRET for a node, when set
-  std::string join_timeout_ = "30";  // LOCKSTEP_JOIN_TIMEOUT of the nodes started next
+  std::string join_timeout_ = "30";         // LOCKSTEP_JOIN_TIMEOUT of the nodes started next
   std::vector<Node> nodes_;
 };
 
@@ -465,8 +465,7 @@ TEST_P(MultiNode, OnlyANodeThatProvesTheSecretJoins) {
   namespace wire = lockstep::detail::wire;
   namespace rendezvous = lockstep::detail::rendezvous;
   wire::Hello hello;
-  hello.identity =
-      lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_));
+  hello.identity = lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_));
   hello.num_nodes = 2;
   hello.world_size = 2;
   hello.node = 1;
@@ -505,8 +504,7 @@ TEST_P(MultiNode, OnlyANodeThatProvesTheSecretJoins) {
                                {"a secret that is not the job's", "the test"}, soon, last_error);
     ADD_FAILURE() << "a stranger with another secret got an answer";
   } catch (const rendezvous::AuthError& error) {
-    EXPECT_NE(std::string(error.what()).find("could not prove"), std::string::npos)
-        << error.what();
+    EXPECT_NE(std::string(error.what()).find("could not prove"), std::string::npos) << error.what();
   }
 
   // A node with the job's secret (this user's key file, as the nodes use) and an 8-byte worker

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "env.hpp"
@@ -234,6 +236,9 @@ class Launcher {
  public:
   explicit Launcher(Options options) : options_(std::move(options)) {}
   int run();
+  // After the ranks: waits up to the grace period for their process groups to empty, then
+  // SIGKILLs what is left.
+  void finish_groups();
   // --dry-run: prints each rank's command and environment; starts nothing.
   int dry_run();
 
@@ -632,6 +637,7 @@ int Launcher::run() {
     start(local, old_mask);
   }
   supervise(signals);
+  finish_groups();
   // A rank killed before leaving cannot remove the node's segment: remove it for them.
   (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank);
   return exit_code_.value_or(0);
@@ -703,6 +709,33 @@ void Launcher::supervise(int signals) {
         pump(stream, child.rank, true);
       }
     }
+  }
+}
+
+void Launcher::finish_groups() {
+  // Each rank's process group got SIGTERM when its rank ended (reap); what ignores it (a child of
+  // a rank that exited 0, say) gets SIGKILL after the grace period, as a failed job's ranks do.
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(options_.grace_period));
+  for (;;) {
+    std::vector<pid_t> lingering;
+    for (const Child& child : children_) {
+      if (child.pid > 0 && ::kill(-child.pid, 0) == 0) {
+        lingering.push_back(child.pid);
+      }
+    }
+    if (lingering.empty()) {
+      return;
+    }
+    if (Clock::now() >= until) {
+      say("grace period of " + CLI::detail::to_string(options_.grace_period) +
+          " s over; killing what the ranks left running (their process groups)");
+      for (pid_t group : lingering) {
+        ::kill(-group, SIGKILL);
+      }
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
@@ -778,6 +811,15 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
                "Prefix every line a process prints with \"[rank N] \"");
   app.add_option("--grace-period,--grace_period", options.grace_period,
                  "Seconds between SIGTERM and SIGKILL when stopping the job")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            // NaN passes every range check (each comparison is false): refused first.
+            double value = 0;
+            return CLI::detail::lexical_cast(text, value) && std::isfinite(value)
+                       ? std::string()
+                       : "--grace-period " + text + ": not a number of seconds from 0 to 3600";
+          },
+          "SECONDS"))
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_option("--wait-policy,--wait_policy", options.wait_policy,

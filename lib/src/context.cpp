@@ -6,6 +6,7 @@
 #include <chrono>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "fault.hpp"
 #include "lockstep/error.hpp"
@@ -214,7 +215,9 @@ bool Context::leave() noexcept {
   published_stream_barrier_.store(nullptr, std::memory_order_release);
   if (stream_barrier_ && ::getpid() != owner_) {
     stream_barrier_->abandon();
-    (void)stream_barrier_.release();  // NOLINT(bugprone-unused-return-value): see abandon()
+    // Never destroyed, and kept where a leak checker sees it reachable.
+    static auto* kept = new std::vector<std::unique_ptr<StreamBarrier>>();  // NOLINT
+    kept->push_back(std::move(stream_barrier_));
   }
   stream_barrier_.reset();
   barrier_.reset();

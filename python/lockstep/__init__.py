@@ -82,8 +82,25 @@ def split_range(size, num_processes, process_index, apply_padding=False):
     stop = start + base + (1 if process_index < extra else 0)
     padding = 0
     if apply_padding and size > 0:
-        padding = math.ceil(size / num_processes) - (stop - start)
+        padding = -(-size // num_processes) - (stop - start)  # integers: exact at any size
     return start, stop, padding
+
+
+def _padded(share, last, padding, inputs):
+    """`share` followed by `padding` copies of `last`, concatenated as the sequence's own kind
+    concatenates (a numpy array's `+` adds, it does not append)."""
+    if isinstance(share, (list, tuple, str, bytes, bytearray)):
+        return share + last * padding
+    kind = type(share).__module__.split(".")[0]
+    if kind == "numpy":
+        import numpy
+        return numpy.concatenate([share] + [last] * padding)
+    if kind == "torch":
+        import torch
+        return torch.cat([share] + [last] * padding)
+    raise TypeError(f"lockstep: split_between_processes(apply_padding=True) cannot pad a "
+                    f"{type(inputs).__name__}: lists, tuples, strings, bytes, numpy arrays and "
+                    f"torch tensors can be padded (or pass apply_padding=False)")
 
 
 def _split(inputs, num_processes, process_index, apply_padding):
@@ -99,8 +116,7 @@ def _split(inputs, num_processes, process_index, apply_padding):
     share = inputs[start:stop]
     if padding:
         last = inputs[stop - 1:stop] if stop > start else inputs[len(inputs) - 1:]
-        for _ in range(padding):
-            share = share + last
+        share = _padded(share, last, padding, inputs)
     return share
 
 
@@ -147,6 +163,9 @@ class PartialState:
             if math.isnan(milliseconds) or milliseconds < 0:
                 raise ValueError(f"lockstep: wait_for_everyone(timeout={timeout!r}): the timeout "
                                  "must be a number of seconds, 0 or more")
+            if math.isinf(milliseconds):
+                _check(_lib.lockstep_wait_for_everyone(PartialState._handle))  # no deadline
+                return
             milliseconds = min(math.ceil(milliseconds), 2**62)
             _check(_lib.lockstep_wait_for_everyone_for(PartialState._handle, milliseconds))
 

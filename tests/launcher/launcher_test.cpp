@@ -255,7 +255,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{{"--nproc-per-node", "2", "--log-dir", "/tmp", "--tee", "2:1", "true"},
                  "with local ranks 0 to 1"},
         BadFlags{{"--local-ranks-filter", "0,x", "true"},
-                 "--local-ranks-filter 0,x: not a list of local ranks"}));
+                 "--local-ranks-filter 0,x: not a list of local ranks"},
+        // Issue 21: NaN passed the range check and killed at once.
+        BadFlags{{"--grace-period", "nan", "true"}, "--grace-period nan: not a number"},
+        BadFlags{{"--grace-period", "inf", "true"}, "--grace-period inf: not a number"}));
 
 // --nproc-per-node cpu and auto (no GPU here) start one process per usable CPU; gpu without a
 // device is refused, saying why.
@@ -458,6 +461,40 @@ TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
            "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--dry-run", "true"});
   EXPECT_EQ(nodes.code(), 0) << nodes.err;
   EXPECT_TRUE(contains(nodes.out, "secret: LOCKSTEP_SECRET\n")) << nodes.out;
+}
+
+// Whether `pid` has ended (gone, or a zombie nobody reaped).
+bool ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) {
+    return true;
+  }
+  const auto close = line.rfind(')');
+  return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';
+}
+
+// Issue 21: a rank that exits 0 left its child, which ignores SIGTERM, running after
+// lockstep-run returned. It is killed after the grace period, as a failed job's ranks are.
+TEST(Launcher, WhatARankLeavesRunningIsKilledAfterTheGracePeriod) {
+  const std::string pidfile = "/tmp/lockstep-linger-" + std::to_string(::getpid());
+  auto result = run({tool("LOCKSTEP_RUN"), "--grace-period", "1", "sh", "-c",
+                     "trap '' TERM; sleep 60 >/dev/null 2>&1 & echo $! > " + pidfile + "; exit 0"});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  std::ifstream in(pidfile);
+  pid_t pid = 0;
+  in >> pid;
+  ::unlink(pidfile.c_str());
+  ASSERT_GT(pid, 0);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!ended(pid) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ended(pid)) << "the rank's child (pid " << pid << ") still runs";
+  if (!ended(pid)) {
+    ::kill(pid, SIGKILL);
+  }
+  EXPECT_TRUE(contains(result.err, "killing what the ranks left running")) << result.err;
 }
 
 // Several processes get OMP_NUM_THREADS=1 with a notice, unless the user set it; one gets none.

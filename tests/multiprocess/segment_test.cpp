@@ -394,3 +394,38 @@ TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 21: a FIFO put at a job's segment name made the launcher's "not joined yet" check block
+// for ever (its ranks became zombies). The check returns at once, and joining says what is there.
+TEST(Segment, AFifoAtTheSegmentNameIsRefusedWithoutBlocking) {
+  const std::string id = unique_job_id("fifo");
+  const std::string path = segment_path(id);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << path;
+  const std::string name = path.substr(std::string("/dev/shm/").size());
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::_exit(lockstep::detail::joined_ranks(name) ? 1 : 0);
+  }
+  int status = -1;
+  for (int i = 0; i < 200 && ::waitpid(child, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (::waitpid(child, &status, WNOHANG) == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    ADD_FAILURE() << "joined_ranks blocked on a FIFO";
+  } else {
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a FIFO read as a segment";
+  }
+  Job job = Job::of(2, id);
+  job.limit = std::chrono::seconds(30);
+  auto ends = run_ranks(job, [](int) {
+    expect_join_error<lockstep::ConfigError>([] { lockstep::State state; }, "not a regular file");
+  });
+  ::unlink(path.c_str());
+  EXPECT_EQ(failures(ends), "");
+}
+
+}  // namespace

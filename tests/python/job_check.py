@@ -120,6 +120,7 @@ def main():
     except ValueError:
         pass
     state.wait_for_everyone(timeout=30)
+    state.wait_for_everyone(timeout=float("inf"))  # no deadline (issue 21: was OverflowError)
     state.print(f"job_check: ok {n}")
 
 

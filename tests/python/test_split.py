@@ -12,7 +12,39 @@ def check(condition, what):
         sys.exit(1)
 
 
+class Elementwise:
+    """A sequence whose `+` adds element by element (as a numpy array's does)."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, where):
+        return Elementwise(self.items[where])
+
+    def __add__(self, other):
+        return Elementwise(a + b for a, b in zip(self.items, other.items))
+
+
+def huge_sizes_and_kinds():
+    # Issue 21: the padding came from float arithmetic (2**53 + 1 items on 2 processes padded 0,
+    # 2**60 + 1 padded -1), and a sequence whose + adds was padded by adding.
+    for size in (2**53 + 1, 2**60 + 1, 2**63 + 1):
+        start, stop, padding = split_range(size, 2, 1, True)
+        check(stop - start == size // 2 and padding == 1, f"size {size}: padding {padding}")
+    try:
+        _split(Elementwise(range(5)), 2, 1, True)
+        check(False, "a sequence whose + adds was padded")
+    except TypeError as error:
+        check("cannot pad a Elementwise" in str(error), f"message: {error}")
+    check(_split(Elementwise(range(5)), 2, 1, False).items == [3, 4], "plain share of Elementwise")
+    check(_split(b"abcde", 2, 1, True) == b"dee", "bytes padded")
+
+
 def main():
+    huge_sizes_and_kinds()
     for n in range(1, 9):
         for size in range(0, 3 * n + 1):
             items = list(range(size))

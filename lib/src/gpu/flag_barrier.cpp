@@ -75,10 +75,17 @@ void FlagBarrier::stop_watchdog() noexcept {
 void FlagBarrier::abandon() noexcept {
   // A forked child: the watchdog is a thread of the parent, and the stream operations may hold
   // the parent's threads or CUDA objects. Neither may be joined, destroyed or used here.
-  if (watchdog_.joinable()) {
-    new std::thread(std::move(watchdog_));  // NOLINT: deliberately never destroyed
+  // Kept where a leak checker sees them reachable (a forked child exits with them).
+  static std::vector<std::unique_ptr<std::thread>>* threads = nullptr;
+  static std::vector<std::unique_ptr<StreamOps>>* ops = nullptr;
+  if (threads == nullptr) {
+    threads = new std::vector<std::unique_ptr<std::thread>>();  // NOLINT: never destroyed
+    ops = new std::vector<std::unique_ptr<StreamOps>>();        // NOLINT: never destroyed
   }
-  (void)ops_.release();  // NOLINT(bugprone-unused-return-value): the same
+  if (watchdog_.joinable()) {
+    threads->push_back(std::make_unique<std::thread>(std::move(watchdog_)));
+  }
+  ops->push_back(std::move(ops_));
 }
 
 bool FlagBarrier::released() const noexcept {

@@ -137,6 +137,11 @@ bool still_named(int fd, const std::string& name, struct stat& by_fd) {
 }
 
 void check_owner(const struct stat& st, const std::string& name) {
+  if (!S_ISREG(st.st_mode)) {
+    throw ConfigError("lockstep: " + shm_path(name) + " is not a regular file (uid " +
+                      std::to_string(st.st_uid) +
+                      " put something else at this job's segment name); refusing to use it");
+  }
   if (st.st_uid != ::geteuid() || (st.st_mode & 0077) != 0) {
     char mode[8];
     (void)std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
@@ -297,10 +302,10 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions) {
   const int fd = shm->get_mapping_handle().handle;
   FileLock lock(fd, std::try_to_lock);
   struct stat st {};
-  if (!lock.held() || !still_named(fd, name, st) || st.st_uid != ::geteuid() ||
-      (st.st_mode & 0077) != 0) {
+  if (!lock.held() || !still_named(fd, name, st) || !S_ISREG(st.st_mode) ||
+      st.st_uid != ::geteuid() || (st.st_mode & 0077) != 0) {
     // In use this moment (a process joins or leaves), replaced, or not one lockstep made (it
-    // makes them owner-only): never removed.
+    // makes them owner-only regular files): never removed.
     return false;
   }
   Prefix prefix;
@@ -328,14 +333,16 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions) {
 }
 
 std::optional<std::vector<int>> joined_ranks(const std::string& name) {
-  const int fd = ::open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO that another user put at the name must not block the launcher.
+  const int fd = ::open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     return std::nullopt;
   }
   struct stat st {};
   Prefix prefix;
   std::optional<std::vector<int>> ranks;
-  if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 0077) == 0 &&
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+      (st.st_mode & 0077) == 0 &&
       peek(fd, static_cast<std::size_t>(st.st_size), prefix) == Peek::ours) {
     ranks.emplace();
     for (std::uint32_t i = 0; i < prefix.num_slots; ++i) {

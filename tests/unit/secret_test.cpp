@@ -44,7 +44,7 @@ class Secret : public ::testing::Test {
     return "";
   }
   fs::path write(const std::string& name, const std::string& text, mode_t mode) const {
-    const fs::path path = home_ / name;
+    fs::path path = home_ / name;
     std::ofstream(path) << text;
     ::chmod(path.c_str(), mode);
     return path;

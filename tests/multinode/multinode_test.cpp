@@ -404,27 +404,8 @@ TEST_P(MultiNode, ALateNodeNeverPassesAnEpisodeTheOthersTimedOutOn) {
 TEST_P(MultiNode, CraftedBytesAtTheMasterPortNeverHurtTheJob) {
   start(0, 2, 2, {"rounds", shared_.string(), "100"});
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  // Node 0 listens once its processes have started (slow under a sanitizer on a busy machine):
-  // each connection is tried again until it is taken, for up to 30 s.
-  auto open_connection = [&] {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (;;) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-        return fd;
-      }
-      ::close(fd);
-      if (std::chrono::steady_clock::now() > until) {
-        ADD_FAILURE() << "node 0 did not listen on port " << port_ << " within 30 s";
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  };
+  // Node 0 listens once its processes have started (slow under a sanitizer on a busy machine).
+  auto open_connection = [&] { return connect_to_node0(); };
   std::vector<int> fds;
   std::vector<unsigned char> packet(16, 0x00);
   std::fill(packet.begin(), packet.begin() + 8, 0xff);

@@ -162,8 +162,13 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
 
 void FlagBarrier::watch() noexcept {
   const int me = segment_.my_slot();
-  std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
-  std::vector<int> fd_slot{-1};
+  // Members, not locals: a forked child keeps this object (abandon) but not this thread's stack,
+  // and a leak checker there must still find what they hold.
+  std::vector<pollfd>& fds = watch_fds_;
+  std::vector<int>& fd_slot = watch_slots_;
+  std::vector<bool>& gone = gone_;
+  fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+  fd_slot.assign(1, -1);
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     // Relaxed: written before the slot's owner joined, which this process saw complete.
     const pid_t pid = segment_.slot(slot).pid.load(std::memory_order_relaxed);
@@ -175,7 +180,7 @@ void FlagBarrier::watch() noexcept {
     }
   }
   const bool every_peer_has_a_pidfd = static_cast<int>(fds.size()) == segment_.num_slots();
-  std::vector<bool> gone(static_cast<std::size_t>(segment_.num_slots()), false);
+  gone.assign(static_cast<std::size_t>(segment_.num_slots()), false);
   bool failed = false;
   auto last_full_check = Clock::now();
   while (!stop_.load(std::memory_order_seq_cst)) {

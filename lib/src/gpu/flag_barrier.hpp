@@ -2,6 +2,7 @@
 // through StreamOps, by the CUDA driver or, in tests, by a fake GPU).
 #pragma once
 
+#include <poll.h>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -110,6 +111,10 @@ class FlagBarrier final : public StreamBarrier {
   std::vector<MemOp> ops_buffer_;
   std::mutex deadlines_mutex_;
   std::deque<Deadline> deadlines_;  // this process's timed calls not yet passed, oldest first
+  // The watchdog thread's own state (see watch()).
+  std::vector<pollfd> watch_fds_;
+  std::vector<int> watch_slots_;
+  std::vector<bool> gone_;
   std::thread watchdog_;
   int wake_fd_ = -1;  // eventfd: stops the watchdog
   std::atomic<bool> stop_{false};

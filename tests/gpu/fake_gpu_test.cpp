@@ -316,7 +316,11 @@ TEST_P(KillPoints, EverySurvivorsStreamIsReleasedAndEveryLaterCallThrows) {
                              " s after the death");
     }
     RANK_CHECK(state.gpu_barrier_released());
-    RANK_CHECK(state.gpu_release_word() != nullptr && *state.gpu_release_word() != 0);
+    // The word a kernel would poll (on the fake GPU its device address is the host's); read
+    // here as the atomic it is on the host side.
+    const volatile std::uint32_t* word = state.gpu_release_word();
+    RANK_CHECK(word != nullptr &&
+               __atomic_load_n(const_cast<const std::uint32_t*>(word), __ATOMIC_ACQUIRE) != 0);
     for (int call = 0; call < 2; ++call) {
       try {
         state.wait_for_everyone(stream.handle());

@@ -1,9 +1,7 @@
 #include "ucx/auth.hpp"
 
 #include <dlfcn.h>
-#include <sys/random.h>
 
-#include <cerrno>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -66,17 +64,7 @@ std::span<const std::byte> text(std::string_view label) {
 
 Nonce fresh_nonce() {
   Nonce nonce{};
-  std::size_t have = 0;
-  while (have < nonce.size()) {
-    const ssize_t got = ::getrandom(nonce.data() + have, nonce.size() - have, 0);
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
-    if (got < 0) {
-      throw_errno("lockstep: a nonce for the join", "getrandom");
-    }
-    have += static_cast<std::size_t>(got);
-  }
+  fill_random(nonce, "lockstep: a nonce for the join");
   return nonce;
 }
 

@@ -23,6 +23,16 @@ constexpr std::array<std::byte, 4> kAuthMagic{std::byte{'L'}, std::byte{'S'}, st
                                               std::byte{'1'}};
 constexpr std::string_view kNodeZeroRole = "lockstep node 0";
 constexpr std::string_view kNodeRole = "lockstep node";
+constexpr std::string_view kHelloSeal = "hello";
+constexpr std::string_view kAnswerSeal = "answer";
+
+// Sends `message`, framed, in one try without waiting (it is small; a peer that does not read
+// loses it); whether all of it went.
+bool send_once(int fd, std::span<const std::byte> message) {
+  const auto bytes = frame(message);
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+         static_cast<ssize_t>(bytes.size());
+}
 
 // `message` followed by its seal.
 std::vector<std::byte> sealed(const auth::Session& session, std::string_view label,
@@ -242,10 +252,9 @@ void Server::read_peer(int id, const OnHello& on_hello, const std::function<void
         if (current.stage == Stage::nonce) {
           // Anyone may learn this much: what node 0 speaks (a node of lockstep 0.2 sends its
           // hello first, larger than an opening may be).
-          const auto bytes = frame(wire::encode(wire::Refuse{
-              "node 0 expects lockstep's authenticated join first (lockstep 0.3 or later on "
-              "every node)"}));
-          (void)::send(current.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          (void)send_once(current.fd, wire::encode(wire::Refuse{
+                                          "node 0 expects lockstep's authenticated join first "
+                                          "(lockstep 0.3 or later on every node)"}));
         }
         drop(id, std::string("malformed: ") + error.what());
         return;
@@ -264,11 +273,9 @@ auth::Session Server::session(const Peer& peer) const {
 
 bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
   const std::vector<std::byte> body(peer.reader.message().begin(), peer.reader.message().end());
-  auto refuse = [&](const std::string& reason, bool seal) {
-    const auto message = wire::encode(wire::Refuse{reason});
-    const auto bytes = frame(seal ? sealed(session(peer), "answer", message) : message);
-    // A refusal is small: one try, without waiting (a peer that does not read loses it).
-    (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  // A refusal before the peer proved the secret: unsealed (it says nothing about the job).
+  auto refuse = [&](const std::string& reason) {
+    (void)send_once(peer.fd, wire::encode(wire::Refuse{reason}));
     drop(id, reason);
     return false;
   };
@@ -278,8 +285,7 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
           !std::equal(kAuthMagic.begin(), kAuthMagic.end(), body.begin())) {
         return refuse(
             "it did not open lockstep's authenticated join (a node of lockstep 0.2 or "
-            "older, or not lockstep)",
-            false);
+            "older, or not lockstep)");
       }
       std::copy(body.begin() + kAuthMagic.size(), body.end(), peer.client.begin());
       peer.server = auth::fresh_nonce();
@@ -287,9 +293,7 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
       std::vector<std::byte> answer(kAuthMagic.begin(), kAuthMagic.end());
       answer.insert(answer.end(), peer.server.begin(), peer.server.end());
       answer.insert(answer.end(), proof.begin(), proof.end());
-      const auto bytes = frame(answer);
-      if (::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-          static_cast<ssize_t>(bytes.size())) {
+      if (!send_once(peer.fd, answer)) {
         drop(id, "could not take node 0's 72-byte challenge");
         return false;
       }
@@ -301,14 +305,13 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
       if (!auth::same(session(peer).proof(kNodeRole), body)) {
         return refuse(
             "it could not prove that it holds the job's secret (the nodes' secrets "
-            "differ: LOCKSTEP_SECRET, LOCKSTEP_SECRET_FILE or ~/.config/lockstep/secret)",
-            false);
+            "differ: LOCKSTEP_SECRET, LOCKSTEP_SECRET_FILE or ~/.config/lockstep/secret)");
       }
       peer.stage = Stage::hello;
       peer.reader = FrameReader{kMaxFrame};
       return true;
     case Stage::hello: {
-      const auto message = unsealed(session(peer), "hello", body);
+      const auto message = unsealed(session(peer), kHelloSeal, body);
       if (!message) {
         drop(id, "its hello's seal is wrong (changed on the way?)");
         return false;
@@ -320,8 +323,7 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
         kept.reader = FrameReader{};
         return true;
       }
-      const auto bytes = frame(sealed(session(peer), "answer", verdict.reply));
-      (void)::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)send_once(peer.fd, sealed(session(peer), kAnswerSeal, verdict.reply));
       ::close(peer.fd);
       peers_.erase(id);
       return false;
@@ -378,7 +380,7 @@ void Server::accept_new(Clock::time_point now) {
 bool Server::send(int id, std::span<const std::byte> message, Clock::time_point deadline) {
   auto found = peers_.find(id);
   return found != peers_.end() &&
-         write_all(found->second.fd, frame(sealed(session(found->second), "answer", message)),
+         write_all(found->second.fd, frame(sealed(session(found->second), kAnswerSeal, message)),
                    deadline);
 }
 
@@ -458,7 +460,7 @@ std::optional<std::vector<std::byte>> join_over(int fd, std::span<const std::byt
   }
   const auth::Mac proof = session.proof(kNodeRole);
   std::vector<std::byte> out = frame(proof);
-  const auto hello_frame = frame(sealed(session, "hello", hello));
+  const auto hello_frame = frame(sealed(session, kHelloSeal, hello));
   out.insert(out.end(), hello_frame.begin(), hello_frame.end());
   if (!write_all(fd, out, deadline)) {
     last_error = "sending the hello failed";
@@ -468,7 +470,7 @@ std::optional<std::vector<std::byte>> join_over(int fd, std::span<const std::byt
   if (!answer) {
     return std::nullopt;
   }
-  if (auto message = unsealed(session, "answer", *answer)) {
+  if (auto message = unsealed(session, kAnswerSeal, *answer)) {
     return std::vector<std::byte>(message->begin(), message->end());
   }
   if (auto reason = plain_refusal(*answer)) {

@@ -54,6 +54,20 @@ int query(const lockstep_state* state, Query query, int if_null) noexcept {
   return state == nullptr ? if_null : query(state->state);
 }
 
+// A timed wait's call: the state and the timeout checked first (`name` is the C function's).
+template <class Call>
+lockstep_status timed(lockstep_state* state, int64_t timeout_ms, const char* name, Call call) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(name) + ": state is null").c_str());
+  }
+  if (timeout_ms < 0) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(name) + ": timeout_ms " + std::to_string(timeout_ms) + " is negative")
+                    .c_str());
+  }
+  return guarded(call);
+}
+
 }  // namespace
 
 extern "C" {
@@ -115,15 +129,8 @@ lockstep_status lockstep_wait_for_everyone(lockstep_state* state) {
 }
 
 lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t timeout_ms) {
-  if (state == nullptr) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone_for: state is null");
-  }
-  if (timeout_ms < 0) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT, ("lockstep_wait_for_everyone_for: timeout_ms " +
-                                            std::to_string(timeout_ms) + " is negative")
-                                               .c_str());
-  }
-  return guarded([&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
+  return timed(state, timeout_ms, "lockstep_wait_for_everyone_for",
+               [&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {
@@ -135,17 +142,7 @@ lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void
 
 lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state, void* cuda_stream,
                                                          int64_t timeout_ms) {
-  if (state == nullptr) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT,
-                "lockstep_wait_for_everyone_on_stream_for: state is null");
-  }
-  if (timeout_ms < 0) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT,
-                ("lockstep_wait_for_everyone_on_stream_for: timeout_ms " +
-                 std::to_string(timeout_ms) + " is negative")
-                    .c_str());
-  }
-  return guarded([&] {
+  return timed(state, timeout_ms, "lockstep_wait_for_everyone_on_stream_for", [&] {
     state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),
                                    std::chrono::milliseconds(timeout_ms));
   });

@@ -65,6 +65,14 @@ Registry& registry() {
   return instance;
 }
 
+// A timeout beyond a century is no deadline (and would overflow the clock's nanoseconds).
+std::optional<std::chrono::milliseconds> bounded(std::optional<std::chrono::milliseconds> timeout) {
+  if (timeout && *timeout >= std::chrono::hours(24 * 365 * 100)) {
+    return std::nullopt;
+  }
+  return timeout;
+}
+
 class BusyGuard {
  public:
   BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
@@ -280,8 +288,7 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
     throw_left(what);  // the process began to exit meanwhile (see leave)
   }
   std::optional<std::chrono::steady_clock::time_point> deadline;
-  // A timeout beyond a century is no deadline (and would overflow the clock's nanoseconds).
-  if (timeout && *timeout < std::chrono::hours(24 * 365 * 100)) {
+  if (timeout = bounded(timeout); timeout) {
     deadline = std::chrono::steady_clock::now() + *timeout;
   }
   try {
@@ -324,12 +331,8 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
     // Release: a thread that asks stream_released() sees the barrier made.
     published_stream_barrier_.store(stream_barrier_.get(), std::memory_order_release);
   }
-  // A timeout beyond a century is no deadline.
-  if (timeout && *timeout >= std::chrono::hours(24 * 365 * 100)) {
-    timeout.reset();
-  }
   stream_barrier_->wait(
-      stream, timeout,
+      stream, bounded(timeout),
       [&](std::optional<std::chrono::steady_clock::time_point> deadline) {
         if (barrier_) {
           barrier_->arrive_and_wait(deadline, what);

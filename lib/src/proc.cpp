@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +160,19 @@ std::string error_text(int error_number) {
 void throw_errno(const std::string& what, const char* call) {
   int saved = errno;
   throw SystemError(what + ": " + call + " failed: " + error_text(saved), saved);
+}
+
+void fill_random(std::span<std::byte> bytes, const std::string& what) {
+  while (!bytes.empty()) {
+    const ssize_t got = ::getrandom(bytes.data(), bytes.size(), 0);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got < 0) {
+      throw_errno(what, "getrandom");
+    }
+    bytes = bytes.subspan(static_cast<std::size_t>(got));
+  }
 }
 
 }  // namespace lockstep::detail

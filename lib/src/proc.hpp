@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace lockstep::detail {
@@ -33,6 +34,10 @@ std::uint64_t pid_namespace();
 
 // strerror for `error_number`, thread-safe.
 std::string error_text(int error_number);
+
+// Fills `bytes` from the kernel's random source (getrandom); SystemError naming `what` when it
+// gives none.
+void fill_random(std::span<std::byte> bytes, const std::string& what);
 
 // Throws SystemError "<what>: <call> failed: <strerror>" for the current errno.
 [[noreturn]] void throw_errno(const std::string& what, const char* call);

@@ -1,10 +1,10 @@
 #include "secret.hpp"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <optional>
 
@@ -90,20 +90,13 @@ void create_key_file(const std::string& path) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     refuse(path, "cannot be created: mkdir " + dir + ": " + error_text(errno));
   }
-  unsigned char raw[32];
-  std::size_t have = 0;
-  while (have < sizeof raw) {
-    const ssize_t got = ::getrandom(raw + have, sizeof raw - have, 0);
-    if (got < 0 && errno != EINTR) {
-      throw_errno("lockstep: creating " + path, "getrandom");
-    }
-    have += got > 0 ? static_cast<std::size_t>(got) : 0;
-  }
+  std::array<std::byte, 32> raw{};
+  fill_random(raw, "lockstep: creating " + path);
   std::string hex;
-  for (unsigned char byte : raw) {
+  for (std::byte byte : raw) {
     const char* digits = "0123456789abcdef";
-    hex += digits[byte >> 4];
-    hex += digits[byte & 15];
+    hex += digits[std::to_integer<int>(byte) >> 4];
+    hex += digits[std::to_integer<int>(byte) & 15];
   }
   hex += '\n';
   const std::string temporary = path + ".new-" + std::to_string(::getpid());

@@ -195,6 +195,14 @@ TEST(GpuBarrier, EventsManyRounds) {
   rounds(4, 2000, "events");
 }
 
+// In a rank: makes the process's device current and gives it a non-blocking stream there.
+cudaStream_t stream_on_own_device(const lockstep::State& state) {
+  CUDA(cudaSetDevice(state.device()));
+  cudaStream_t stream = nullptr;
+  CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
+}
+
 void record_time(void* at) {
   static_cast<std::atomic<double>*>(at)->store(
       std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
@@ -217,9 +225,7 @@ TEST(GpuBarrier, AKilledPeerNeverLeavesAStreamHung) {
   job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
   auto ends = run_ranks(job, [&](int rank) {
     lockstep::State state;
-    CUDA(cudaSetDevice(state.device()));
-    cudaStream_t stream = nullptr;
-    CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaStream_t stream = stream_on_own_device(state);
     for (int i = 0; i < 100; ++i) {
       state.wait_for_everyone(stream);
     }
@@ -268,9 +274,7 @@ TEST(GpuBarrier, ATimedStreamBarrierReleasesTheStreams) {
   job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
   auto ends = run_ranks(job, [&](int rank) {
     lockstep::State state;
-    CUDA(cudaSetDevice(state.device()));
-    cudaStream_t stream = nullptr;
-    CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaStream_t stream = stream_on_own_device(state);
     state.wait_for_everyone(stream);
     CUDA(cudaStreamSynchronize(stream));
     state.wait_for_everyone();

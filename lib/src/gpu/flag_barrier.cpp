@@ -50,7 +50,7 @@ int open_pidfd(pid_t pid) noexcept {
 }  // namespace
 
 FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops)
-    : segment_(segment), ops_(std::move(ops)) {}
+    : segment_(segment), stream_ops_(std::move(ops)) {}
 
 FlagBarrier::~FlagBarrier() {
   stop_watchdog();
@@ -76,16 +76,12 @@ void FlagBarrier::abandon() noexcept {
   // A forked child: the watchdog is a thread of the parent, and the stream operations may hold
   // the parent's threads or CUDA objects. Neither may be joined, destroyed or used here.
   // Kept where a leak checker sees them reachable (a forked child exits with them).
-  static std::vector<std::unique_ptr<std::thread>>* threads = nullptr;
-  static std::vector<std::unique_ptr<StreamOps>>* ops = nullptr;
-  if (threads == nullptr) {
-    threads = new std::vector<std::unique_ptr<std::thread>>();  // NOLINT: never destroyed
-    ops = new std::vector<std::unique_ptr<StreamOps>>();        // NOLINT: never destroyed
-  }
+  static auto* threads = new std::vector<std::unique_ptr<std::thread>>();  // NOLINT: never freed
+  static auto* ops = new std::vector<std::unique_ptr<StreamOps>>();        // NOLINT: never freed
   if (watchdog_.joinable()) {
     threads->push_back(std::make_unique<std::thread>(std::move(watchdog_)));
   }
-  ops->push_back(std::move(ops_));
+  ops->push_back(std::move(stream_ops_));
 }
 
 bool FlagBarrier::released() const noexcept {
@@ -94,7 +90,7 @@ bool FlagBarrier::released() const noexcept {
 }
 
 const volatile std::uint32_t* FlagBarrier::release_word() const noexcept {
-  return set_up_ ? ops_->device_address(&segment_.gpu_area_header().released) : nullptr;
+  return set_up_ ? stream_ops_->device_address(&segment_.gpu_area_header().released) : nullptr;
 }
 
 void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
@@ -104,21 +100,15 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
   }
   const int me = segment_.my_slot();
   const std::uint64_t episode = episode_ + 1;
-  GpuFlag& own = segment_.gpu_flag(me);
-  ops_buffer_.clear();
-  ops_buffer_.push_back({MemOp::Kind::write, &own.arrived, episode});
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    if (slot != me) {
-      ops_buffer_.push_back({MemOp::Kind::wait_at, &segment_.gpu_flag(slot).arrived, episode});
-    }
+  for (MemOp& op : ops_) {
+    op.value = episode;
   }
-  ops_buffer_.push_back({MemOp::Kind::write, &own.passed, episode});
   if (timeout) {
     std::lock_guard lock(deadlines_mutex_);
     deadlines_.push_back({episode, Clock::now() + *timeout, *timeout});
   }
   try {
-    ops_->enqueue(stream, ops_buffer_, what);
+    stream_ops_->enqueue(stream, ops_, what);
   } catch (...) {
     if (timeout) {
       std::lock_guard lock(deadlines_mutex_);
@@ -136,7 +126,7 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
 }
 
 void FlagBarrier::set_up(const Meet& meet, const char* what) {
-  ops_->map(segment_.gpu_area(), segment_.gpu_area_bytes(), what);
+  stream_ops_->map(segment_.gpu_area(), segment_.gpu_area_bytes(), what);
   GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
   // Release: a peer that reads the mark after the meet below sees this process set up.
   own.ready.store(kFlagsReady, std::memory_order_release);
@@ -152,6 +142,17 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
           peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
     }
   }
+  // Every episode's operations, the same but for the episode number (wait fills it in).
+  const int me = segment_.my_slot();
+  GpuFlag& flag = segment_.gpu_flag(me);
+  ops_.clear();
+  ops_.push_back({MemOp::Kind::write, &flag.arrived, 0});
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    if (slot != me) {
+      ops_.push_back({MemOp::Kind::wait_at, &segment_.gpu_flag(slot).arrived, 0});
+    }
+  }
+  ops_.push_back({MemOp::Kind::write, &flag.passed, 0});
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
     throw_errno(what, "eventfd");
@@ -165,17 +166,14 @@ void FlagBarrier::watch() noexcept {
   // Members, not locals: a forked child keeps this object (abandon) but not this thread's stack,
   // and a leak checker there must still find what they hold.
   std::vector<pollfd>& fds = watch_fds_;
-  std::vector<int>& fd_slot = watch_slots_;
   std::vector<bool>& gone = gone_;
   fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
-  fd_slot.assign(1, -1);
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     // Relaxed: written before the slot's owner joined, which this process saw complete.
     const pid_t pid = segment_.slot(slot).pid.load(std::memory_order_relaxed);
     if (slot != me) {
       if (int fd = open_pidfd(pid); fd >= 0) {
         fds.push_back({fd, POLLIN, 0});
-        fd_slot.push_back(slot);
       }
     }
   }
@@ -242,15 +240,12 @@ bool FlagBarrier::broken(std::vector<bool>& gone, bool full_check) noexcept {
     const bool someone_left = segment_.header().left.value.load(std::memory_order_relaxed) != 0;
     if (someone_left || full_check) {
       bool found = false;
-      for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-        if (slot == segment_.my_slot() || gone[static_cast<std::size_t>(slot)]) {
-          continue;
-        }
-        if (auto lost = segment_.find_lost([slot](int other) { return other != slot; })) {
-          gone[static_cast<std::size_t>(lost->slot)] = true;
-          segment_.mark_lost(*lost);
-          found = true;
-        }
+      // Every peer found gone (not only the first): drained() waits for the living alone.
+      while (auto lost = segment_.find_lost(
+                 [&gone](int slot) { return gone[static_cast<std::size_t>(slot)]; })) {
+        gone[static_cast<std::size_t>(lost->slot)] = true;
+        segment_.mark_lost(*lost);
+        found = true;
       }
       if (found) {
         return true;

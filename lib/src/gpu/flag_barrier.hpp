@@ -105,15 +105,14 @@ class FlagBarrier final : public StreamBarrier {
   void stop_watchdog() noexcept;
 
   NodeSegment& segment_;
-  std::unique_ptr<StreamOps> ops_;
+  std::unique_ptr<StreamOps> stream_ops_;
   bool set_up_ = false;
   std::uint64_t episode_ = 0;
-  std::vector<MemOp> ops_buffer_;
+  std::vector<MemOp> ops_;  // an episode's operations (made by set_up; wait sets the episode)
   std::mutex deadlines_mutex_;
   std::deque<Deadline> deadlines_;  // this process's timed calls not yet passed, oldest first
   // The watchdog thread's own state (see watch()).
   std::vector<pollfd> watch_fds_;
-  std::vector<int> watch_slots_;
   std::vector<bool> gone_;
   std::thread watchdog_;
   int wake_fd_ = -1;  // eventfd: stops the watchdog

@@ -136,6 +136,11 @@ bool still_named(int fd, const std::string& name, struct stat& by_fd) {
   return by_fd.st_ino == by_name.st_ino && by_fd.st_dev == by_name.st_dev;
 }
 
+// Whether `st` is a file as lockstep makes its segments: regular, this user's, owner-only.
+bool made_by_us(const struct stat& st) {
+  return S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 0077) == 0;
+}
+
 void check_owner(const struct stat& st, const std::string& name) {
   if (!S_ISREG(st.st_mode)) {
     throw ConfigError("lockstep: " + shm_path(name) + " is not a regular file (uid " +
@@ -302,8 +307,7 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions) {
   const int fd = shm->get_mapping_handle().handle;
   FileLock lock(fd, std::try_to_lock);
   struct stat st {};
-  if (!lock.held() || !still_named(fd, name, st) || !S_ISREG(st.st_mode) ||
-      st.st_uid != ::geteuid() || (st.st_mode & 0077) != 0) {
+  if (!lock.held() || !still_named(fd, name, st) || !made_by_us(st)) {
     // In use this moment (a process joins or leaves), replaced, or not one lockstep made (it
     // makes them owner-only regular files): never removed.
     return false;
@@ -341,8 +345,7 @@ std::optional<std::vector<int>> joined_ranks(const std::string& name) {
   struct stat st {};
   Prefix prefix;
   std::optional<std::vector<int>> ranks;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
-      (st.st_mode & 0077) == 0 &&
+  if (::fstat(fd, &st) == 0 && made_by_us(st) &&
       peek(fd, static_cast<std::size_t>(st.st_size), prefix) == Peek::ours) {
     ranks.emplace();
     for (std::uint32_t i = 0; i < prefix.num_slots; ++i) {

@@ -39,6 +39,8 @@ bool built(const std::string& name) {
 // What node `node` of `nodes` (one process each) brings to a join through `backend`.
 LeaderConfig leader(const std::string& backend, int node, int nodes, int port) {
   ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): a forked child
+  // The leaders' shared secret, so that nothing is written to the user's home.
+  ::setenv("LOCKSTEP_SECRET", "the backend test's secret", 1);  // NOLINT(concurrency-mt-unsafe)
   JobConfig job;
   job.source = "test";
   job.rank = node;

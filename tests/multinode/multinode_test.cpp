@@ -72,6 +72,9 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     dir_ = fs::temp_directory_path() /
            ("lockstep-multinode-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
     fs::create_directories(dir_);
+    // The job's default secret (~/.config/lockstep/secret) is made in the test's folder, not
+    // in the user's home: the nodes (and this process, which plays strangers) inherit it.
+    ::setenv("XDG_CONFIG_HOME", (dir_ / "config").c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
     shared_ = dir_ / "shared";
     std::ofstream(shared_).put('\0');
     port_ = free_port();

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend.hpp"
@@ -101,10 +102,11 @@ TEST(UcxBootstrap, BroadcastsOfEverySize) {
   Job job = Job::of(3);
   job.plain = true;
   // Node 0 only sends, so the test holds it back: it stays at most kMaxAhead broadcasts ahead
-  // (a receiver keeps at most Bootstrap::kMaxAhead unread ones), and until the others have
-  // received everything (its end would be reported to them as a lost leader).
+  // (a receiver keeps at most Bootstrap::kMaxAhead unread ones). No node ends before every node
+  // has stopped polling: an end is reported to the others as a lost leader.
   auto* got = lockstep::testing::shared_array<std::atomic<int>>(3);
-  auto ends = run_ranks(job, [port, got](int node) {
+  auto* quiet = lockstep::testing::shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job, [port, got, quiet](int node) {
     auto bootstrap = lockstep::detail::make_bootstrap(leader("ucx", node, 3, port));
     RANK_CHECK(bootstrap->nodes().size() == 3);
     auto others_got = [&] { return std::min(got[1].load(), got[2].load()); };
@@ -133,8 +135,14 @@ TEST(UcxBootstrap, BroadcastsOfEverySize) {
     auto last = node == 0 ? blob_of(5, 1) : std::vector<std::byte>{};
     RANK_CHECK(bootstrap->broadcast(last, std::nullopt, "broadcast") == blob_of(5, 1));
     got[node].store(1000);
-    while (node == 0 && others_got() != 1000) {
+    // Everyone keeps the exchange moving until all have everything, then waits, no longer
+    // polling, until all have stopped: only then may a node end.
+    while (std::min(others_got(), got[0].load()) != 1000) {
       bootstrap->poll("poll");
+    }
+    quiet[0].fetch_add(1);
+    while (quiet[0].load() != 3) {
+      std::this_thread::yield();
     }
   });
   EXPECT_EQ(failures(ends), "");

@@ -228,7 +228,12 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
       std::this_thread::sleep_for(std::clamp<std::chrono::nanoseconds>(limit, {}, kPollSleep));
     }
   } site{{}, *this, done, what};
-  if (config_.waiter->wait(site, deadline, kPollSleep) == Waiter::End::timed_out) {
+  const Waiter::End end = config_.waiter->wait(site, deadline, kPollSleep);
+  if (end == Waiter::End::interrupted) {
+    abort_communicator();
+    throw InterruptedError(std::string(what) + ": interrupted by a signal");
+  }
+  if (end == Waiter::End::timed_out) {
     fail(Failure{FailureKind::timeout,
                  -1,
                  {},

@@ -11,6 +11,7 @@
 #include "lockstep/error.hpp"
 #include "proc.hpp"
 #include "ucx/wire.hpp"
+#include "wait.hpp"
 
 namespace lockstep::detail::rendezvous {
 namespace {
@@ -71,15 +72,18 @@ int remaining_ms(Clock::time_point deadline) {
   return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, 1'000'000));
 }
 
-// Waits until `fd` is ready for `events` or `deadline` passes; false then.
+// Waits until `fd` is ready for `events` or `deadline` passes; false then. Throws
+// InterruptedError when the interrupt descriptor says so (asked every kInterruptLook at most).
 bool await(int fd, short events, Clock::time_point deadline) {
+  constexpr int kInterruptLook = 100;  // ms
   for (;;) {
+    check_interrupt("lockstep: joining the job (connecting to node 0)");
     pollfd entry{fd, events, 0};
-    const int ready = ::poll(&entry, 1, remaining_ms(deadline));
+    const int ready = ::poll(&entry, 1, std::min(remaining_ms(deadline), kInterruptLook));
     if (ready > 0) {
       return true;
     }
-    if (ready == 0 || errno != EINTR) {
+    if ((ready < 0 && errno != EINTR) || Clock::now() >= deadline) {
       return false;
     }
   }
@@ -488,6 +492,7 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
                                                Clock::time_point deadline,
                                                std::string& last_error) {
   while (Clock::now() < deadline) {
+    check_interrupt("lockstep: joining the job (connecting to node 0)");
     const auto retry_at = Clock::now() + kRetryDelay;
     const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {

@@ -343,8 +343,14 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
       (void)::poll(&fd, 1, static_cast<int>(slice.count()));
     }
   } site{{}, *this, done, what};
-  if (config_.waiter->wait(site, deadline, kSleepSlice) == Waiter::End::timed_out) {
-    on_deadline();
+  switch (config_.waiter->wait(site, deadline, kSleepSlice)) {
+    case Waiter::End::done:
+      return;
+    case Waiter::End::timed_out:
+      on_deadline();
+      return;
+    case Waiter::End::interrupted:
+      throw InterruptedError(std::string(what) + ": interrupted by a signal");
   }
 }
 

@@ -12,6 +12,7 @@
 #include "secret.hpp"
 #include "text.hpp"
 #include "ucx/ucx_backend.hpp"
+#include "wait.hpp"
 
 namespace lockstep::detail::ucx {
 namespace {
@@ -110,6 +111,7 @@ void UcxBackend::serve() {
     if (Clock::now() >= config_.deadline) {
       throw_serve_timeout(server.dropped());
     }
+    check_interrupt("lockstep: joining the job (node 0, waiting for the other nodes)");
     server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
                                           config_.deadline - Clock::now())),
                 on_hello, on_lost);

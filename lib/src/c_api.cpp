@@ -1,16 +1,18 @@
 #include <chrono>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "lockstep/lockstep.h"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
+#include "wait.hpp"
 
 struct lockstep_state {
   lockstep::State state;
   std::string source = state.environment_source();  // for lockstep_environment_source
-  bool first_open = false;  // between lockstep_*main_process_first_begin and _end
+  std::optional<lockstep::FirstGuard> first;        // between *main_process_first_begin and _end
 };
 
 namespace {
@@ -36,6 +38,8 @@ lockstep_status guarded(Body&& body) noexcept {
     return fail(LOCKSTEP_TIMEOUT, error.what());
   } catch (const lockstep::PeerLostError& error) {
     return fail(LOCKSTEP_PEER_LOST, error.what());
+  } catch (const lockstep::InterruptedError& error) {
+    return fail(LOCKSTEP_INTERRUPTED, error.what());
   } catch (const lockstep::ConfigError& error) {
     return fail(LOCKSTEP_CONFIG_ERROR, error.what());
   } catch (const lockstep::SystemError& error) {
@@ -77,7 +81,7 @@ lockstep_status lockstep_state_create(lockstep_state** out) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_state_create: out is null");
   }
   *out = nullptr;
-  return guarded([&] { *out = new lockstep_state{lockstep::State()}; });
+  return guarded([&] { *out = new lockstep_state(); });
 }
 
 void lockstep_state_destroy(lockstep_state* state) {
@@ -217,27 +221,32 @@ lockstep_status lockstep_split_between_processes(const lockstep_state* state, in
 namespace {
 
 // The first process (the main one, or each node's main one) runs the block between begin and end
-// first: the others wait in begin until it has called end.
-lockstep_status first_begin(lockstep_state* state, bool first, const char* what) {
+// first: the others wait in begin until it has called end. The C++ guard holds the rule (which
+// process waits where, and that the first one enters only an intact job).
+lockstep_status first_begin(lockstep_state* state, bool local, const char* what) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
   }
-  if (state->first_open) {
+  if (state->first) {
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 (std::string(what) + ": called again before the matching _end").c_str());
   }
-  lockstep_status status = first ? LOCKSTEP_OK : guarded([&] { state->state.wait_for_everyone(); });
-  state->first_open = status == LOCKSTEP_OK;
-  return status;
+  return guarded([&] {
+    state->first.emplace(local ? state->state.local_main_process_first()
+                               : state->state.main_process_first());
+  });
 }
 
-lockstep_status first_end(lockstep_state* state, bool first, const char* what) {
-  if (state == nullptr || !state->first_open) {
+lockstep_status first_end(lockstep_state* state, const char* what) {
+  if (state == nullptr || !state->first) {
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 (std::string(what) + ": no matching _begin on this handle").c_str());
   }
-  state->first_open = false;
-  return first ? guarded([&] { state->state.wait_for_everyone(); }) : LOCKSTEP_OK;
+  const lockstep_status status = guarded([&] { state->first->end(); });
+  if (status != LOCKSTEP_INTERRUPTED) {
+    state->first.reset();  // interrupted: the others are still held, and _end may be called again
+  }
+  return status;
 }
 
 }  // namespace
@@ -245,23 +254,19 @@ lockstep_status first_end(lockstep_state* state, bool first, const char* what) {
 extern "C" {
 
 lockstep_status lockstep_main_process_first_begin(lockstep_state* state) {
-  return first_begin(state, state != nullptr && state->state.is_main_process(),
-                     "lockstep_main_process_first_begin");
+  return first_begin(state, false, "lockstep_main_process_first_begin");
 }
 
 lockstep_status lockstep_main_process_first_end(lockstep_state* state) {
-  return first_end(state, state != nullptr && state->state.is_main_process(),
-                   "lockstep_main_process_first_end");
+  return first_end(state, "lockstep_main_process_first_end");
 }
 
 lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state) {
-  return first_begin(state, state != nullptr && state->state.is_local_main_process(),
-                     "lockstep_local_main_process_first_begin");
+  return first_begin(state, true, "lockstep_local_main_process_first_begin");
 }
 
 lockstep_status lockstep_local_main_process_first_end(lockstep_state* state) {
-  return first_end(state, state != nullptr && state->state.is_local_main_process(),
-                   "lockstep_local_main_process_first_end");
+  return first_end(state, "lockstep_local_main_process_first_end");
 }
 
 const char* lockstep_last_error(void) {
@@ -284,8 +289,14 @@ const char* lockstep_status_name(lockstep_status status) {
       return "LOCKSTEP_SYSTEM_ERROR";
     case LOCKSTEP_INVALID_ARGUMENT:
       return "LOCKSTEP_INVALID_ARGUMENT";
+    case LOCKSTEP_INTERRUPTED:
+      return "LOCKSTEP_INTERRUPTED";
   }
   return "LOCKSTEP_UNKNOWN_STATUS";
+}
+
+int lockstep_set_interrupt_fd(int fd) {
+  return lockstep::detail::set_interrupt_fd(fd);
 }
 
 const char* lockstep_version(void) {

@@ -15,6 +15,8 @@ TimeoutError::TimeoutError(const std::string& what, std::vector<int> missing)
     : Error(what), missing_(std::move(missing)) {}
 TimeoutError::~TimeoutError() = default;
 
+InterruptedError::~InterruptedError() = default;
+
 PeerLostError::PeerLostError(const std::string& what, int process_index)
     : Error(what), process_index_(process_index) {}
 PeerLostError::~PeerLostError() = default;

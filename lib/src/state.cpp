@@ -124,6 +124,20 @@ FirstGuard::FirstGuard(FirstGuard&& other) noexcept
       first_(other.first_),
       uncaught_at_entry_(other.uncaught_at_entry_) {}
 
+void FirstGuard::end() {
+  if (context_ && first_) {
+    try {
+      context_->wait(std::nullopt, "main_process_first (releasing the others)");
+    } catch (const InterruptedError&) {
+      throw;  // the others are still held: end() may be called again
+    } catch (...) {
+      context_.reset();
+      throw;
+    }
+  }
+  context_.reset();
+}
+
 FirstGuard::~FirstGuard() {
   if (!context_ || !first_ || std::uncaught_exceptions() > uncaught_at_entry_) {
     return;

@@ -1,12 +1,16 @@
 #include "wait.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <new>
+
+#include "lockstep/error.hpp"
 
 namespace lockstep::detail {
 
@@ -62,6 +66,30 @@ class SystemSignals final : public WaitSignals {
 };
 
 }  // namespace
+
+namespace {
+std::atomic<int> interrupt_fd{-1};
+}  // namespace
+
+int set_interrupt_fd(int fd) noexcept {
+  return interrupt_fd.exchange(fd < 0 ? -1 : fd, std::memory_order_relaxed);
+}
+
+bool interrupt_pending() noexcept {
+  // Relaxed: the descriptor is set before the wait by the thread that waits.
+  const int fd = interrupt_fd.load(std::memory_order_relaxed);
+  if (fd < 0) {
+    return false;
+  }
+  pollfd entry{fd, POLLIN, 0};
+  return ::poll(&entry, 1, 0) > 0 && (entry.revents & POLLIN) != 0;
+}
+
+void check_interrupt(const std::string& what) {
+  if (interrupt_pending()) {
+    throw InterruptedError(what + ": interrupted by a signal");
+  }
+}
 
 WaitSignals& system_signals() noexcept {
   // Never destroyed: a thread may still wait in a barrier while its process exits (see

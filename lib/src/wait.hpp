@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "lockstep/state.hpp"
 
@@ -71,6 +72,16 @@ WaitSignals& system_signals() noexcept;
 
 // CPUs this process may run on (its affinity mask), at least 1.
 int usable_cpus() noexcept;
+
+// Interrupting waits (lockstep_set_interrupt_fd): while the descriptor set here (-1: none) is
+// readable, every wait of the process gives up (a signal handler's self-pipe, such as Python's
+// signal.set_wakeup_fd: a signal that arrives while a wait sleeps ends the sleep with EINTR,
+// and one that arrives while it spins is seen at its next check). Returns the previous one.
+int set_interrupt_fd(int fd) noexcept;
+// Whether the interrupt descriptor is readable (one poll(2), only while one is set).
+bool interrupt_pending() noexcept;
+// Throws InterruptedError ("<what>: interrupted by a signal") if interrupt_pending().
+void check_interrupt(const std::string& what);
 
 // The tuned numbers, each with where it came from.
 namespace wait_tuning {
@@ -163,7 +174,7 @@ struct WaitSite {
 // refuses a second thread).
 class Waiter {
  public:
-  enum class End { done, timed_out };
+  enum class End { done, timed_out, interrupted };
 
   Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals = system_signals()) noexcept;
 
@@ -172,11 +183,13 @@ class Waiter {
   void watch_peers(std::function<int()> peers_asleep) { peers_asleep_ = std::move(peers_asleep); }
 
   // Waits until `site.done()`, or until `deadline` passes (then End::timed_out, after a last
-  // site.check()). Calls site.check() every `check_interval`; whatever a site call throws
+  // site.check()), or until interrupt_pending() (End::interrupted: asked around each sleep and
+  // at each check). Calls site.check() every `check_interval`; whatever a site call throws
   // propagates. Spins, yields and blocks per this waiter's options, which it adapts as it goes.
+  // A wait that must not end early (`interruptible` false) ignores the interrupt descriptor.
   template <class Site>
   End wait(Site& site, std::optional<WaitClock::time_point> deadline,
-           std::chrono::nanoseconds check_interval);
+           std::chrono::nanoseconds check_interval, bool interruptible = true);
 
   [[nodiscard]] WaitPolicy policy() const noexcept { return policy_; }
   [[nodiscard]] const WaitShape& shape() const noexcept { return shape_; }
@@ -234,7 +247,7 @@ class Waiter {
 
 template <class Site>
 Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadline,
-                         std::chrono::nanoseconds check_interval) {
+                         std::chrono::nanoseconds check_interval, bool interruptible) {
   using namespace wait_tuning;
   const WaitOptions options = options_;
   // Poll before anything else: what a yield or a sleep would wait for may be there already.
@@ -260,6 +273,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
     learn(now - start);
     return End::done;
   };
+  auto interrupted = [&] { return interruptible && interrupt_pending(); };
   for (;;) {
     if (adaptive_ && !sampled && now >= spin_end) {
       sampled = true;
@@ -309,16 +323,25 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       if (deadline) {
         limit = std::min(limit, *deadline - now);
       }
+      if (interrupted()) {
+        return End::interrupted;
+      }
       site.block(limit);
       ++stats_.blocks;
       now = signals_.now();
       if (site.done()) {
         return finish();
       }
+      if (interrupted()) {
+        return End::interrupted;
+      }
     }
     if (now >= next_check || (deadline && now >= *deadline)) {
       if (site.check()) {
         return finish();
+      }
+      if (interrupted()) {
+        return End::interrupted;
       }
       next_check = now + check_interval;
       if (deadline && now >= *deadline) {

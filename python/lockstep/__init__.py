@@ -22,6 +22,10 @@ import contextlib
 import ctypes
 import functools
 import math
+import os
+import signal
+import threading
+import time
 
 from . import _library, _where
 
@@ -67,6 +71,50 @@ def _check(status):
     if status == _library.INVALID_ARGUMENT:
         raise ValueError(message)
     raise _ERRORS.get(status, Error)(message)
+
+
+_wakeup = []  # the self-pipe (read end, write end) that signals write to during a wait
+
+
+def _interruptible(call, *args):
+    """`call(*args)` (a blocking C function) with the signal module's wakeup descriptor pointed at
+    a pipe that liblockstep watches: a signal with a Python handler ends the wait with
+    INTERRUPTED. Off the main thread (where Python runs no handlers) the call is plain."""
+    if threading.current_thread() is not threading.main_thread():
+        return call(*args)
+    if not _wakeup:
+        _wakeup.extend(os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC))
+    read_end, write_end = _wakeup
+    try:
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter
+        return call(*args)
+    _lib.lockstep_set_interrupt_fd(read_end)
+    try:
+        return call(*args)
+    finally:
+        _lib.lockstep_set_interrupt_fd(-1)
+        signal.set_wakeup_fd(previous)
+        arrived = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read_end, 512):
+                arrived += chunk
+        if arrived and previous != -1:
+            with contextlib.suppress(OSError):  # whoever set it (asyncio) sees the signals too
+                os.write(previous, arrived)
+
+
+def _blocking(call, *args, arguments=None):
+    """Runs a blocking C call until it ends other than by a signal. The handlers of the signals
+    that interrupted it run between two attempts: Ctrl-C's KeyboardInterrupt (or whatever a
+    handler raises) leaves from here, with the process's arrival withdrawn as after a timeout;
+    after a handler that returns, the call is made again, with `arguments()` if given (for a
+    timeout that shrinks)."""
+    while True:
+        status = _interruptible(call, *(arguments() if arguments else args))
+        if status != _library.INTERRUPTED:
+            return status
+        time.sleep(0)  # a point where Python runs the pending handlers, even without a bytecode
 
 
 def split_range(size, num_processes, process_index, apply_padding=False):
@@ -130,7 +178,7 @@ class PartialState:
     def __init__(self):
         if PartialState._handle is None:
             handle = ctypes.c_void_p()
-            _check(_lib.lockstep_state_create(ctypes.byref(handle)))
+            _check(_blocking(_lib.lockstep_state_create, ctypes.byref(handle)))
             PartialState._handle = handle  # kept for the process's life: it leaves at exit
 
     def _query(self, name):
@@ -157,17 +205,21 @@ class PartialState:
         """Returns once every process of the job has called it. With `timeout` (seconds),
         lockstep.TimeoutError naming the processes that had not arrived when it passes."""
         if timeout is None:
-            _check(_lib.lockstep_wait_for_everyone(PartialState._handle))
-        else:
-            milliseconds = timeout * 1000.0
-            if math.isnan(milliseconds) or milliseconds < 0:
-                raise ValueError(f"lockstep: wait_for_everyone(timeout={timeout!r}): the timeout "
-                                 "must be a number of seconds, 0 or more")
-            if math.isinf(milliseconds):
-                _check(_lib.lockstep_wait_for_everyone(PartialState._handle))  # no deadline
-                return
-            milliseconds = min(math.ceil(milliseconds), 2**62)
-            _check(_lib.lockstep_wait_for_everyone_for(PartialState._handle, milliseconds))
+            _check(_blocking(_lib.lockstep_wait_for_everyone, PartialState._handle))
+            return
+        milliseconds = timeout * 1000.0
+        if math.isnan(milliseconds) or milliseconds < 0:
+            raise ValueError(f"lockstep: wait_for_everyone(timeout={timeout!r}): the timeout "
+                             "must be a number of seconds, 0 or more")
+        if math.isinf(milliseconds):  # no deadline
+            _check(_blocking(_lib.lockstep_wait_for_everyone, PartialState._handle))
+            return
+        deadline = time.monotonic() + min(math.ceil(milliseconds), 2**62) / 1000.0
+
+        def left():  # what is left of the timeout when a handler let the wait go on
+            remaining = max(0, math.ceil((deadline - time.monotonic()) * 1000.0))
+            return PartialState._handle, min(remaining, 2**62)
+        _check(_blocking(_lib.lockstep_wait_for_everyone_for, arguments=left))
 
     # Running a function on some processes only: each decorator (Accelerate's) returns a function
     # that runs the original where it applies and returns None elsewhere.
@@ -205,21 +257,23 @@ class PartialState:
                                      local_process_index=local_process_index)
         return self._only(lambda: self.local_process_index == local_process_index, function)
 
+    @staticmethod
     @contextlib.contextmanager
-    def _goes_first(self, first):
-        if not first:
-            self.wait_for_everyone()
+    def _goes_first(prefix):
+        # The C API holds the rule (who waits where; the first process enters an intact job only).
+        # A block that raises does not release the others, as in C++: they learn of the failure
+        # when this process leaves the job.
+        _check(_blocking(getattr(_lib, prefix + "begin"), PartialState._handle))
         yield
-        if first:
-            self.wait_for_everyone()
+        _check(_blocking(getattr(_lib, prefix + "end"), PartialState._handle))
 
     def main_process_first(self):
         """`with state.main_process_first():` the main process runs the block, then the others."""
-        return self._goes_first(self.is_main_process)
+        return self._goes_first("lockstep_main_process_first_")
 
     def local_main_process_first(self):
         """As main_process_first, with each node's main process first."""
-        return self._goes_first(self.is_local_main_process)
+        return self._goes_first("lockstep_local_main_process_first_")
 
     @contextlib.contextmanager
     def split_between_processes(self, inputs, apply_padding=False):

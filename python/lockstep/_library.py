@@ -4,7 +4,8 @@ import os
 
 from . import _where
 
-OK, ERROR, TIMEOUT, PEER_LOST, CONFIG_ERROR, SYSTEM_ERROR, INVALID_ARGUMENT = range(7)
+(OK, ERROR, TIMEOUT, PEER_LOST, CONFIG_ERROR, SYSTEM_ERROR, INVALID_ARGUMENT,
+ INTERRUPTED) = range(8)
 
 _QUERIES = ("process_index", "local_process_index", "num_processes", "num_local_processes",
             "node_index", "num_nodes", "is_main_process", "is_local_main_process",
@@ -41,6 +42,13 @@ def load():
     lib.lockstep_wait_for_everyone.restype = ctypes.c_int
     lib.lockstep_wait_for_everyone_for.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.lockstep_wait_for_everyone_for.restype = ctypes.c_int
+    for name in ("main_process_first_begin", "main_process_first_end",
+                 "local_main_process_first_begin", "local_main_process_first_end"):
+        function = getattr(lib, "lockstep_" + name)
+        function.argtypes = [ctypes.c_void_p]
+        function.restype = ctypes.c_int
+    lib.lockstep_set_interrupt_fd.argtypes = [ctypes.c_int]
+    lib.lockstep_set_interrupt_fd.restype = ctypes.c_int
     for name in ("lockstep_last_error", "lockstep_version"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_char_p

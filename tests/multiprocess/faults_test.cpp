@@ -1,8 +1,11 @@
 // Failures in a barrier: timeouts name who is missing, a dead or departed peer never hangs anyone.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <csignal>
 
+#include <lockstep/lockstep.h>
 #include <atomic>
 #include <chrono>
 #include <lockstep/lockstep.hpp>
@@ -159,6 +162,86 @@ TEST(PeerLostLeft, MainProcessFirstDoesNotReleaseOthersWhenTheMainThrows) {
       RANK_CHECK(rank == 0);
       RANK_CHECK(contains(error.what(), "main failed"));
     }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// Issue 21 #9: the C API's main_process_first (which Python uses) enters no broken job either.
+TEST(PeerLostLeft, CMainProcessFirstRefusesABrokenJob) {
+  auto ends = run_ranks(Job::of(3), [](int rank) {
+    lockstep_state* state = nullptr;
+    RANK_CHECK(lockstep_state_create(&state) == LOCKSTEP_OK);
+    RANK_CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
+    if (rank == 2) {
+      lockstep_state_destroy(state);
+      return;  // leaves the job at exit, never arriving
+    }
+    RANK_CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_PEER_LOST);
+    const lockstep_status begin = rank == 0 ? lockstep_main_process_first_begin(state)
+                                            : lockstep_local_main_process_first_begin(state);
+    RANK_CHECK(begin == LOCKSTEP_PEER_LOST);  // the first process too, at once
+    RANK_CHECK(contains(lockstep_last_error(), "process 2"));
+    lockstep_state_destroy(state);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// Issue 21 #7: a wait gives up when the interrupt descriptor becomes readable (as Python's
+// wakeup descriptor does on Ctrl-C), withdraws the arrival, and can be made again.
+int interrupt_pipe[2] = {-1, -1};
+
+void write_interrupt(int /*signal*/) {
+  const char byte = 1;
+  (void)!::write(interrupt_pipe[1], &byte, 1);
+}
+
+TEST(Interrupt, AWaitGivesUpAndIsMadeAgain) {
+  auto* arrived = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(Job::of(3), [arrived](int rank) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    if (rank != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      arrived->fetch_add(1);
+      state.wait_for_everyone();
+      state.wait_for_everyone(std::chrono::seconds(20));  // the episodes still line up
+      return;
+    }
+    RANK_CHECK(::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) == 0);
+    struct sigaction action {};
+    action.sa_handler = write_interrupt;  // no SA_RESTART, as Python's handlers
+    RANK_CHECK(::sigaction(SIGUSR1, &action, nullptr) == 0);
+    RANK_CHECK(lockstep_set_interrupt_fd(interrupt_pipe[0]) == -1);
+    const pthread_t waiter = ::pthread_self();
+    std::thread signaller([waiter] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ::pthread_kill(waiter, SIGUSR1);  // the sleeping waiter itself: its futex ends with EINTR
+    });
+    const auto start = Clock::now();
+    try {
+      state.wait_for_everyone();
+      RANK_CHECK(false);
+    } catch (const lockstep::InterruptedError& error) {
+      RANK_CHECK(contains(error.what(), "interrupted by a signal"));
+      RANK_CHECK(Clock::now() - start < std::chrono::milliseconds(1200));  // not at the others'
+      RANK_CHECK(arrived->load() == 0);
+    }
+    signaller.join();
+    char drained[8];
+    RANK_CHECK(::read(interrupt_pipe[0], drained, sizeof drained) == 1);
+    // A byte that arrives while the wait spins, not sleeps: seen at its next check.
+    RANK_CHECK(::write(interrupt_pipe[1], "x", 1) == 1);
+    try {
+      state.wait_for_everyone();
+      RANK_CHECK(false);
+    } catch (const lockstep::InterruptedError&) {
+      RANK_CHECK(arrived->load() == 0);
+    }
+    RANK_CHECK(::read(interrupt_pipe[0], drained, sizeof drained) == 1);
+    RANK_CHECK(lockstep_set_interrupt_fd(-1) == interrupt_pipe[0]);
+    state.wait_for_everyone();  // withdrawn twice, counted once: passes with the others only
+    RANK_CHECK(arrived->load() == 2);
+    state.wait_for_everyone(std::chrono::seconds(20));
   });
   EXPECT_EQ(failures(ends), "");
 }

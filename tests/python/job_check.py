@@ -6,7 +6,9 @@ DIR: an empty folder the job shares. Every check that fails exits 1 with its rea
 process prints "job_check: ok N" once every process has passed.
 """
 import os
+import signal
 import sys
+import threading
 import time
 
 import lockstep
@@ -121,7 +123,45 @@ def main():
         pass
     state.wait_for_everyone(timeout=30)
     state.wait_for_everyone(timeout=float("inf"))  # no deadline (issue 21: was OverflowError)
+    check_interrupts(state, folder)
     state.print(f"job_check: ok {n}")
+
+
+def check_interrupts(state, folder):
+    """Ctrl-C interrupts a wait (issue 21 #7): the main process gets SIGINT while the others are
+    late, catches KeyboardInterrupt, and waits again with them (its first arrival was withdrawn).
+    Process 1's own signal, whose handler returns, does not end its wait."""
+    me = state.process_index
+    came = os.path.join(folder, "came")
+    if me == 0 and os.path.exists(came):
+        os.remove(came)  # an earlier run's
+    state.wait_for_everyone()
+    if me == 0:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        try:
+            state.wait_for_everyone()
+            fail("wait_for_everyone returned while the others slept (no KeyboardInterrupt)")
+        except KeyboardInterrupt:
+            check(time.monotonic() - start < 1.2, "Ctrl-C took more than 1.2 s to interrupt")
+        check(not os.path.exists(came), "a late process came before the interrupt")
+    else:
+        caught = []
+        previous = signal.signal(signal.SIGUSR1, lambda *_: caught.append(1))
+        if me == 1:
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            state.wait_for_everyone(timeout=30)  # process 2 comes at 1.5 s: the signal was first
+            check(caught == [1], f"process 1's handler ran {len(caught)} times")
+        else:
+            time.sleep(1.5)
+            with open(came, "w", encoding="utf-8") as f:
+                f.write("came")
+            state.wait_for_everyone()
+        signal.signal(signal.SIGUSR1, previous)
+    if me == 0:
+        state.wait_for_everyone()  # with the others' one arrival: the interrupted one is withdrawn
+        check(os.path.exists(came), "the wait after the interrupt passed before the late process")
+    state.wait_for_everyone(timeout=30)  # and the episodes still line up
 
 
 if __name__ == "__main__":

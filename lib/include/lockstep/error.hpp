@@ -47,6 +47,17 @@ class LOCKSTEP_API ConfigError : public Error {
   ~ConfigError() override;
 };
 
+// A wait gave up because a signal arrived while an interrupt descriptor was set
+// (lockstep_set_interrupt_fd, which the Python package sets around each wait so that Ctrl-C
+// raises KeyboardInterrupt). On one machine the process's arrival is withdrawn, as after a
+// timeout, so the same call may be made again; a node's main process interrupted while it waits
+// for the other machines ends the job (the others get PeerLostError naming it).
+class LOCKSTEP_API InterruptedError : public Error {
+ public:
+  using Error::Error;
+  ~InterruptedError() override;
+};
+
 // A system call failed in a way the caller cannot fix by changing its input.
 class LOCKSTEP_API SystemError : public Error {
  public:

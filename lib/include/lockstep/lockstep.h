@@ -21,12 +21,13 @@ extern "C" {
 /* NOLINTNEXTLINE(modernize-use-using): this header is C */
 typedef enum lockstep_status {
   LOCKSTEP_OK = 0,
-  LOCKSTEP_ERROR = 1,           /* any other lockstep::Error */
-  LOCKSTEP_TIMEOUT = 2,         /* lockstep::TimeoutError */
-  LOCKSTEP_PEER_LOST = 3,       /* lockstep::PeerLostError */
-  LOCKSTEP_CONFIG_ERROR = 4,    /* lockstep::ConfigError */
-  LOCKSTEP_SYSTEM_ERROR = 5,    /* lockstep::SystemError */
-  LOCKSTEP_INVALID_ARGUMENT = 6 /* a null pointer or a negative timeout */
+  LOCKSTEP_ERROR = 1,            /* any other lockstep::Error */
+  LOCKSTEP_TIMEOUT = 2,          /* lockstep::TimeoutError */
+  LOCKSTEP_PEER_LOST = 3,        /* lockstep::PeerLostError */
+  LOCKSTEP_CONFIG_ERROR = 4,     /* lockstep::ConfigError */
+  LOCKSTEP_SYSTEM_ERROR = 5,     /* lockstep::SystemError */
+  LOCKSTEP_INVALID_ARGUMENT = 6, /* a null pointer or a negative timeout */
+  LOCKSTEP_INTERRUPTED = 7       /* lockstep::InterruptedError (see lockstep_set_interrupt_fd) */
 } lockstep_status;
 
 /* A handle to this process's membership in the job (a lockstep::State). */
@@ -91,11 +92,21 @@ LOCKSTEP_C_API lockstep_status lockstep_split_between_processes(const lockstep_s
                                                                 int64_t* end, int64_t* padding);
 /* main_process_first as a pair: the main process returns from _begin at once and the others
  * wait in it until the main process has called _end (local_: each node's main process first).
- * Every process calls both, once each, in order; LOCKSTEP_INVALID_ARGUMENT otherwise. */
+ * Every process calls both, once each, in order; LOCKSTEP_INVALID_ARGUMENT otherwise. As in C++,
+ * the main process's _begin fails at once when the job is broken (a lost peer). After
+ * LOCKSTEP_INTERRUPTED either call may be made again. */
 LOCKSTEP_C_API lockstep_status lockstep_main_process_first_begin(lockstep_state* state);
 LOCKSTEP_C_API lockstep_status lockstep_main_process_first_end(lockstep_state* state);
 LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state);
 LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_end(lockstep_state* state);
+/* Makes the process's waits interruptible: while `fd` is readable (the read end of a signal
+ * handler's self-pipe, such as the one Python's signal.set_wakeup_fd writes to), every wait and
+ * join gives up with LOCKSTEP_INTERRUPTED, within 100 ms of the byte's arrival (at once when the
+ * signal interrupts a sleep). The caller drains the descriptor. An interrupted wait on one machine
+ * withdraws the process's arrival, as a timeout does, so the call can be made again; a node's main
+ * process interrupted while it waits for the other machines ends the job. -1 turns it off (the
+ * default: waits resume after a signal handler returns). Returns the previous descriptor. */
+LOCKSTEP_C_API int lockstep_set_interrupt_fd(int fd);
 /* The message of the last failing call on this thread ("" if none). Valid until the thread's
  * next failing call. */
 LOCKSTEP_C_API const char* lockstep_last_error(void);

@@ -89,7 +89,7 @@ class State;
 // A barrier failure in the destructor (a peer lost) cannot be thrown from a destructor: it is
 // kept and rethrown by the next call on any State of this process. A guard destroyed while an
 // exception unwinds does not release the others (they learn of the failure when this process
-// leaves the job).
+// leaves the job). end() ends the block early and throws instead.
 class LOCKSTEP_API FirstGuard {
  public:
   FirstGuard(FirstGuard&& other) noexcept;
@@ -97,6 +97,11 @@ class LOCKSTEP_API FirstGuard {
   FirstGuard(const FirstGuard&) = delete;
   FirstGuard& operator=(const FirstGuard&) = delete;
   ~FirstGuard();
+
+  // Ends the guarded block now: the chosen process releases the others, throwing what that wait
+  // throws; the destructor then does nothing. After an InterruptedError the others are still
+  // held: call end() again.
+  void end();
 
  private:
   friend class State;

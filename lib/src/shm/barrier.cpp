@@ -70,18 +70,19 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     }
   }
   fault_point("barrier.waiting");
-  if (wait(full, deadline, what) == Outcome::complete) {
+  const Outcome outcome = wait(full, deadline, what);
+  if (outcome == Outcome::complete) {
     ++episode_;
     fault_point("barrier.passed");
     return;
   }
-  // Timed out: take the arrival back unless the episode completed meanwhile, or, across nodes,
-  // the leader may already have counted it.
+  // Timed out or interrupted: take the arrival back unless the episode completed meanwhile, or,
+  // across nodes, the leader may already have counted it.
   if (withdraw(hierarchical_ ? full - 1 : full)) {
-    throw_timeout(what);
+    throw_gave_up(outcome, what);
   }
   if (!reached(full)) {
-    (void)wait(full, std::nullopt, what);  // committed: the leader's outcome decides
+    (void)wait(full, std::nullopt, what, false);  // committed: the leader's outcome decides
   }
   ++episode_;  // complete after all
 }
@@ -89,13 +90,27 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
 void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> deadline,
                        const char* what) {
   const std::uint64_t full = (episode_ + 1) * tokens_;
-  if (segment_.num_slots() > 1 && ticket + 2 < full &&
-      wait(full - 1, deadline, what) == Outcome::timed_out && withdraw(full - 1)) {
-    throw_timeout(what);  // the node's own processes are late: retrying is still possible
+  if (segment_.num_slots() > 1 && ticket + 2 < full) {
+    const Outcome outcome = wait(full - 1, deadline, what);
+    if (outcome != Outcome::complete && withdraw(full - 1)) {
+      throw_gave_up(outcome, what);  // the node's own processes are late: retrying is possible
+    }
   }
   fault_point("lead.local");
   try {
     cross_.meet(deadline, what);
+  } catch (const InterruptedError&) {
+    // This node's arrival may already have reached the others: the job cannot go on, and every
+    // process of every node is told who gave up.
+    const int rank = segment_.slot(segment_.my_slot()).rank.load(std::memory_order_relaxed);
+    const Failure failure{FailureKind::peer_lost,
+                          rank,
+                          {},
+                          "process " + std::to_string(rank) +
+                              " was interrupted by a signal while it waited for the other nodes"};
+    segment_.record_failure(failure);
+    cross_.abort(failure);
+    throw;
   } catch (const Error& error) {
     // The other nodes' processes may already be through: this node's are told why not.
     segment_.record_failure(failure_of(error, what));
@@ -109,6 +124,13 @@ void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> de
     wake_sleepers();
   }
   ++episode_;
+}
+
+void NodeBarrier::throw_gave_up(Outcome outcome, const char* what) {
+  if (outcome == Outcome::interrupted) {
+    throw InterruptedError(std::string(what) + ": interrupted by a signal");
+  }
+  throw_timeout(what);
 }
 
 bool NodeBarrier::withdraw(std::uint64_t limit) noexcept {
@@ -211,11 +233,18 @@ class NodeBarrier::Site : public WaitSite {
 };
 
 NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
-                                       std::optional<Clock::time_point> deadline,
-                                       const char* what) {
+                                       std::optional<Clock::time_point> deadline, const char* what,
+                                       bool interruptible) {
   Site site(*this, target, what);
-  return waiter_.wait(site, deadline, kPollInterval) == Waiter::End::done ? Outcome::complete
-                                                                          : Outcome::timed_out;
+  switch (waiter_.wait(site, deadline, kPollInterval, interruptible)) {
+    case Waiter::End::done:
+      return Outcome::complete;
+    case Waiter::End::timed_out:
+      return Outcome::timed_out;
+    case Waiter::End::interrupted:
+      break;
+  }
+  return Outcome::interrupted;
 }
 
 void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit) noexcept {

@@ -66,15 +66,18 @@ class NodeBarrier {
   [[nodiscard]] int peers_asleep() const noexcept;
 
  private:
-  enum class Outcome { complete, timed_out };
+  enum class Outcome { complete, timed_out, interrupted };
   class Site;
-  // Waits until the arrival count reaches `target`.
+  // Waits until the arrival count reaches `target` (a committed wait, not `interruptible`, ends
+  // only there or by throwing).
   Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
-               const char* what);
+               const char* what, bool interruptible = true);
   [[nodiscard]] bool reached(std::uint64_t target) const noexcept;
   // Takes this process's arrival back while the count is below `limit`; false if it is not.
   bool withdraw(std::uint64_t limit) noexcept;
   [[noreturn]] void throw_timeout(const char* what);
+  // Throws TimeoutError or InterruptedError for a wait that ended so (after its withdrawal).
+  [[noreturn]] void throw_gave_up(Outcome outcome, const char* what);
   // The leader's part of a hierarchical episode, after its own arrival (`ticket`).
   void lead(std::uint64_t ticket, std::optional<std::chrono::steady_clock::time_point> deadline,
             const char* what);

@@ -24,6 +24,7 @@
 #include "lockstep/version.hpp"
 #include "proc.hpp"
 #include "shm/futex.hpp"
+#include "wait.hpp"
 
 namespace bip = boost::interprocess;
 
@@ -47,6 +48,7 @@ class FileLock {
   FileLock(int fd, Clock::time_point deadline, const std::string& name) : fd_(fd) {
     auto pause = std::chrono::microseconds(20);
     while (!try_lock()) {
+      check_interrupt("lockstep: joining the job (locking " + shm_path(name) + ")");
       if (Clock::now() >= deadline) {
         struct stat st {};
         std::optional<pid_t> holder;
@@ -408,6 +410,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
   std::unique_ptr<NodeSegment> segment(new NodeSegment);
   segment->name_ = segment_name(config.identity, config.node_index);
   while (!segment->attach(config, deadline)) {
+    check_interrupt("lockstep: joining the job (attaching " + shm_path(segment->name_) + ")");
     if (Clock::now() > deadline) {
       throw TimeoutError("lockstep: could not attach shared-memory segment " +
                              shm_path(segment->name_) + " before the join timeout",
@@ -588,6 +591,7 @@ void NodeSegment::await_peers(const JobConfig& config, Clock::time_point deadlin
     if (now >= deadline) {
       throw_join_timeout(config, joined);
     }
+    check_interrupt("lockstep: joining the job (waiting for the node's processes)");
     futex_wait(header_->joined.value, joined,
                std::min<Clock::duration>(kPollInterval, deadline - now));
   }

@@ -639,7 +639,7 @@ int Launcher::run() {
   supervise(signals);
   finish_groups();
   // A rank killed before leaving cannot remove the node's segment: remove it for them.
-  (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank);
+  (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank, launch_id_);
   return exit_code_.value_or(0);
 }
 
@@ -743,7 +743,7 @@ void Launcher::report_joining() {
   if (exit_code_) {
     return;  // the job is being stopped
   }
-  auto joined = lockstep::detail::joined_job_ranks(identity_, options_.node_rank);
+  auto joined = lockstep::detail::joined_job_ranks(identity_, options_.node_rank, launch_id_);
   if (!joined) {
     return;  // no process has reached lockstep yet (or the program does not use it)
   }

@@ -43,12 +43,14 @@ std::string job_identity(const std::string& job_id);
 // The longest identity a segment records.
 std::size_t max_job_identity();
 
-// Removes node `node_index`'s segment of the job `job_id` if none of its processes runs (a job
-// killed before it could leave). Returns true when it removed it.
-bool remove_abandoned_job(const std::string& job_id, int node_index);
-// The ranks that have joined node `node_index`'s segment of the job `job_id` (a hint, for the
-// launcher's start-up message); empty when the segment does not exist (yet).
-std::optional<std::vector<int>> joined_job_ranks(const std::string& job_id, int node_index);
+// Removes node `node_index`'s segment of the job `job_id` launched as `launch` (the launch id in
+// hexadecimal, as LOCKSTEP_LAUNCH_ID) if none of its processes runs (a job killed before it could
+// leave). Returns true when it removed it.
+bool remove_abandoned_job(const std::string& job_id, int node_index, const std::string& launch);
+// The ranks that have joined that segment (a hint, for the launcher's start-up message); empty
+// when the segment does not exist (yet).
+std::optional<std::vector<int>> joined_job_ranks(const std::string& job_id, int node_index,
+                                                 const std::string& launch);
 // Removes this user's abandoned segments (see sweep_abandoned_segments in shm/segment.hpp);
 // returns their paths.
 std::vector<std::string> remove_abandoned_jobs(bool other_versions);

@@ -1,15 +1,25 @@
 // The launcher's entry points into the node segment (job.hpp): clean-up, and who has joined.
 #include "job.hpp"
+
+#include <string>
+
 #include "shm/segment.hpp"
 
 namespace lockstep::detail {
 
-bool remove_abandoned_job(const std::string& job_id, int node_index) {
-  return remove_abandoned_segment(segment_name(job_identity(job_id), node_index));
+namespace {
+std::string job_segment(const std::string& job_id, int node_index, const std::string& launch) {
+  return segment_name(job_identity(job_id), node_index, std::stoull(launch, nullptr, 16));
+}
+}  // namespace
+
+bool remove_abandoned_job(const std::string& job_id, int node_index, const std::string& launch) {
+  return remove_abandoned_segment(job_segment(job_id, node_index, launch));
 }
 
-std::optional<std::vector<int>> joined_job_ranks(const std::string& job_id, int node_index) {
-  return joined_ranks(segment_name(job_identity(job_id), node_index));
+std::optional<std::vector<int>> joined_job_ranks(const std::string& job_id, int node_index,
+                                                 const std::string& launch) {
+  return joined_ranks(job_segment(job_id, node_index, launch));
 }
 
 std::vector<std::string> remove_abandoned_jobs(bool other_versions) {

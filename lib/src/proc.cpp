@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <string_view>
+#include <vector>
 
 #include "lockstep/error.hpp"
 
@@ -160,6 +162,18 @@ std::string error_text(int error_number) {
 void throw_errno(const std::string& what, const char* call) {
   int saved = errno;
   throw SystemError(what + ": " + call + " failed: " + error_text(saved), saved);
+}
+
+std::string user_of(uid_t uid) {
+  std::string text = "uid " + std::to_string(uid);
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr &&
+      found->pw_name != nullptr) {
+    text += std::string(" (") + found->pw_name + ")";
+  }
+  return text;
 }
 
 void fill_random(std::span<std::byte> bytes, const std::string& what) {

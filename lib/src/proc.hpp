@@ -35,6 +35,9 @@ std::uint64_t pid_namespace();
 // strerror for `error_number`, thread-safe.
 std::string error_text(int error_number);
 
+// "uid 1001 (mallory)", or "uid 1001" where the user database has no name for it.
+std::string user_of(uid_t uid);
+
 // Fills `bytes` from the kernel's random source (getrandom); SystemError naming `what` when it
 // gives none.
 void fill_random(std::span<std::byte> bytes, const std::string& what);

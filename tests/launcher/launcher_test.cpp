@@ -193,13 +193,33 @@ TEST(Launcher, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {
 
 TEST(Launcher, RemovesTheSegmentOfAJobWhoseRanksWereKilled) {
   std::string id = "launcher-test-" + std::to_string(::getpid());
-  std::string path = "/dev/shm/" + lockstep::detail::segment_name(
-                                       lockstep::detail::job_identity(id + "@127.0.0.1:29500"), 0);
+  const auto identity = lockstep::detail::job_identity(id + "@127.0.0.1:29500");
   auto result = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--job-id", id,
                      tool("LOCKSTEP_WORKER"), "allkill"});
   EXPECT_EQ(result.code(), 128 + SIGKILL) << result.err;
-  struct stat st {};
-  EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " was left behind";
+  EXPECT_EQ(lockstep::detail::segments_of(identity, 0), std::vector<std::string>{})
+      << "left behind";
+}
+
+// Issue 21 #2: another user who creates the file at a job's predictable segment name first
+// stopped the job. The launcher's jobs are named by its random launch id as well: a squatter at
+// the name the job id alone gives changes nothing.
+TEST(Launcher, ASquatterAtThePredictableNameDoesNotStopTheJob) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root, to create a file owned by another user (nobody)";
+  }
+  const std::string id = "squatted-" + std::to_string(::getpid());
+  const std::string path =
+      "/dev/shm/" +
+      lockstep::detail::segment_name(lockstep::detail::job_identity(id + "@127.0.0.1:29500"), 0);
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::fchown(fd, 65534, 65534), 0);
+  ::close(fd);
+  auto result =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--job-id", id, tool("LOCKSTEP_WORKER")});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  (void)::unlink(path.c_str());
 }
 
 struct BadFlags {
@@ -560,19 +580,22 @@ TEST(Launcher, RanksAreStoppedWhenTheLauncherIsKilled) {
 TEST(Launcher, ASegmentLeftByAKilledLauncherIsCleanedUp) {
   for (const bool ask : {true, false}) {
     const std::string id = "killed-launcher-" + std::to_string(::getpid()) + (ask ? "a" : "b");
-    const std::string name =
-        lockstep::detail::segment_name(lockstep::detail::job_identity(id + "@127.0.0.1:29500"), 0);
-    const std::string path = "/dev/shm/" + name;
+    const auto identity = lockstep::detail::job_identity(id + "@127.0.0.1:29500");
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::execl(tool("LOCKSTEP_RUN").c_str(), "lockstep-run", "--nproc-per-node", "2", "--job-id",
               id.c_str(), tool("LOCKSTEP_WORKER").c_str(), "sleep", nullptr);
       ::_exit(126);
     }
-    struct stat st {};
-    for (int attempt = 0; attempt < 500 && ::stat(path.c_str(), &st) != 0; ++attempt) {
+    // The name carries the launcher's random launch id: found by the job's identity.
+    std::vector<std::string> names;
+    for (int attempt = 0; attempt < 500 && names.empty(); ++attempt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      names = lockstep::detail::segments_of(identity, 0);
     }
+    ASSERT_EQ(names.size(), 1U);
+    const std::string path = "/dev/shm/" + names.front();
+    struct stat st {};
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both ranks joined
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);

@@ -91,14 +91,11 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       fs::remove_all(dir_);
     }
     // No node segment of this job may be left behind.
-    for (const auto& entry : fs::directory_iterator("/dev/shm")) {
-      for (int node = 0; node < 4; ++node) {
-        EXPECT_NE(
-            entry.path().filename().string(),
-            lockstep::detail::segment_name(
-                lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_)), node))
-            << "left behind";
-      }
+    const auto identity =
+        lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_));
+    for (int node = 0; node < 4; ++node) {
+      EXPECT_EQ(lockstep::detail::segments_of(identity, node), std::vector<std::string>{})
+          << "left behind";
     }
   }
 

@@ -264,6 +264,26 @@ TEST(NodeSegment, ASegmentOthersCanOpenIsRefused) {
   ::unlink(path.c_str());
 }
 
+// Issue 21 #2: the refusal names the user who owns the squatting file.
+TEST(NodeSegment, ASquattersFileIsRefusedNamingItsOwner) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root, to create a file owned by another user (nobody)";
+  }
+  std::string id = unique_job_id("squat");
+  std::string path = segment_path(id);
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fchown(fd, 65534, 65534), 0);
+  ::close(fd);
+  auto ends = run_ranks(Job::of(2, id), [](int) {
+    expect_join_error<lockstep::ConfigError>([] { lockstep::State state; },
+                                             "owned by uid 65534 (nobody)");
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_TRUE(exists(path)) << "a segment lockstep does not own must not be removed";
+  ::unlink(path.c_str());
+}
+
 TEST(NodeSegment, ProcessesThatDisagreeOnTheShapeAreRefused) {
   std::string id = unique_job_id("shape");
   auto* joined = shared_array<std::atomic<int>>(1);

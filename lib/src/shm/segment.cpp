@@ -145,15 +145,15 @@ bool made_by_us(const struct stat& st) {
 
 void check_owner(const struct stat& st, const std::string& name) {
   if (!S_ISREG(st.st_mode)) {
-    throw ConfigError("lockstep: " + shm_path(name) + " is not a regular file (uid " +
-                      std::to_string(st.st_uid) +
+    throw ConfigError("lockstep: " + shm_path(name) + " is not a regular file (" +
+                      user_of(st.st_uid) +
                       " put something else at this job's segment name); refusing to use it");
   }
   if (st.st_uid != ::geteuid() || (st.st_mode & 0077) != 0) {
     char mode[8];
     (void)std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    throw ConfigError("lockstep: shared-memory segment " + shm_path(name) + " is owned by uid " +
-                      std::to_string(st.st_uid) + " with mode " + mode + "; refusing to use it " +
+    throw ConfigError("lockstep: shared-memory segment " + shm_path(name) + " is owned by " +
+                      user_of(st.st_uid) + " with mode " + mode + "; refusing to use it " +
                       "(lockstep creates its segments owner-only, 0600, for uid " +
                       std::to_string(::geteuid()) + ")");
   }
@@ -262,6 +262,25 @@ std::vector<int> pids_of(const SegmentHeader& header) {
   return pids;
 }
 
+// Two launches given one job id: the second one's processes are refused while the first's
+// segment is there (the sweep just removed it if its processes are gone). Each launch has a name
+// of its own, so they could not meet anyway; this says why the second cannot form.
+void refuse_other_launches(const JobConfig& config, const std::string& mine) {
+  for (const auto& name : segments_of(config.identity, config.node_index)) {
+    struct stat st {};
+    if (name == mine || ::lstat(shm_path(name).c_str(), &st) != 0 || !made_by_us(st)) {
+      continue;  // another user's file says nothing about this user's launches
+    }
+    const auto ranks = joined_ranks(name);
+    throw ConfigError("lockstep: a job with identity '" + config.identity +
+                      "' started by another launch is already running on this node (" +
+                      (ranks && !ranks->empty() ? "ranks " + comma_list(*ranks) + ", " : "") +
+                      "segment " + shm_path(name) +
+                      "): two launches were given the same --job-id (LOCKSTEP_JOB_ID); give each "
+                      "its own (without one, lockstep-run picks a unique one)");
+  }
+}
+
 // Throws ConfigError when a live job's segment cannot take this process: another shape, or full.
 void check_joinable(SegmentHeader& header, const JobConfig& config, const std::string& name) {
   const auto local_size = static_cast<std::uint32_t>(config.local_size);
@@ -289,14 +308,43 @@ void check_joinable(SegmentHeader& header, const JobConfig& config, const std::s
 
 }  // namespace
 
-std::string segment_name(const std::string& identity, int node_index) {
+std::string segment_prefix(const std::string& identity) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64-bit
   for (unsigned char c : identity) {
     hash = (hash ^ c) * 0x100000001b3ULL;
   }
   char hex[17];
   (void)std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-  return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-n" + std::to_string(node_index);
+  return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-";
+}
+
+std::string segment_name(const std::string& identity, int node_index, std::uint64_t launch) {
+  std::string name = segment_prefix(identity);
+  if (launch != 0) {
+    char hex[17];
+    (void)std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(launch));
+    name += std::string(hex) + "-";
+  }
+  return name + "n" + std::to_string(node_index);
+}
+
+std::vector<std::string> segments_of(const std::string& identity, int node_index) {
+  const std::string prefix = segment_prefix(identity);
+  const std::string suffix = "n" + std::to_string(node_index);
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
+      const std::string_view name = entry->d_name;
+      // "<prefix>n<node>" or "<prefix><16 hex digits>-n<node>".
+      if (name.starts_with(prefix) && name.ends_with(suffix) &&
+          (name.size() == prefix.size() + suffix.size() ||
+           name.size() == prefix.size() + 17 + suffix.size())) {
+        names.emplace_back(name);
+      }
+    }
+    ::closedir(dir);
+  }
+  return names;
 }
 
 bool remove_abandoned_segment(const std::string& name, bool other_versions) {
@@ -408,7 +456,8 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const JobConfig& config) {
   // first State of every process removes this user's abandoned ones (bounded, best effort).
   (void)sweep_abandoned_segments();
   std::unique_ptr<NodeSegment> segment(new NodeSegment);
-  segment->name_ = segment_name(config.identity, config.node_index);
+  segment->name_ = segment_name(config.identity, config.node_index, config.launch);
+  refuse_other_launches(config, segment->name_);
   while (!segment->attach(config, deadline)) {
     check_interrupt("lockstep: joining the job (attaching " + shm_path(segment->name_) + ")");
     if (Clock::now() > deadline) {

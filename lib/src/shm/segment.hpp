@@ -24,9 +24,15 @@ namespace lockstep::detail {
 inline constexpr std::chrono::milliseconds kPollInterval{100};
 
 // The POSIX shared-memory name (without the leading '/') of a job's segment on a node:
-// "lockstep-u<uid>-<hash of identity>-n<node>". The uid keeps users apart; the hash keeps jobs
-// apart; the full identity is stored in the segment and checked on attach.
-std::string segment_name(const std::string& identity, int node_index);
+// "lockstep-u<uid>-<hash of identity>-<launch>-n<node>" ("...-<hash>-n<node>" without a launch
+// id). The uid keeps users apart; the hash keeps jobs apart; the launch id (lockstep-run's 64
+// random bits, in its processes' environment only) makes the name unguessable, so that another
+// user cannot take it first. The full identity is stored in the segment and checked on attach.
+std::string segment_name(const std::string& identity, int node_index, std::uint64_t launch = 0);
+// What every segment name of `identity` begins with, whatever its launch.
+std::string segment_prefix(const std::string& identity);
+// The names in /dev/shm of `identity`'s segments for node `node_index`, of every launch.
+std::vector<std::string> segments_of(const std::string& identity, int node_index);
 
 // Removes the segment `name` if no process that joined it still runs (a job that was killed):
 // never one being joined or left this moment (its lock is held), one whose processes live in

@@ -73,6 +73,8 @@ struct Options {
 
 // How many of a failed process's last lines the launcher repeats when they went to a file only.
 constexpr std::size_t kTailLines = 10;
+// A line longer than this is relayed in pieces as it comes (tagged once), not held whole.
+constexpr std::size_t kMaxHeldLine = 64 * 1024;
 // When the launcher names the processes that have not joined the job yet (once).
 constexpr auto kJoinNotice = std::chrono::seconds(5);
 
@@ -84,6 +86,7 @@ struct Stream {
   bool console = true;
   int file = -1;  // its log file, or -1
   std::string pending;
+  bool mid_line = false;           // the last piece relayed ended inside a line (see kMaxHeldLine)
   std::deque<std::string> recent;  // its last kTailLines lines (for a failure's report)
 };
 
@@ -95,7 +98,8 @@ struct Child {
   Stream streams[2];
 };
 
-void write_all(int fd, const std::string& text) {
+// Writes all of `text`; 0, or the errno of the write that failed.
+int write_all(int fd, const std::string& text) {
   std::size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -103,10 +107,11 @@ void write_all(int fd, const std::string& text) {
       continue;
     }
     if (n <= 0) {
-      return;
+      return n < 0 ? errno : EIO;
     }
     done += static_cast<std::size_t>(n);
   }
+  return 0;
 }
 
 void say(const std::string& text) {
@@ -484,12 +489,15 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
   const std::string tag = options_.tag_output ? "[rank " + std::to_string(rank) + "] " : "";
   std::string out;
   std::string raw;
-  auto take = [&](const std::string& line) {  // `line` ends with its newline
-    out += tag + line;
-    raw += line;
-    stream.recent.push_back(line);
-    if (stream.recent.size() > kTailLines) {
-      stream.recent.pop_front();
+  auto take = [&](const std::string& piece) {  // a line with its newline, or a long line's piece
+    out += (stream.mid_line ? "" : tag) + piece;
+    raw += piece;
+    stream.mid_line = piece.back() != '\n';
+    if (!stream.mid_line) {
+      stream.recent.push_back(piece);
+      if (stream.recent.size() > kTailLines) {
+        stream.recent.pop_front();
+      }
     }
   };
   std::size_t start = 0;
@@ -501,12 +509,27 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
   if (flush_all && !stream.pending.empty()) {
     take(stream.pending + "\n");
     stream.pending.clear();
+  } else if (stream.pending.size() > kMaxHeldLine) {
+    take(stream.pending);  // a line without end in sight: relayed as it comes
+    stream.pending.clear();
   }
   if (stream.console) {
     write_all(stream.out, out);
   }
   if (stream.file >= 0) {
-    write_all(stream.file, raw);
+    if (const int error = write_all(stream.file, raw); error != 0) {
+      // Said once: the file is given up, and its output goes on to the terminal.
+      say("cannot write " + log_path(rank, stream.out == STDOUT_FILENO ? 0 : 1) + ": " +
+          lockstep::detail::error_text(error) + "; rank " + std::to_string(rank) + "'s " +
+          (stream.out == STDOUT_FILENO ? "stdout" : "stderr") + " goes on to the terminal " +
+          (stream.console ? "only" : "instead") + " from here");
+      ::close(stream.file);
+      stream.file = -1;
+      if (!stream.console) {
+        stream.console = true;
+        write_all(stream.out, out);
+      }
+    }
   }
 }
 

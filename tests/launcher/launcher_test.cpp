@@ -402,6 +402,44 @@ TEST(Launcher, RedirectedOutputOfAFailedProcessIsShownByTheLauncher) {
   (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
 }
 
+// Issue 21 #3: --log-dir on a full disk lost the output silently. Now the launcher says so once
+// per file, naming it and the error, and the output goes on to the terminal: in full where it was
+// teed, from there on where it was redirected. Runs in a mount namespace with a 64 KiB tmpfs as
+// the log folder; each rank writes about 250 KB, the last line long (300 KB, no newline).
+TEST(Launcher, ALogDirThatCannotBeWrittenIsSaidOnceAndTheTerminalKeepsTheOutput) {
+  const std::string dir = "/tmp/lockstep-full-logs-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string job =
+      "i=0; while [ $i -lt 4000 ]; do echo \"line $i of rank $RANK, to fill the disk\"; "
+      "i=$((i+1)); done; head -c 300000 /dev/zero | tr \\\\0 x; echo \" end of $RANK\"";
+  const std::string script = "mount -t tmpfs -o size=64k tmpfs " + dir + " || exit 77; exec " +
+                             tool("LOCKSTEP_RUN") + " --nproc-per-node 2 --log-dir " + dir +
+                             " --tee 0:1 --redirects 1:1 sh -c '" + job + "'";
+  auto result = run({"/usr/bin/unshare", "-m", "--propagation", "private", "sh", "-c", script});
+  ::rmdir(dir.c_str());
+  if (result.code() == 77) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root in a mount namespace): " << result.err;
+  }
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_EQ(count(result.err, "lockstep-run: cannot write " + dir), 2) << result.err;
+  EXPECT_TRUE(contains(result.err,
+                       "/rank0.stdout: No space left on device; rank 0's stdout goes "
+                       "on to the terminal only from here"))
+      << result.err;
+  EXPECT_TRUE(contains(result.err,
+                       "/rank1.stdout: No space left on device; rank 1's stdout goes "
+                       "on to the terminal instead from here"))
+      << result.err;
+  // Rank 0's stdout was teed: all of it on the terminal; rank 1's from the failure on, its long
+  // long last line too.
+  EXPECT_EQ(count(result.out, "of rank 0,"), 4000);
+  EXPECT_GT(count(result.out, "of rank 1,"), 0);
+  // The long lines are relayed in pieces as they come (the two may interleave), none lost.
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), 'x'), 600000);
+  EXPECT_TRUE(contains(result.out, "x end of 0\n"));
+  EXPECT_TRUE(contains(result.out, "x end of 1\n"));
+}
+
 // --cpu-bind: the mask each process gets. core: local rank r on the r-th usable CPU (wrapping);
 // numa: the CPUs of NUMA node r mod nodes (one node here: all of them); gpu without a GPU and an
 // unknown mode refused. (A machine with several NUMA nodes or a GPU was not available to test the

@@ -324,12 +324,34 @@ std::vector<std::pair<std::string, std::string>> Launcher::environment_of(int lo
   return env;
 }
 
-// A word as a POSIX shell reads it back: as it is when it is plain, else in single quotes.
+// A word as a shell reads it back: as it is when it is plain, else in single quotes; a word with
+// a control character (a newline) in bash's $'...', so that every process stays on one line.
 std::string shell_quoted(const std::string& word) {
   if (!word.empty() &&
       word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                              "@%+=:,./_-") == std::string::npos) {
     return word;
+  }
+  const bool control = std::any_of(word.begin(), word.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == '\x7f';
+  });
+  if (control) {
+    std::string out = "$'";
+    for (char c : word) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (byte < 0x20 || byte == 0x7f) {
+        char hex[8];
+        (void)std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+        out += hex;
+      } else {
+        out += c == '\'' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+      }
+    }
+    return out + "'";
   }
   std::string out = "'";
   for (char c : word) {

@@ -119,6 +119,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::vector<std::vector<std::byte>> addresses_;  // by node index
   std::vector<int> joiners_;             // node 0: rendezvous connection by node (-1: none)
   std::map<int, std::string> refusals_;  // node 0: why a node's last connection was refused
+  std::optional<std::string>
+      shape_refusal_;  // node 0: a node of this job that disagrees on its shape
   std::optional<wire::Welcome> welcome_;
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
 

@@ -115,6 +115,9 @@ void UcxBackend::serve() {
     server.step(std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(
                                           config_.deadline - Clock::now())),
                 on_hello, on_lost);
+    if (shape_refusal_) {
+      throw ConfigError("lockstep: joining the job: node 0 refused " + *shape_refusal_);
+    }
   }
   std::sort(nodes_.begin(), nodes_.end(),
             [](const NodeInfo& a, const NodeInfo& b) { return a.node < b.node; });
@@ -165,6 +168,14 @@ rendezvous::Verdict UcxBackend::take_hello(int id, std::span<const std::byte> by
   if (hello && hello->node < static_cast<std::uint32_t>(num_nodes_)) {
     refusals_[static_cast<int>(hello->node)] =
         "connected from " + from + " and was refused: " + reason;
+  }
+  if (hello && hello->identity == config_.job.identity &&
+      (hello->num_nodes != static_cast<std::uint32_t>(num_nodes_) ||
+       hello->world_size != static_cast<std::uint32_t>(config_.job.world_size))) {
+    // A node of this very job (it proved the secret and gave the identity) that disagrees on the
+    // shape: the job can never form, and waiting out the join timeout would only hide why.
+    shape_refusal_ = node + " (from " + from + ") " + reason +
+                     ": start every node with the same --nnodes and --nproc-per-node";
   }
   (void)std::fprintf(stderr, "lockstep: node 0 refused a connection on %s from %s: %s: %s\n",
                      where(config_.job).c_str(), from.c_str(), node.c_str(), reason.c_str());

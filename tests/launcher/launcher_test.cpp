@@ -521,6 +521,20 @@ TEST(Launcher, DryRunPrintsEachRankAndStartsNothing) {
   EXPECT_TRUE(contains(nodes.out, "secret: LOCKSTEP_SECRET\n")) << nodes.out;
 }
 
+// Issue 21: a newline inside an argument broke --dry-run's one line per process. A word with a
+// control character is printed in $'...', which bash reads back as it was.
+TEST(Launcher, DryRunKeepsAnArgumentWithANewlineOnItsLine) {
+  const std::string word = "two\nlines\tand 'quotes' \\ \x01";
+  auto result =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", "--dry-run", "printf", "%s", word});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_EQ(count(result.out, "\n"), 2) << result.out;
+  const std::string line = result.out.substr(0, result.out.find('\n'));
+  const std::string printed = line.substr(line.find(" printf ") + 1);
+  auto back = run({"/bin/bash", "-c", printed});  // the command as the user would paste it
+  EXPECT_EQ(back.out, word) << printed;
+}
+
 // Whether `pid` has ended (gone, or a zombie nobody reaped).
 bool ended(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");

@@ -538,6 +538,25 @@ TEST_P(MultiNode, NodeZerosTimeoutSaysThatANodeWasRefused) {
       << all_output();
 }
 
+// Issue 21 (a note): nodes started with different --nproc-per-node: node 0 waited out its join
+// timeout although it had refused node 1 for that reason. Both now fail at once, saying why.
+TEST_P(MultiNode, NodesThatDisagreeOnTheShapeFailAtOnce) {
+  join_timeout_ = "60";
+  const auto start_time = std::chrono::steady_clock::now();
+  start(0, 2, 1, {"rounds", shared_.string(), "10"});
+  start(1, 2, 2, {"rounds", shared_.string(), "10"});
+  wait_all();
+  EXPECT_LT(std::chrono::steady_clock::now() - start_time, std::chrono::seconds(30));
+  EXPECT_NE(nodes_[0].code(), 0);
+  EXPECT_NE(nodes_[1].code(), 0);
+  EXPECT_NE(nodes_[0].output().find("node 0 refused node 1 (from 127.0.0.1:"), std::string::npos)
+      << all_output();
+  EXPECT_NE(nodes_[0].output().find("describes a job of 4 processes on 2 nodes"), std::string::npos)
+      << all_output();
+  EXPECT_NE(nodes_[0].output().find("same --nnodes and --nproc-per-node"), std::string::npos)
+      << all_output();
+}
+
 TEST_P(MultiNode, TheNcclBackendRunsOrFailsCleanly) {
   // Simulated nodes share this machine's GPUs: with none (CI), or one (both leaders would take
   // it, which NCCL refuses), every process must get an error that says why, and nothing hangs.

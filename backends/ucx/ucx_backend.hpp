@@ -44,6 +44,12 @@ struct RoundSlot {
 
 // A leader's link to the others: the backend's barrier, and (for a backend such as NCCL's) the
 // bootstrap's broadcast and failure reports, over one UCP worker.
+// Why node 0 (whose job is `job`) refuses an authenticated node's `hello`, given the nodes that
+// have joined so far; empty when the node may join. (A function of its inputs alone, so that the
+// join's fuzzer reaches it: fuzz/fuzz_join.cpp.)
+std::string hello_refusal(const wire::Hello& hello, const JobConfig& job,
+                          const std::vector<NodeInfo>& joined);
+
 class UcxBackend final : public Backend, public Bootstrap {
  public:
   explicit UcxBackend(const LeaderConfig& config);
@@ -83,10 +89,9 @@ class UcxBackend final : public Backend, public Bootstrap {
   void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
   // Runs UCX until nothing more happens, then handles what arrived.
   void progress();
-  // Node 0's rendezvous: a hello taken or refused (why: check_hello; empty when taken), a
-  // joined node's connection lost before the welcome, and the join timeout's message.
+  // Node 0's rendezvous: a hello taken or refused (why: hello_refusal), a joined node's
+  // connection lost before the welcome, and the join timeout's message.
   rendezvous::Verdict take_hello(int id, std::span<const std::byte> bytes, const std::string& from);
-  [[nodiscard]] std::string check_hello(const wire::Hello& hello) const;
   void forget_joiner(int id);
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);

@@ -46,23 +46,26 @@ sockaddr_storage master_address(const JobConfig& job, socklen_t& length) {
 
 }  // namespace
 
-std::string UcxBackend::check_hello(const wire::Hello& hello) const {
-  const JobConfig& job = config_.job;
+std::string hello_refusal(const wire::Hello& hello, const JobConfig& job,
+                          const std::vector<NodeInfo>& joined) {
+  const int num_nodes = job.num_nodes;
   if (hello.identity != job.identity) {
     return "it belongs to another job ('" + hello.identity + "', not '" + job.identity +
            "'): give every node the same LOCKSTEP_JOB_ID (lockstep-run --job-id)";
   }
-  if (hello.num_nodes != static_cast<std::uint32_t>(num_nodes_) ||
+  if (hello.num_nodes != static_cast<std::uint32_t>(num_nodes) ||
       hello.world_size != static_cast<std::uint32_t>(job.world_size)) {
     return "it describes a job of " + std::to_string(hello.world_size) + " processes on " +
            std::to_string(hello.num_nodes) + " nodes, node 0 one of " +
-           std::to_string(job.world_size) + " on " + std::to_string(num_nodes_);
+           std::to_string(job.world_size) + " on " + std::to_string(num_nodes);
   }
-  if (hello.node == 0 || hello.node >= static_cast<std::uint32_t>(num_nodes_)) {
+  if (hello.node == 0 || hello.node >= static_cast<std::uint32_t>(num_nodes)) {
     return "node index " + std::to_string(hello.node) + " is not one of 1.." +
-           std::to_string(num_nodes_ - 1);
+           std::to_string(num_nodes - 1);
   }
-  if (joiners_[hello.node] >= 0) {
+  if (std::any_of(joined.begin(), joined.end(), [&](const NodeInfo& node) {
+        return node.node == static_cast<int>(hello.node);
+      })) {
     return "node " + std::to_string(hello.node) + " has already joined";
   }
   // UCX asserts (and aborts) on a malformed worker address: check what can be checked. (Only an
@@ -79,7 +82,7 @@ std::string UcxBackend::check_hello(const wire::Hello& hello) const {
     if (rank < 0 || rank >= job.world_size) {
       return "process index " + std::to_string(rank) + " is outside the job";
     }
-    for (const auto& node : nodes_) {
+    for (const auto& node : joined) {
       if (std::find(node.ranks.begin(), node.ranks.end(), rank) != node.ranks.end()) {
         return "process " + std::to_string(rank) + " is already on node " +
                std::to_string(node.node);
@@ -153,7 +156,7 @@ rendezvous::Verdict UcxBackend::take_hello(int id, std::span<const std::byte> by
     reason = std::string("it sent no lockstep hello (") + error.what() + ")";
   }
   if (hello) {
-    reason = check_hello(*hello);
+    reason = hello_refusal(*hello, config_.job, nodes_);
   }
   if (reason.empty()) {
     joiners_[hello->node] = id;

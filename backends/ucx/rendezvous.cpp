@@ -1,6 +1,8 @@
 #include "ucx/rendezvous.hpp"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -381,6 +383,55 @@ void Server::accept_new(Clock::time_point now) {
   }
 }
 
+int Server::take_link(int id) {
+  auto found = peers_.find(id);
+  if (found == peers_.end() || !found->second.kept()) {
+    return -1;
+  }
+  const int fd = found->second.fd;
+  peers_.erase(found);
+  make_link(fd);
+  return fd;
+}
+
+void make_link(int fd) {
+  const int on = 1;
+  const int probe = static_cast<int>(kLinkProbe.count());
+  const int probes = static_cast<int>(kLinkTimeout / kLinkProbe);
+  const auto timeout = static_cast<unsigned>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(kLinkTimeout).count());
+  if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe, sizeof probe) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe, sizeof probe) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout) != 0) {
+    throw_errno("lockstep: the link between the nodes' main processes", "setsockopt");
+  }
+}
+
+LinkState look_at_link(int fd, int* error) {
+  pollfd entry{fd, POLLIN, 0};
+  if (::poll(&entry, 1, 0) <= 0) {
+    return LinkState::fine;
+  }
+  int pending = 0;
+  socklen_t size = sizeof pending;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &pending, &size) == 0 && pending != 0) {
+    *error = pending;
+    return LinkState::broken;
+  }
+  std::byte byte{};
+  const ssize_t got = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got == 0) {
+    return LinkState::ended;
+  }
+  if (got < 0 && errno != EAGAIN && errno != EINTR) {
+    *error = errno;
+    return LinkState::broken;
+  }
+  return LinkState::fine;  // nothing is sent on a link: a byte there is ignored
+}
+
 bool Server::send(int id, std::span<const std::byte> message, Clock::time_point deadline) {
   auto found = peers_.find(id);
   return found != peers_.end() &&
@@ -489,8 +540,8 @@ std::optional<std::vector<std::byte>> join_over(int fd, std::span<const std::byt
 std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, socklen_t length,
                                                std::span<const std::byte> hello,
                                                const Credentials& credentials,
-                                               Clock::time_point deadline,
-                                               std::string& last_error) {
+                                               Clock::time_point deadline, std::string& last_error,
+                                               int* link) {
   while (Clock::now() < deadline) {
     check_interrupt("lockstep: joining the job (connecting to node 0)");
     const auto retry_at = Clock::now() + kRetryDelay;
@@ -515,6 +566,16 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
       } catch (...) {
         ::close(fd);
         throw;
+      }
+      if (answer && link != nullptr) {
+        try {
+          make_link(fd);
+        } catch (...) {
+          ::close(fd);
+          throw;
+        }
+        *link = fd;
+        return answer;
       }
       if (answer) {
         ::close(fd);

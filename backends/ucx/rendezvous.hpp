@@ -89,6 +89,8 @@ class Server {
   // Sends `message`, sealed and framed, on kept connection `id` by `deadline`; false if it could
   // not.
   bool send(int id, std::span<const std::byte> message, Clock::time_point deadline);
+  // Hands kept connection `id` to the caller as a link (make_link), or -1 if it is gone.
+  int take_link(int id);
   // The connections that were closed for breaking a bound (malformed, idle, too many), with why.
   [[nodiscard]] const std::vector<std::string>& dropped() const noexcept { return dropped_; }
 
@@ -121,6 +123,21 @@ class Server {
   std::vector<std::string> dropped_;
 };
 
+// Links: after the join, each node keeps its rendezvous connection to node 0 open for the job's
+// life, and the kernel watches it (keepalive probes every kLinkProbe, TCP_USER_TIMEOUT
+// kLinkTimeout): a node that the network no longer reaches is noticed within kLinkTimeout,
+// whatever the processes do (a busy or stopped process's kernel still answers), where UCX's
+// own connections would retransmit for a quarter of an hour. Nothing is sent on a link.
+inline constexpr auto kLinkTimeout = std::chrono::seconds(5);
+inline constexpr auto kLinkProbe = std::chrono::seconds(1);
+// Sets a connection's keepalive and user timeout; SystemError if the kernel refuses.
+void make_link(int fd);
+// What became of a link: fine (nothing to say); ended (the other side closed it, in order: its
+// process exited, which the backend learns from UCX too); or broken (an error: `*error` says
+// which, ETIMEDOUT when the network stopped answering).
+enum class LinkState { fine, ended, broken };
+LinkState look_at_link(int fd, int* error);
+
 // What a joining node throws when node 0 cannot prove the secret, or refuses this node's proof:
 // the message says which (the caller adds where node 0 is).
 class AuthError : public std::runtime_error {
@@ -138,10 +155,12 @@ struct Credentials {
 // or the connection breaks before an answer), proves the secret, checks node 0's proof, sends
 // `hello` and returns node 0's answer (its seal checked). Empty when `deadline` passes first;
 // then `last_error` says what happened last. ConfigError, at once, when what answers cannot
-// prove the secret or refuses this node's proof.
+// prove the secret or refuses this node's proof. With `link`, the connection stays open as the
+// node's link to node 0 (see make_link) and *link is its descriptor.
 std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, socklen_t length,
                                                std::span<const std::byte> hello,
                                                const Credentials& credentials,
-                                               Clock::time_point deadline, std::string& last_error);
+                                               Clock::time_point deadline, std::string& last_error,
+                                               int* link = nullptr);
 
 }  // namespace lockstep::detail::rendezvous

@@ -3,10 +3,12 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
 #include "lockstep/error.hpp"
+#include "proc.hpp"
 #include "text.hpp"
 #include "ucx/ucx_backend.hpp"
 
@@ -30,6 +32,8 @@ constexpr auto kQuiet = 20ms;
 constexpr auto kAbortFlush = 200ms;
 // Messages kept from other nodes before node 0's welcome names the job's token.
 constexpr std::size_t kMaxEarly = 4096;
+// How often a waiting leader asks the kernel about its links (a poll(2) each).
+constexpr auto kLinkLook = 20ms;
 
 std::string ranks_text(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks);
@@ -110,6 +114,12 @@ void UcxBackend::start_ucx() {
 }
 
 void UcxBackend::shutdown() noexcept {
+  for (int& link : links_) {
+    if (link >= 0) {
+      ::close(link);
+      link = -1;
+    }
+  }
   if (worker_ == nullptr) {
     if (context_ != nullptr) {
       ucx_api().cleanup(context_);
@@ -354,6 +364,38 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
   }
 }
 
+void UcxBackend::check_links(const char* what) {
+  const auto now = Clock::now();
+  if (links_.empty() || now - links_checked_ < kLinkLook) {
+    return;
+  }
+  links_checked_ = now;
+  for (int node = 0; node < num_nodes_; ++node) {
+    int& link = links_[static_cast<std::size_t>(node)];
+    int error = 0;
+    const auto state =
+        link < 0 ? rendezvous::LinkState::fine : rendezvous::look_at_link(link, &error);
+    if (state == rendezvous::LinkState::fine) {
+      continue;
+    }
+    ::close(link);
+    link = -1;
+    if (state == rendezvous::LinkState::ended) {
+      continue;  // closed in order: its process exited (UCX reports a death as it happens)
+    }
+    const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
+    const Failure failure{
+        FailureKind::peer_lost,
+        leader,
+        {},
+        "node " + std::to_string(node) + "'s main process (process " + std::to_string(leader) +
+            ") is unreachable: its machine has not answered for " +
+            std::to_string(rendezvous::kLinkTimeout.count()) + " s (" + error_text(error) + ")"};
+    abort(failure);
+    fail(failure, what);
+  }
+}
+
 void UcxBackend::check_members(const char* what) {
   check_aborted(what);
   for (int node = 0; node < num_nodes_; ++node) {
@@ -369,6 +411,7 @@ void UcxBackend::check_members(const char* what) {
            what);
     }
   }
+  check_links(what);
 }
 
 void UcxBackend::fail(const Failure& failure, const char* what) {

@@ -100,8 +100,12 @@ class UcxBackend final : public Backend, public Bootstrap {
   template <class Done, class OnDeadline>
   void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
                   OnDeadline on_deadline);
-  // Throws (and keeps) the job's failure, if a leader aborted or disconnected.
+  // Throws (and keeps) the job's failure, if a leader aborted or disconnected (or its link says
+  // the network no longer reaches it: check_links).
   void check_members(const char* what);
+  // At most every kLinkLook: a broken link (rendezvous.hpp) is a lost leader; node 0 tells the
+  // leaders it still reaches, which cannot see the break themselves.
+  void check_links(const char* what);
   [[noreturn]] void fail(const Failure& failure, const char* what);
   [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
 
@@ -127,6 +131,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::optional<std::string>
       shape_refusal_;  // node 0: a node of this job that disagrees on its shape
   std::optional<wire::Welcome> welcome_;
+  std::vector<int> links_;  // by node index: node 0 has one to each node, the others to node 0
+  Clock::time_point links_checked_{};
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
 
   // The barrier and broadcasts.

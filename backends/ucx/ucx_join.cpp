@@ -132,10 +132,12 @@ void UcxBackend::serve() {
                                             addresses_[static_cast<std::size_t>(node.node)]});
   }
   const auto bytes = wire::encode(welcome);
+  links_.assign(static_cast<std::size_t>(num_nodes_), -1);
   for (int node = 1; node < num_nodes_; ++node) {
     // A node that cannot take the welcome fails its own join; the others find it gone.
-    (void)server.send(joiners_[static_cast<std::size_t>(node)], bytes,
-                      std::max(config_.deadline, Clock::now() + kCloseBound));
+    const int joiner = joiners_[static_cast<std::size_t>(node)];
+    (void)server.send(joiner, bytes, std::max(config_.deadline, Clock::now() + kCloseBound));
+    links_[static_cast<std::size_t>(node)] = server.take_link(joiner);
   }
   joined_ = true;
   // The server goes: nobody else may join, and the port is free again.
@@ -235,8 +237,10 @@ void UcxBackend::connect() {
   std::optional<wire::Message> answer;
   try {
     const JobSecret secret = load_job_secret(process_environment());
+    links_.assign(static_cast<std::size_t>(num_nodes_), -1);
     auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello),
-                                      {secret.bytes, secret.source}, config_.deadline, last_error);
+                                      {secret.bytes, secret.source}, config_.deadline, last_error,
+                                      &links_[0]);
     if (!bytes) {
       throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
                              std::to_string(me_) + " could not join node 0's main process at " +

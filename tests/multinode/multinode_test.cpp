@@ -1,9 +1,15 @@
 // Jobs of several nodes, simulated on this machine: each node is its own lockstep-run (its own
-// node segment), and the nodes meet through the cross-node backend on 127.0.0.1. Every test runs
-// with UCX's TCP transport alone (the path a real network takes) and with UCX's defaults.
+// node segment), and the nodes meet through the cross-node backend. Every test runs three ways:
+// on 127.0.0.1 with UCX's TCP transport alone (the path a real network takes), on 127.0.0.1 with
+// UCX's defaults, and with each node in a network namespace of its own ("netns": made by the
+// test, as root, each joined to a bridge by a veth pair, so that a test can cut a node's link;
+// skipped, saying why, where namespaces cannot be made). The test itself plays strangers from a
+// namespace of their own there.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,10 +19,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -62,12 +70,107 @@ struct Node {
   }
 };
 
+// Runs `script` with sh; true when it exits 0.
+bool shell(const std::string& script) {
+  return std::system(script.c_str()) == 0;  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
+}
+
+// The namespaces of one netns test: node k's is "<prefix>k" (its veth "lseth", 10.77.0.k+1), the
+// strangers' is "<prefix>out" (10.77.0.9), the bridge's "<prefix>hub".
+class Namespaces {
+ public:
+  static constexpr int kNodes = 4;
+  explicit Namespaces(std::string prefix) : prefix_(std::move(prefix)) {}
+  ~Namespaces() { remove(); }
+  Namespaces(const Namespaces&) = delete;
+  Namespaces& operator=(const Namespaces&) = delete;
+
+  // Makes them; false (nothing left) when this machine cannot. First removes what a test
+  // process that died before its TearDown left.
+  bool make() {
+    (void)shell(
+        "for n in $(ip netns list | sed -n 's/^\\(lsmn[0-9]*\\)-.*/\\1/p' | sort -u); do "
+        "pid=${n#lsmn}; [ -d /proc/$pid ] && continue; "
+        "for m in $(ip netns list | awk '{print $1}' | grep \"^$n-\"); do ip netns del $m; done; "
+        "done >/dev/null 2>&1");
+    std::string script = "set -e; exec >/dev/null 2>&1; ip netns add " + hub() + "; ip -n " +
+                         hub() + " link add br0 type bridge; ip -n " + hub() + " link set br0 up; ";
+    for (int k = 0; k <= kNodes; ++k) {
+      const std::string ns = k == kNodes ? name("out") : name(std::to_string(k));
+      const std::string a = "lsa" + std::to_string(::getpid()) + "x" + std::to_string(k);
+      const std::string b = "lsb" + std::to_string(::getpid()) + "x" + std::to_string(k);
+      script += "ip netns add " + ns + "; ip link add " + a + " type veth peer name " + b +
+                "; ip link set " + a + " netns " + ns + "; ip link set " + b + " netns " + hub() +
+                "; ip -n " + ns + " link set " + a + " name lseth; ip -n " + ns +
+                " addr add 10.77.0." + std::to_string(k == kNodes ? 9 : k + 1) +
+                "/24 dev lseth; ip -n " + ns + " link set lseth up; ip -n " + ns +
+                " link set lo up; ip -n " + hub() + " link set " + b + " master br0; ip -n " +
+                hub() + " link set " + b + " up; ";
+    }
+    made_ = true;
+    if (!shell(script)) {
+      remove();
+      return false;
+    }
+    return true;
+  }
+  void remove() {
+    if (!made_) {
+      return;
+    }
+    made_ = false;
+    std::string script =
+        "exec >/dev/null 2>&1; ip netns del " + hub() + "; ip netns del " + name("out") + "; ";
+    for (int k = 0; k < kNodes; ++k) {
+      script += "ip netns del " + name(std::to_string(k)) + "; ";
+    }
+    (void)shell(script);
+  }
+  // Node k's namespace.
+  [[nodiscard]] std::string node(int k) const { return name(std::to_string(k)); }
+  [[nodiscard]] std::string outside() const { return name("out"); }
+  // Cuts node k's link (its veth goes down).
+  void cut(int k) const { EXPECT_TRUE(shell("ip -n " + node(k) + " link set lseth down")); }
+
+ private:
+  [[nodiscard]] std::string name(const std::string& what) const { return prefix_ + what; }
+  [[nodiscard]] std::string hub() const { return name("hub"); }
+  std::string prefix_;
+  bool made_ = false;
+};
+
+// Moves the calling thread into network namespace `name` (made by `ip netns add`).
+bool enter_namespace(const std::string& name) {
+  const int fd = ::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  const bool entered = fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  return entered;
+}
+
 class MultiNode : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (lockstep::detail::built_backends().empty()) {
       GTEST_SKIP() << "this build of lockstep has no cross-node backend (UCX was not found: "
                       "install libucx-dev and configure with -Ducx=enabled)";
+    }
+    if (netns()) {
+      if (::geteuid() != 0 || !shell("command -v ip >/dev/null")) {
+        GTEST_SKIP() << "network namespaces need root and iproute2 (ip): not here";
+      }
+      namespaces_ = std::make_unique<Namespaces>("lsmn" + std::to_string(::getpid()) + "-" +
+                                                 std::to_string(counter_) + "-");
+      if (!namespaces_->make()) {
+        namespaces_.reset();
+        GTEST_SKIP() << "could not make network namespaces here (ip netns add, veth, bridge)";
+      }
+      host_ = "10.77.0.1";
+      // The test plays strangers from a namespace of their own: this thread moves there (the
+      // nodes' processes enter their own when they start).
+      root_namespace_ = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+      ASSERT_TRUE(enter_namespace(namespaces_->outside()));
     }
     dir_ = fs::temp_directory_path() /
            ("lockstep-multinode-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
@@ -87,12 +190,26 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
         ::waitpid(node.pid, nullptr, 0);
       }
     }
+    // A node killed for hanging leaves its processes (which ignore SIGTERM, see node_worker):
+    // each names the test's folder on its command line.
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      const std::string pid = entry.path().filename().string();
+      if (pid.find_first_not_of("0123456789") == std::string::npos &&
+          read_file(entry.path() / "cmdline").find(dir_.string()) != std::string::npos) {
+        ::kill(std::stoi(pid), SIGKILL);
+      }
+    }
+    if (root_namespace_ >= 0) {
+      EXPECT_EQ(::setns(root_namespace_, CLONE_NEWNET), 0);
+      ::close(root_namespace_);
+    }
+    namespaces_.reset();
     if (!dir_.empty()) {
       fs::remove_all(dir_);
     }
     // No node segment of this job may be left behind.
     const auto identity =
-        lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_));
+        lockstep::detail::job_identity(job_ + "@" + host_ + ":" + std::to_string(port_));
     for (int node = 0; node < 4; ++node) {
       EXPECT_EQ(lockstep::detail::segments_of(identity, node), std::vector<std::string>{})
           << "left behind";
@@ -113,7 +230,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
                                      "--nproc-per-node",
                                      std::to_string(per_node),
                                      "--master-addr",
-                                     "127.0.0.1",
+                                     host_,
                                      "--master-port",
                                      std::to_string(port_),
                                      "--job-id",
@@ -130,7 +247,12 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       int fd = ::open(node.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
-      ::setenv("UCX_NET_DEVICES", "lo", 1);  // NOLINT(concurrency-mt-unsafe): the child alone
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): the child alone
+      ::setenv("UCX_NET_DEVICES", netns() ? "lseth" : "lo", 1);
+      if (netns()) {
+        // ip netns exec: the namespace, and /sys as it shows its devices (UCX looks there).
+        argv.insert(argv.begin(), {"ip", "netns", "exec", namespaces_->node(rank)});
+      }
       // NOLINTNEXTLINE(concurrency-mt-unsafe): the child alone
       ::setenv("LOCKSTEP_JOIN_TIMEOUT", join_timeout_.c_str(), 1);
       if (!fault.empty()) {
@@ -139,7 +261,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       if (auto secret = node_secret_.find(rank); secret != node_secret_.end()) {
         ::setenv("LOCKSTEP_SECRET", secret->second.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
       }
-      if (std::string(GetParam()) == "tcp") {
+      if (std::string(GetParam()) != "default") {
         ::setenv("UCX_TLS", "tcp", 1);  // NOLINT(concurrency-mt-unsafe)
       } else {
         ::unsetenv("UCX_TLS");  // NOLINT(concurrency-mt-unsafe)
@@ -149,7 +271,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
         raw.push_back(arg.data());
       }
       raw.push_back(nullptr);
-      ::execv(raw[0], raw.data());
+      ::execvp(raw[0], raw.data());
       ::_exit(126);
     }
     nodes_.push_back(node);
@@ -159,10 +281,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
   // A connection to node 0's port, tried again for up to 30 s (node 0 listens once its
   // processes have started); -1 (and a failure) if none.
   int connect_to_node0() {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = node0_address();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (;;) {
       int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -226,7 +345,24 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     return out;
   }
 
+  [[nodiscard]] bool netns() const { return std::string(GetParam()) == "netns"; }
+  // Node 0's rendezvous address.
+  [[nodiscard]] sockaddr_in node0_address() const {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    EXPECT_EQ(::inet_pton(AF_INET, host_.c_str(), &addr.sin_addr), 1);
+    return addr;
+  }
+  // Where node k's connections come from, as node 0 names them.
+  [[nodiscard]] std::string node_host(int k) const {
+    return netns() ? "10.77.0." + std::to_string(k + 1) : "127.0.0.1";
+  }
+
   static inline int counter_ = 0;
+  std::string host_ = "127.0.0.1";  // node 0's address
+  std::unique_ptr<Namespaces> namespaces_;
+  int root_namespace_ = -1;  // this thread's own network namespace, while it is elsewhere
   fs::path dir_;
   fs::path shared_;
   int port_ = 0;
@@ -350,10 +486,7 @@ TEST_P(MultiNode, AStrayConnectionIsRefusedAndNeverJoins) {
   // A plain TCP client that sends junk to node 0's port.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port_));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in addr = node0_address();
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     const char junk[] = "GET / HTTP/1.0\r\n\r\n";
     (void)::write(fd, junk, sizeof junk);
@@ -446,7 +579,7 @@ TEST_P(MultiNode, OnlyANodeThatProvesTheSecretJoins) {
   namespace wire = lockstep::detail::wire;
   namespace rendezvous = lockstep::detail::rendezvous;
   wire::Hello hello;
-  hello.identity = lockstep::detail::job_identity(job_ + "@127.0.0.1:" + std::to_string(port_));
+  hello.identity = lockstep::detail::job_identity(job_ + "@" + host_ + ":" + std::to_string(port_));
   hello.num_nodes = 2;
   hello.world_size = 2;
   hello.node = 1;
@@ -474,10 +607,8 @@ TEST_P(MultiNode, OnlyANodeThatProvesTheSecretJoins) {
   // A stranger with another secret, through lockstep's own client: node 0 cannot be made to
   // answer it, and it says why.
   sockaddr_storage address{};
-  auto* in = reinterpret_cast<sockaddr_in*>(&address);
-  in->sin_family = AF_INET;
-  in->sin_port = htons(static_cast<std::uint16_t>(port_));
-  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const sockaddr_in node0 = node0_address();
+  std::memcpy(&address, &node0, sizeof node0);
   std::string last_error;
   const auto soon = Clock::now() + std::chrono::seconds(30);
   try {
@@ -533,7 +664,8 @@ TEST_P(MultiNode, NodeZerosTimeoutSaysThatANodeWasRefused) {
   wait_all();
   EXPECT_NE(nodes_[0].code(), 0);
   const std::string output = nodes_[0].output();
-  EXPECT_NE(output.find("node 1 connected from 127.0.0.1:"), std::string::npos) << all_output();
+  EXPECT_NE(output.find("node 1 connected from " + node_host(1) + ":"), std::string::npos)
+      << all_output();
   EXPECT_NE(output.find("and was refused: it belongs to another job"), std::string::npos)
       << all_output();
 }
@@ -549,7 +681,8 @@ TEST_P(MultiNode, NodesThatDisagreeOnTheShapeFailAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start_time, std::chrono::seconds(30));
   EXPECT_NE(nodes_[0].code(), 0);
   EXPECT_NE(nodes_[1].code(), 0);
-  EXPECT_NE(nodes_[0].output().find("node 0 refused node 1 (from 127.0.0.1:"), std::string::npos)
+  EXPECT_NE(nodes_[0].output().find("node 0 refused node 1 (from " + node_host(1) + ":"),
+            std::string::npos)
       << all_output();
   EXPECT_NE(nodes_[0].output().find("describes a job of 4 processes on 2 nodes"), std::string::npos)
       << all_output();
@@ -583,7 +716,88 @@ TEST_P(MultiNode, TheNcclBackendRunsOrFailsCleanly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, MultiNode, ::testing::Values("tcp", "default"),
+// Issue 21: faults across a real network. A node whose link is cut (its veth down) can no
+// longer be reached: UCX's TCP connections retransmit for a quarter of an hour, and the job hung.
+// Each node's link to node 0 (rendezvous.hpp) is watched by the kernel: every process of every
+// node gets PeerLostError naming the node it lost, within kLinkTimeout (5 s) and a margin.
+TEST_P(MultiNode, ALinkCutMidBarrierFailsEveryNodeInBoundedTime) {
+  if (!netns()) {
+    GTEST_SKIP() << "cuts a link: the netns variant only";
+  }
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"forever", shared_.string()});
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // joined, and in barriers
+  const auto cut_at = Clock::now();
+  namespaces_->cut(1);
+  wait_all();
+  EXPECT_LT(Clock::now() - cut_at, std::chrono::seconds(15));
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << all_output();
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 2 ")) << rank << ": " << ends[rank];
+  }
+  for (int rank : {2, 3}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 0 ")) << rank << ": " << ends[rank];
+  }
+  EXPECT_NE(ends[0].find("node 1's main process (process 2) is unreachable"), std::string::npos)
+      << ends[0];
+}
+
+// Between episodes: the link is cut while every process computes; the next barrier fails at once
+// (the kernel found the link dead meanwhile), on the node cut off and on the others.
+TEST_P(MultiNode, ALinkCutBetweenEpisodesFailsTheNextBarrier) {
+  if (!netns()) {
+    GTEST_SKIP() << "cuts a link: the netns variant only";
+  }
+  for (int node = 0; node < 3; ++node) {
+    start(node, 3, 1, {"pause", shared_.string(), "9000"});
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // through the first barrier, computing
+  namespaces_->cut(2);
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 3U) << all_output();
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 2 ")) << rank << ": " << ends[rank];
+  }
+  EXPECT_TRUE(ends[2].starts_with("lost 0 ")) << ends[2];
+  // Each found it at its first barrier after the pause, not a link timeout later.
+  for (const auto& [rank, text] : ends) {
+    EXPECT_NE(text.find("after the pause"), std::string::npos) << rank << ": " << text;
+  }
+}
+
+// Mid-join: node 1 has connected to node 0 and waits for the welcome when its link is cut; node
+// 2 joins after. Nodes 0 and 2 find node 1 gone as they connect to it; node 1 times out its join.
+// Node 0's connection to node 1 is UCX's blocking connect(2): it waits out the kernel's SYN
+// retries (10-75 s here; README, "A machine the network no longer reaches").
+TEST_P(MultiNode, ALinkCutMidJoinFailsEveryNode) {
+  if (!netns()) {
+    GTEST_SKIP() << "cuts a link: the netns variant only";
+  }
+  join_timeout_ = "10";
+  start(0, 3, 1, {"rounds", shared_.string(), "100"});
+  start(1, 3, 1, {"rounds", shared_.string(), "100"});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto cut_at = Clock::now();
+  namespaces_->cut(1);
+  start(2, 3, 1, {"rounds", shared_.string(), "100"});
+  wait_all(std::chrono::seconds(180));
+  const double took = std::chrono::duration<double>(Clock::now() - cut_at).count();
+  std::cout << "every node ended " << took << " s after the cut" << std::endl;
+  EXPECT_LT(took, 150) << "beyond the kernel's default SYN retries (127 s) and the join";
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 3U) << all_output();
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 1 ")) << rank << ": " << ends[rank];
+  }
+  EXPECT_TRUE(ends[1].starts_with("timeout ")) << ends[1];
+  EXPECT_NE(ends[1].find("could not join node 0's main process at 10.77.0.1:"), std::string::npos)
+      << ends[1];
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, MultiNode, ::testing::Values("tcp", "default", "netns"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -141,6 +141,26 @@ int main(int argc, char** argv) {
       std::cout << "RESULT passed" << std::endl;
       return 1;
     }
+    if (scenario == "forever") {  // barriers until one fails
+      for (;;) {
+        state.wait_for_everyone();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    if (scenario == "pause") {  // a barrier, `arg` ms of work, then barriers until one fails
+      state.wait_for_everyone();
+      std::this_thread::sleep_for(std::chrono::milliseconds(arg));
+      try {
+        state.wait_for_everyone();
+      } catch (const lockstep::PeerLostError& error) {
+        std::cout << "RESULT lost " << error.process_index()
+                  << " after the pause what=" << error.what() << std::endl;
+        return 11;
+      }
+      for (;;) {
+        state.wait_for_everyone();
+      }
+    }
     if (scenario == "kill") {  // process `arg` dies after 20 rounds; the others keep waiting
       for (int r = 0; r < 20; ++r) {
         state.wait_for_everyone();

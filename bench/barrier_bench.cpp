@@ -52,10 +52,10 @@ std::string fresh_id(const char* family) {
          std::to_string(counter++);
 }
 
-template <const char* Policy>
+template <lockstep::WaitPolicy Policy>
 class LockstepFamily {
  public:
-  explicit LockstepFamily(int ranks) : ranks_(ranks), id_(fresh_id(Policy)) {}
+  explicit LockstepFamily(int ranks) : ranks_(ranks), id_(fresh_id(wait_policy_name(Policy))) {}
   void attach(int rank) {
     set_job_environment(id_, rank, ranks_, Policy);
     state_.emplace();
@@ -69,9 +69,9 @@ class LockstepFamily {
   std::optional<lockstep::State> state_;
 };
 
-constexpr char kAdaptive[] = "adaptive";
-constexpr char kSpin[] = "spin";
-constexpr char kBlock[] = "block";
+constexpr auto kAdaptive = lockstep::WaitPolicy::adaptive;
+constexpr auto kSpin = lockstep::WaitPolicy::spin;
+constexpr auto kBlock = lockstep::WaitPolicy::block;
 
 template <class T>
 T* shared_object() {
@@ -232,21 +232,6 @@ CrossNodeShape& cross_node_shape() {
 }
 
 // A TCP port on 127.0.0.1 that nothing listens on now.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 class CrossNodeFamily {
  public:
   explicit CrossNodeFamily(int ranks) : ranks_(ranks), id_(fresh_id("crossnode")) {}
@@ -280,7 +265,7 @@ void BM_LockstepCrossNode(benchmark::State& state) {
     return;
   }
   cross_node_shape().nodes = static_cast<int>(state.range(0));
-  cross_node_shape().port = free_port();
+  cross_node_shape().port = lockstep::detail::free_port();
   run_episodes<CrossNodeFamily>(state, static_cast<int>(state.range(0) * state.range(1)));
 }
 BENCHMARK(BM_LockstepCrossNode)

@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "job.hpp"  // lib/src: the job environment, written once for the launcher, tests and bench
+#include "lockstep/wait_policy.hpp"
 
 namespace lockstep::bench {
 
@@ -28,14 +30,14 @@ namespace lockstep::bench {
 // policy, when given). Runs in a freshly forked, single-threaded child.
 // NOLINTBEGIN(concurrency-mt-unsafe)
 inline void set_job_environment(const std::string& id, int rank, int ranks,
-                                const char* policy = nullptr) {
+                                std::optional<lockstep::WaitPolicy> policy = std::nullopt) {
   lockstep::detail::LaunchSpec spec;
   spec.rank = rank;
   spec.world_size = ranks;
   spec.local_rank = rank;
   spec.local_size = ranks;
   spec.job_id = id;
-  spec.wait_policy = policy != nullptr ? policy : "";
+  spec.wait_policy = policy ? lockstep::wait_policy_name(*policy) : "";
   for (const auto& [name, value] : lockstep::detail::job_environment(spec)) {
     ::setenv(name.c_str(), value.c_str(), 1);
   }

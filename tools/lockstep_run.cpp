@@ -74,7 +74,7 @@ struct Options {
 // How many of a failed process's last lines the launcher repeats when they went to a file only.
 constexpr std::size_t kTailLines = 10;
 // A line longer than this is relayed in pieces as it comes (tagged once), not held whole.
-constexpr std::size_t kMaxHeldLine = 64 * 1024;
+constexpr std::size_t kMaxHeldLine = std::size_t{64} * 1024;
 // When the launcher names the processes that have not joined the job yet (once).
 constexpr auto kJoinNotice = std::chrono::seconds(5);
 
@@ -322,6 +322,14 @@ std::vector<std::pair<std::string, std::string>> Launcher::environment_of(int lo
     env.emplace_back("OMP_NUM_THREADS", "1");
   }
   return env;
+}
+
+std::vector<std::string> wait_policy_names() {
+  std::vector<std::string> names;
+  for (lockstep::WaitPolicy policy : lockstep::kWaitPolicies) {
+    names.emplace_back(lockstep::wait_policy_name(policy));
+  }
+  return names;
 }
 
 // A word as a shell reads it back: as it is when it is plain, else in single quotes; a word with
@@ -869,7 +877,7 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
       ->capture_default_str();
   app.add_option("--wait-policy,--wait_policy", options.wait_policy,
                  "Barrier wait policy for the processes (sets LOCKSTEP_WAIT_POLICY)")
-      ->check(CLI::IsMember({"adaptive", "spin", "block"}));
+      ->check(CLI::IsMember(wait_policy_names()));
   app.add_option("--backend", options.backend,
                  "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
                  "the first built)")

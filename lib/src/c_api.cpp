@@ -168,15 +168,7 @@ const char* lockstep_wait_policy(const lockstep_state* state) {
   if (state == nullptr) {
     return "";
   }
-  switch (state->state.wait_policy()) {
-    case lockstep::WaitPolicy::spin:
-      return "spin";
-    case lockstep::WaitPolicy::block:
-      return "block";
-    case lockstep::WaitPolicy::adaptive:
-      break;
-  }
-  return "adaptive";
+  return lockstep::wait_policy_name(state->state.wait_policy());
 }
 
 const char* lockstep_available_backends(void) {
@@ -212,6 +204,25 @@ lockstep_status lockstep_split_between_processes(const lockstep_state* state, in
     *end = static_cast<int64_t>(share.end);
     if (padding != nullptr) {
       *padding = static_cast<int64_t>(share.padding);
+    }
+  });
+}
+
+lockstep_status lockstep_split_range(uint64_t size, int num_processes, int process_index,
+                                     uint64_t* begin, uint64_t* end, uint64_t* padding) {
+  if (begin == nullptr || end == nullptr || num_processes < 1 || process_index < 0 ||
+      process_index >= num_processes) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                ("lockstep_split_range: no share for process " + std::to_string(process_index) +
+                 " of " + std::to_string(num_processes) + " (or begin or end is null)")
+                    .c_str());
+  }
+  return guarded([&] {
+    const lockstep::Share share = lockstep::split_range(size, num_processes, process_index);
+    *begin = share.begin;
+    *end = share.end;
+    if (padding != nullptr) {
+      *padding = share.padding;
     }
   });
 }

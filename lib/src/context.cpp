@@ -139,8 +139,7 @@ void Context::describe(std::chrono::steady_clock::duration joining) const {
     text += " (" + job.source_variables + ")";
   }
   text += segment_ ? "; segment /dev/shm/" + segment_->name() : "; a job of one (no segment)";
-  const char* policies[] = {"adaptive", "spin", "block"};
-  text += std::string("; wait policy ") + policies[static_cast<int>(job.wait_policy)];
+  text += std::string("; wait policy ") + wait_policy_name(job.wait_policy);
   if (job.num_nodes > 1) {
     text += backend_ ? std::string("; backend ") + backend_->name() + " (this process leads node " +
                            std::to_string(job.node_index) + ")"

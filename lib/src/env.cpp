@@ -299,19 +299,6 @@ JobConfig validate(const Family& family) {
 
 }  // namespace
 
-std::optional<WaitPolicy> parse_wait_policy(std::string_view text) {
-  if (text == "adaptive") {
-    return WaitPolicy::adaptive;
-  }
-  if (text == "spin") {
-    return WaitPolicy::spin;
-  }
-  if (text == "block") {
-    return WaitPolicy::block;
-  }
-  return std::nullopt;
-}
-
 EnvLookup process_environment() {
   return [](const std::string& name) -> std::optional<std::string> {
     const char* value = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe)
@@ -422,7 +409,7 @@ std::chrono::milliseconds join_timeout_of(const Var& timeout) {
 // lockstep's own variables, beside the job's shape.
 void read_options(const EnvLookup& env, JobConfig& config) {
   if (auto policy = lookup(env, "LOCKSTEP_WAIT_POLICY"); policy.present()) {
-    auto parsed = parse_wait_policy(*policy.value);
+    auto parsed = wait_policy_named(*policy.value);
     if (!parsed) {
       bad(policy, "is not one of adaptive, spin, block");
     }

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "lockstep/state.hpp"
+#include "lockstep/wait_policy.hpp"
 #include "log.hpp"
 
 namespace lockstep::detail {
@@ -62,8 +62,5 @@ std::vector<std::string> known_backends();
 // Slurm). Throws ConfigError naming the variable and its value when one is malformed or the set
 // is inconsistent, or when only part of a set is present and no other set is complete.
 JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy);
-
-// Parses "adaptive", "spin" or "block".
-std::optional<WaitPolicy> parse_wait_policy(std::string_view text);
 
 }  // namespace lockstep::detail

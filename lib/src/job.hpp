@@ -38,6 +38,10 @@ std::vector<std::pair<std::string, std::string>> job_environment(const LaunchSpe
 // clears before it sets its own.
 const std::vector<std::string>& job_variables();
 
+// A TCP port on 127.0.0.1 that nobody listens on this moment (0 if none could be found): for
+// the tests' and the bench's simulated nodes.
+int free_port();
+
 // The identity of the job whose LOCKSTEP_JOB_ID is `job_id` (it names the job's segments).
 std::string job_identity(const std::string& job_id);
 // The longest identity a segment records.

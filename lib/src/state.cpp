@@ -25,7 +25,8 @@ Share split_range(std::size_t size, int num_processes, int process_index) {
   Share share;
   share.begin = i * base + std::min(i, extra);
   share.end = share.begin + base + (i < extra ? 1 : 0);
-  share.padding = size == 0 ? 0 : (size + n - 1) / n - share.size();
+  // The longest share is ceil(size / n), written so that it cannot overflow near 2^64.
+  share.padding = size == 0 ? 0 : base + (extra != 0 ? 1 : 0) - share.size();
   return share;
 }
 

@@ -95,7 +95,7 @@ WaitSignals& system_signals() noexcept {
   // Never destroyed: a thread may still wait in a barrier while its process exits (see
   // Context::leave), and a descriptor closed under it could be reused for another file.
   alignas(SystemSignals) static unsigned char storage[sizeof(SystemSignals)];
-  static SystemSignals* const signals = new (storage) SystemSignals;
+  static auto* const signals = new (storage) SystemSignals;
   return *signals;
 }
 

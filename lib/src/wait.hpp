@@ -23,7 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "lockstep/state.hpp"
+#include "lockstep/wait_policy.hpp"
 
 namespace lockstep::detail {
 

@@ -121,17 +121,16 @@ def split_range(size, num_processes, process_index, apply_padding=False):
     """The share of `size` items that process `process_index` of `num_processes` takes, as
     (start, stop, padding): contiguous, the first size % num_processes processes one more; with
     apply_padding, every share is ceil(size / num_processes) long, `padding` the count of copies
-    of the last item it needs. The same everywhere, no communication."""
-    if num_processes < 1 or not 0 <= process_index < num_processes or size < 0:
+    of the last item it needs. The same everywhere, no communication: liblockstep's rule
+    (lockstep_split_range), for sizes up to 2**64 - 1."""
+    if (num_processes < 1 or not 0 <= process_index < num_processes or size < 0
+            or size >= 2**64 or num_processes >= 2**31):
         raise ValueError(f"lockstep: no share for process {process_index} of {num_processes} "
                          f"in {size} items")
-    base, extra = divmod(size, num_processes)
-    start = process_index * base + min(process_index, extra)
-    stop = start + base + (1 if process_index < extra else 0)
-    padding = 0
-    if apply_padding and size > 0:
-        padding = -(-size // num_processes) - (stop - start)  # integers: exact at any size
-    return start, stop, padding
+    start, stop, padding = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+    _check(_lib.lockstep_split_range(size, num_processes, process_index, ctypes.byref(start),
+                                     ctypes.byref(stop), ctypes.byref(padding)))
+    return start.value, stop.value, padding.value if apply_padding else 0
 
 
 def _padded(share, last, padding, inputs):

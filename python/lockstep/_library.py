@@ -47,6 +47,9 @@ def load():
         function = getattr(lib, "lockstep_" + name)
         function.argtypes = [ctypes.c_void_p]
         function.restype = ctypes.c_int
+    lib.lockstep_split_range.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_int] + \
+        [ctypes.POINTER(ctypes.c_uint64)] * 3
+    lib.lockstep_split_range.restype = ctypes.c_int
     lib.lockstep_set_interrupt_fd.argtypes = [ctypes.c_int]
     lib.lockstep_set_interrupt_fd.restype = ctypes.c_int
     for name in ("lockstep_last_error", "lockstep_version"):

@@ -31,9 +31,16 @@ class Elementwise:
 def huge_sizes_and_kinds():
     # Issue 21: the padding came from float arithmetic (2**53 + 1 items on 2 processes padded 0,
     # 2**60 + 1 padded -1), and a sequence whose + adds was padded by adding.
-    for size in (2**53 + 1, 2**60 + 1, 2**63 + 1):
+    # The rule is liblockstep's now (lockstep_split_range): its ceiling wrapped at 2**64 - 1.
+    for size in (2**53 + 1, 2**60 + 1, 2**63 + 1, 2**64 - 1):
         start, stop, padding = split_range(size, 2, 1, True)
         check(stop - start == size // 2 and padding == 1, f"size {size}: padding {padding}")
+    for bad in ((2**64, 2, 0), (5, 0, 0), (5, 2, 2), (-1, 2, 0)):
+        try:
+            split_range(*bad)
+            check(False, f"split_range{bad} was accepted")
+        except ValueError:
+            pass
     try:
         _split(Elementwise(range(5)), 2, 1, True)
         check(False, "a sequence whose + adds was padded")

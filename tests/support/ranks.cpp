@@ -52,21 +52,6 @@ std::string RankEnd::describe() const {
   return who + " ended with wait status " + std::to_string(status);
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 std::string unique_job_id(const std::string& hint) {
   static std::atomic<int> counter{0};
   return "test-" + hint + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "job.hpp"  // free_port
+
 namespace lockstep::testing {
 
 // Throws (in a child rank) when `condition` is false; the rank then exits 1 naming the line.
@@ -75,7 +77,7 @@ std::vector<RankEnd> wait_ranks(const Running& running);
 std::string failures(const std::vector<RankEnd>& ends, int killed = -1);
 
 // A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick).
-int free_port();
+using lockstep::detail::free_port;  // lib/src/job.hpp
 
 // A unique job id for this test process.
 std::string unique_job_id(const std::string& hint);

@@ -365,7 +365,7 @@ TEST(Environment, WhatALauncherWritesReadsBack) {
       EXPECT_EQ(config.master_port, spec.master_port);
     }
     if (!spec.wait_policy.empty()) {
-      EXPECT_EQ(config.wait_policy, *parse_wait_policy(spec.wait_policy));
+      EXPECT_EQ(config.wait_policy, *lockstep::wait_policy_named(spec.wait_policy));
     }
     for (const auto& [name, value] : job_environment(spec)) {
       EXPECT_NE(std::find(job_variables().begin(), job_variables().end(), name),

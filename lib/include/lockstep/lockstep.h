@@ -90,6 +90,12 @@ LOCKSTEP_C_API const char* lockstep_available_backends(void);
 LOCKSTEP_C_API lockstep_status lockstep_split_between_processes(const lockstep_state* state,
                                                                 int64_t size, int64_t* begin,
                                                                 int64_t* end, int64_t* padding);
+/* The same share for any process of any job size, with no state (no communication): the one rule
+ * that lockstep_split_between_processes, C++'s split_range and Python's split_range use.
+ * LOCKSTEP_INVALID_ARGUMENT unless 0 <= process_index < num_processes. */
+LOCKSTEP_C_API lockstep_status lockstep_split_range(uint64_t size, int num_processes,
+                                                    int process_index, uint64_t* begin,
+                                                    uint64_t* end, uint64_t* padding);
 /* main_process_first as a pair: the main process returns from _begin at once and the others
  * wait in it until the main process has called _end (local_: each node's main process first).
  * Every process calls both, once each, in order; LOCKSTEP_INVALID_ARGUMENT otherwise. As in C++,

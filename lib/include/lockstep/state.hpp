@@ -18,6 +18,7 @@
 
 #include "lockstep/error.hpp"
 #include "lockstep/export.hpp"
+#include "lockstep/wait_policy.hpp"
 
 struct CUstream_st;  // CUDA's stream: cudaStream_t is CUstream_st*, so no CUDA header is needed
 
@@ -26,13 +27,6 @@ namespace lockstep {
 // The cross-node backends this build of lockstep has ("ucx", ...), in order of preference; empty
 // when it can run single-node jobs only. LOCKSTEP_BACKEND / lockstep-run --backend choose one.
 [[nodiscard]] LOCKSTEP_API std::vector<std::string> available_backends();
-
-// How a process waits in a barrier for the others to arrive.
-//   adaptive: spin briefly (sized by processes per CPU and by the waits seen), then yield, then
-//             sleep on a futex; on a machine busy with other work, never yield (sleep instead).
-//   spin:     never sleep (lowest latency when every process has its own core; burns a core).
-//   block:    sleep on a futex at once (lowest CPU use; about 10-15 us per wake-up).
-enum class WaitPolicy { adaptive, spin, block };
 
 // One process's contiguous share of `size` items split between `num_processes` processes, as
 // Accelerate's split_between_processes splits them: [begin, end), the first size % num_processes

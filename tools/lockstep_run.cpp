@@ -68,6 +68,11 @@ struct Options {
   // --cpu-bind: none, core, numa or gpu; the CPUs of each local rank (empty: not bound).
   std::string cpu_bind = "none";
   std::vector<std::vector<int>> cpus;
+  // torchrun's habits: a .py program runs with python3 -u; -m runs a module; --no-python never
+  // adds python3; --standalone picks a free port unless --master-port is given.
+  bool module = false;
+  bool no_python = false;
+  bool standalone = false;
   std::vector<std::string> command;
 };
 
@@ -838,7 +843,7 @@ void Launcher::forward_signals(int signals) {
 
 // The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
 // spellings too).
-void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup) {
+void add_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
   app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_text,
                  "Processes to start on this node: a number (1-4096), gpu (one per CUDA device "
@@ -882,14 +887,20 @@ void add_flags(CLI::App& app, Options& options, bool& standalone, bool& cleanup)
                  "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
                  "the first built)")
       ->check(CLI::IsMember(lockstep::detail::known_backends()));
-  app.add_flag("--standalone", standalone, "Accepted for torchrun compatibility (one node)");
+  app.add_flag("--standalone", options.standalone,
+               "One node, on a free port of 127.0.0.1 (unless --master-port is given)");
+  app.add_flag("-m,--module", options.module,
+               "The program is a Python module: run python3 -u -m MODULE [ARGS...]");
+  app.add_flag("--no-python,--no_python", options.no_python,
+               "Run the program as it is, even a .py file (by default a program whose name ends "
+               "in .py runs as python3 -u PROGRAM, as under torchrun)");
   app.add_option("--log-dir,--log_dir", options.log_dir,
                  "Write each process's output to DIR/run-<time>-<id>/rank<N>.stdout and "
                  ".stderr (owner-only); with neither --redirects nor --tee, as --tee 3");
-  app.add_option("--redirects", options.redirects_text,
+  app.add_option("-r,--redirects", options.redirects_text,
                  "Streams that go to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or "
                  "per local rank as 0:1,1:3 (needs --log-dir)");
-  app.add_option("--tee", options.tee_text,
+  app.add_option("-t,--tee", options.tee_text,
                  "Streams that go to the log files and the console, as --redirects");
   app.add_option("--local-ranks-filter,--local_ranks_filter", options.local_ranks_filter_text,
                  "Local ranks whose output the console shows, as 0,2 (all by default; the log "
@@ -925,13 +936,43 @@ std::optional<std::string> torchrun_flag(const std::string& arg) {
   if (flag == "--logs-specs") {
     return "lockstep-run's logs are --log-dir, --redirects, --tee and --local-ranks-filter";
   }
-  if (flag == "--no-python" || flag == "--module" || flag == "-m" || flag == "--run-path") {
-    return "lockstep-run runs any program: give it as the command (python3 -m MODULE ..., or "
-           "the program itself)";
+  if (flag == "--run-path") {
+    return "lockstep-run starts a process per rank: give the script as the program (a .py file "
+           "runs with python3 -u), or -m MODULE";
   }
   if (flag == "--start-method" || flag == "--role" || flag == "--local-addr" ||
       flag == "--max-nodes" || flag == "--min-nodes") {
     return "this torchrun option has no counterpart in lockstep-run (see lockstep-run --help)";
+  }
+  return std::nullopt;
+}
+
+// torchrun's habits (see Options): the program as Python runs it, and --standalone's port. An
+// exit status when the flags contradict each other.
+std::optional<int> as_torchrun_would(const CLI::App& app, Options& options) {
+  if (options.module && options.no_python) {
+    say("-m runs a Python module and --no-python runs no Python: give one of them");
+    return 2;
+  }
+  if (options.standalone && options.nnodes_text != "1") {
+    say("--standalone is a job of one node: leave out --nnodes " + options.nnodes_text);
+    return 2;
+  }
+  if (options.command.empty()) {
+    return std::nullopt;  // check_options says what is missing
+  }
+  if (options.module) {
+    options.command.insert(options.command.begin(), {"python3", "-u", "-m"});
+  } else if (!options.no_python && options.command.front().ends_with(".py")) {
+    options.command.insert(options.command.begin(), {"python3", "-u"});
+  }
+  if (options.standalone && app.count("--master-port") == 0) {
+    const int port = lockstep::detail::free_port();
+    if (port == 0) {
+      say("--standalone: no free port on 127.0.0.1");
+      return 1;
+    }
+    options.master_port = port;
   }
   return std::nullopt;
 }
@@ -1228,9 +1269,8 @@ int main(int argc, char** argv) {
       "When a process fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
       "period) and lockstep-run exits with the failed process's status.",
       "lockstep-run"};
-  bool standalone = false;
   bool cleanup = false;
-  add_flags(app, options, standalone, cleanup);
+  add_flags(app, options, cleanup);
   app.prefix_command();
   try {
     app.parse(argc, argv);
@@ -1268,6 +1308,9 @@ int main(int argc, char** argv) {
       say("unknown option '" + flag + "' (see lockstep-run --help)");
     }
     return 2;
+  }
+  if (auto refused = as_torchrun_would(app, options)) {
+    return *refused;
   }
   if (auto refused = check_options(app, options)) {
     return *refused;

@@ -706,12 +706,61 @@ TEST(Launcher, AFullDevShmIsReportedNotACrash) {
   EXPECT_FALSE(contains(output, "signal 7")) << output;  // no rank died of SIGBUS
 }
 
+// Issue 23, torchrun's habits: a .py program runs with python3 -u, -m runs a module, --no-python
+// runs the program as it is, -r and -t are --redirects and --tee, --standalone takes a free port.
+TEST(Launcher, RunsPythonAsTorchrunDoes) {
+  const std::string dir = "/tmp/lockstep-python-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  std::ofstream(dir + "/job_script.py")
+      << "import os, sys\nprint('script', os.environ['RANK'], sys.argv[1:], "
+         "sys.stdout.write_through)\n";
+  std::ofstream(dir + "/job_module.py")
+      << "import os, sys\nprint('module', os.environ['RANK'], sys.argv[1:])\n";
+  // Without PYTHONUNBUFFERED (which may be set here), so that only -u makes it unbuffered.
+  auto script = run({"/usr/bin/env", "-u", "PYTHONUNBUFFERED", tool("LOCKSTEP_RUN"),
+                     "--nproc-per-node", "2", dir + "/job_script.py", "a"});
+  EXPECT_EQ(script.code(), 0) << script.err;
+  EXPECT_TRUE(contains(script.out, "script 0 ['a'] True\n")) << script.out;  // python3 -u
+  EXPECT_TRUE(contains(script.out, "script 1 ['a'] True\n")) << script.out;
+  auto module = run({"/usr/bin/env", "PYTHONPATH=" + dir, tool("LOCKSTEP_RUN"), "--nproc-per-node",
+                     "2", "-m", "job_module", "b"});
+  EXPECT_EQ(module.code(), 0) << module.err;
+  EXPECT_TRUE(contains(module.out, "module 1 ['b']\n")) << module.out;
+  auto dry = run({tool("LOCKSTEP_RUN"), "--dry-run", dir + "/job_script.py"});
+  EXPECT_TRUE(contains(dry.out, " python3 -u " + dir + "/job_script.py\n")) << dry.out;
+  // --no-python: the file itself (not executable here), which cannot be run.
+  auto plain = run({tool("LOCKSTEP_RUN"), "--no-python", dir + "/job_script.py"});
+  EXPECT_NE(plain.code(), 0);
+  EXPECT_TRUE(contains(plain.err, "cannot run '" + dir + "/job_script.py'")) << plain.err;
+  auto both = run({tool("LOCKSTEP_RUN"), "-m", "--no-python", "job_module"});
+  EXPECT_EQ(both.code(), 2);
+  EXPECT_TRUE(contains(both.err, "give one of them")) << both.err;
+  auto logs = run({tool("LOCKSTEP_RUN"), "--log-dir", dir, "-r", "1", "-t", "2", "sh", "-c",
+                   "echo out; echo err >&2"});
+  EXPECT_EQ(logs.code(), 0) << logs.err;
+  EXPECT_FALSE(contains(logs.out, "out\n")) << logs.out;  // redirected: the file only
+  EXPECT_TRUE(contains(logs.err, "err\n")) << logs.err;   // teed: the console too
+  // --standalone: a free port, not 29500; one given is kept; more nodes refused.
+  auto standalone = run({tool("LOCKSTEP_RUN"), "--standalone", "--dry-run", "true"});
+  EXPECT_EQ(standalone.code(), 0) << standalone.err;
+  EXPECT_TRUE(contains(standalone.out, "MASTER_PORT=")) << standalone.out;
+  EXPECT_FALSE(contains(standalone.out, "MASTER_PORT=29500 ")) << standalone.out;
+  auto given =
+      run({tool("LOCKSTEP_RUN"), "--standalone", "--master-port", "4321", "--dry-run", "true"});
+  EXPECT_TRUE(contains(given.out, "MASTER_PORT=4321 ")) << given.out;
+  auto nodes = run({tool("LOCKSTEP_RUN"), "--standalone", "--nnodes", "2", "true"});
+  EXPECT_EQ(nodes.code(), 2);
+  EXPECT_TRUE(contains(nodes.err, "--standalone is a job of one node")) << nodes.err;
+  (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
+}
+
 TEST(Launcher, HelpDocumentsEveryFlag) {
   auto result = run({tool("LOCKSTEP_RUN"), "--help"});
   EXPECT_EQ(result.code(), 0);
-  for (const char* flag : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
-                           "--master-port", "--job-id", "--tag-output", "--grace-period",
-                           "--wait-policy", "--standalone", "--cleanup", "--version"}) {
+  for (const char* flag :
+       {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--job-id",
+        "--tag-output", "--grace-period", "--wait-policy", "--standalone", "--cleanup", "--version",
+        "--module", "--no-python", "--redirects", "--tee"}) {
     EXPECT_TRUE(contains(result.out, flag)) << flag;
   }
 }

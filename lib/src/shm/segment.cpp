@@ -262,6 +262,14 @@ std::vector<int> pids_of(const SegmentHeader& header) {
   return pids;
 }
 
+// Two launches given one job id: `who` names the first one's processes or segment.
+[[noreturn]] void throw_other_launch(const JobConfig& config, const std::string& who) {
+  throw ConfigError("lockstep: a job with identity '" + config.identity +
+                    "' started by another launch is already running on this node (" + who +
+                    "): two launches were given the same --job-id (LOCKSTEP_JOB_ID); give each "
+                    "its own (without one, lockstep-run picks a unique one)");
+}
+
 // Two launches given one job id: the second one's processes are refused while the first's
 // segment is there (the sweep just removed it if its processes are gone). Each launch has a name
 // of its own, so they could not meet anyway; this says why the second cannot form.
@@ -272,12 +280,9 @@ void refuse_other_launches(const JobConfig& config, const std::string& mine) {
       continue;  // another user's file says nothing about this user's launches
     }
     const auto ranks = joined_ranks(name);
-    throw ConfigError("lockstep: a job with identity '" + config.identity +
-                      "' started by another launch is already running on this node (" +
-                      (ranks && !ranks->empty() ? "ranks " + comma_list(*ranks) + ", " : "") +
-                      "segment " + shm_path(name) +
-                      "): two launches were given the same --job-id (LOCKSTEP_JOB_ID); give each "
-                      "its own (without one, lockstep-run picks a unique one)");
+    throw_other_launch(
+        config, (ranks && !ranks->empty() ? "ranks " + comma_list(*ranks) + ", " : std::string()) +
+                    "segment " + shm_path(name));
   }
 }
 
@@ -293,11 +298,7 @@ void check_joinable(SegmentHeader& header, const JobConfig& config, const std::s
                       shape(local_size, world_size));
   }
   if (header.launch != config.launch) {
-    throw ConfigError("lockstep: a job with identity '" + config.identity +
-                      "' started by another launch is already running on this node (pids " +
-                      comma_list(pids_of(header)) +
-                      "): two launches were given the same --job-id (LOCKSTEP_JOB_ID); give each "
-                      "its own (without one, lockstep-run picks a unique one)");
+    throw_other_launch(config, "pids " + comma_list(pids_of(header)));
   }
   if (header.joined.value.load() >= header.num_slots) {
     throw ConfigError("lockstep: a job with identity '" + config.identity +

@@ -404,6 +404,12 @@ TEST(FakeGpu, ATimedOutStreamBarrierReleasesAndNamesTheLateProcess) {
 // A process that uses the GPU barrier forks a child that exits normally: the child neither
 // joins nor disturbs the parent's watchdog, and the parent's barrier goes on.
 TEST(FakeGpu, AForkedChildLeavesTheWatchdogAlone) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Debian 12's libasan does not take its allocator's locks around fork: a child forked while
+  // another thread holds one (the fake stream allocates) hangs in its first allocation of that
+  // size, or in LeakSanitizer's check at exit (seen in CI: LockAllocator in the child's exit).
+  GTEST_SKIP() << "AddressSanitizer's allocator is not fork-safe in a process with threads";
+#endif
   constexpr int kN = 2;
   auto* shared = shared_array<Shared>(1);
   auto ends = run_ranks(Job::of(kN), [&](int rank) {

@@ -8,6 +8,8 @@
 #include <lockstep/lockstep.h>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <lockstep/lockstep.hpp>
 #include <string>
 #include <thread>
@@ -286,6 +288,46 @@ TEST(Fork, InheritedStateRefusesToWaitInTheChild) {
     state.wait_for_everyone();  // the parent is still a member
   });
   EXPECT_EQ(failures(ends), "");
+}
+
+// The harness itself: a rank that outlives the job's limit is killed with what it forked (a
+// hung grandchild once held meson's pipe open until the suite's 900 s timeout).
+TEST(Harness, ATimedOutRankIsKilledWithWhatItForked) {
+  auto* grandchild = shared_array<std::atomic<pid_t>>(1);
+  Job job = Job::of(1);
+  job.limit = std::chrono::seconds(1);
+  auto ends = run_ranks(job, [grandchild](int) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      grandchild->store(::getpid());
+      while (true) {
+        ::pause();
+      }
+    }
+    while (true) {
+      ::pause();
+    }
+  });
+  ASSERT_EQ(ends.size(), 1U);
+  EXPECT_TRUE(ends[0].timed_out);
+  const pid_t pid = grandchild->load();
+  ASSERT_GT(pid, 0);
+  // Gone, or a zombie waiting for whoever adopted it.
+  auto gone = [pid] {
+    if (::kill(pid, 0) != 0) {
+      return true;
+    }
+    std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    auto close = stat.rfind(')');
+    return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'Z';
+  };
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (!gone() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone()) << "pid " << pid << " outlived its timed-out rank";
+  ::kill(pid, SIGKILL);
 }
 
 }  // namespace

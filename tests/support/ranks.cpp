@@ -152,8 +152,13 @@ Running start_ranks(const Job& job, const std::function<void(int)>& body) {
       throw std::runtime_error("fork failed");
     }
     if (pid == 0) {
+      ::setpgid(0, 0);
       child(job, id, rank, body);
     }
+    // Each rank leads its own process group (set on both sides of the fork, so that neither
+    // order races): a timed-out rank is killed with whatever it forked, which would otherwise
+    // hold the test's output open until the harness gives up on it.
+    ::setpgid(pid, pid);
     running.pids.push_back(pid);
   }
   return running;
@@ -174,7 +179,8 @@ std::vector<RankEnd> wait_ranks(const Running& running) {
         continue;
       }
       if (timed_out) {
-        ::kill(running.pids[i], SIGKILL);
+        ::kill(-running.pids[i], SIGKILL);
+        ::kill(running.pids[i], SIGKILL);  // should it have left its group
       }
       int status = 0;
       pid_t got = ::waitpid(running.pids[i], &status, timed_out ? 0 : WNOHANG);

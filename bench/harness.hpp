@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "job.hpp"  // lib/src: the job environment, written once for the launcher, tests and bench
+#include "job/launch_env.hpp"  // lib/src: the job environment, written once for the launcher, tests and bench
 #include "lockstep/wait_policy.hpp"
 
 namespace lockstep::bench {

@@ -1,4 +1,4 @@
-// libFuzzer target: the environment parser (lib/src/env). The input is a list of
+// libFuzzer target: the environment parser (lib/src/job/job_config). The input is a list of
 // "NAME=VALUE" lines; NAME is any text, though a first byte below 0x20 picks one of the
 // variables lockstep reads (so that the fuzzer finds them quickly). Parsing must either throw
 // ConfigError or return a job whose numbers are consistent.
@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "env.hpp"
+#include "job/job_config.hpp"
 #include "lockstep/error.hpp"
 
 namespace {

@@ -28,15 +28,16 @@
 #include <thread>
 #include <vector>
 
-#include "env.hpp"
+#include "base/proc.hpp"
+#include "base/text.hpp"  // parse_integer
+#include "engine/leftovers.hpp"
 #include "gpu/devices.hpp"  // visible_device_count
-#include "job.hpp"
+#include "job/job_config.hpp"
+#include "job/job_secret.hpp"
+#include "job/launch_env.hpp"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
-#include "proc.hpp"
-#include "secret.hpp"
-#include "text.hpp"  // parse_integer
-#include "wait.hpp"  // usable_cpus
+#include "waiting/waiter.hpp"  // usable_cpus
 
 namespace {
 
@@ -1212,11 +1213,11 @@ std::optional<int> check_options(const CLI::App& app, Options& options) {
   }
   // The identity ("job=<id>@<addr>:<port>") must fit the segment's record of it.
   if (std::size_t identity = lockstep::detail::job_identity(launched_job_id(options)).size();
-      identity > lockstep::detail::max_job_identity()) {
+      identity > lockstep::detail::kMaxIdentity) {
     say("--job-id is " + std::to_string(options.job_id.size()) +
         " characters long: with --master-addr and --master-port the job's identity is " +
         std::to_string(identity) + " characters, and at most " +
-        std::to_string(lockstep::detail::max_job_identity()) + " fit");
+        std::to_string(lockstep::detail::kMaxIdentity) + " fit");
     return 2;
   }
   if (options.master_addr.empty()) {
@@ -1242,14 +1243,14 @@ std::optional<int> check_options(const CLI::App& app, Options& options) {
         std::to_string(options.nnodes));
     return 2;
   }
-  if (options.nnodes > 1 && lockstep::available_backends().empty()) {
+  if (options.nnodes > 1 && lockstep::detail::built_backends().empty()) {
     say("--nnodes " + std::to_string(options.nnodes) +
         ": a multi-node job needs a cross-node backend, and this build of lockstep has none "
         "(rebuild with UCX: install libucx-dev and configure with -Ducx=enabled)");
     return 2;
   }
   if (!options.backend.empty()) {
-    auto built = lockstep::available_backends();
+    auto built = lockstep::detail::built_backends();
     if (std::find(built.begin(), built.end(), options.backend) == built.end()) {
       say("--backend " + options.backend + ": this build of lockstep has no such backend");
       return 2;

@@ -10,11 +10,11 @@
 #include <string>
 #include <thread>
 
-#include "backend.hpp"
-#include "dl.hpp"
+#include "base/dynamic_library.hpp"
 #include "gpu/cuda_driver.hpp"
 #include "gpu/devices.hpp"  // visible_device
 #include "lockstep/error.hpp"
+#include "membership/backend.hpp"
 
 namespace lockstep::detail {
 namespace {

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "base/proc.hpp"
 #include "lockstep/error.hpp"
-#include "proc.hpp"
 
 namespace lockstep::detail::auth {
 namespace {

@@ -10,10 +10,10 @@
 #include <cerrno>
 #include <thread>
 
+#include "base/proc.hpp"
 #include "lockstep/error.hpp"
-#include "proc.hpp"
 #include "ucx/wire.hpp"
-#include "wait.hpp"
+#include "waiting/waiter.hpp"
 
 namespace lockstep::detail::rendezvous {
 namespace {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "dl.hpp"
+#include "base/dynamic_library.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {

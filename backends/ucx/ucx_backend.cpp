@@ -7,9 +7,9 @@
 #include <thread>
 #include <utility>
 
+#include "base/proc.hpp"
+#include "base/text.hpp"
 #include "lockstep/error.hpp"
-#include "proc.hpp"
-#include "text.hpp"
 #include "ucx/ucx_backend.hpp"
 
 namespace lockstep::detail::ucx {

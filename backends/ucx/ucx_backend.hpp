@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
+#include "membership/backend.hpp"
 #include "ucx/rendezvous.hpp"
 #include "ucx/ucx_api.hpp"
 #include "ucx/wire.hpp"

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <random>
 
+#include "base/text.hpp"
+#include "job/job_secret.hpp"
 #include "lockstep/error.hpp"
-#include "secret.hpp"
-#include "text.hpp"
 #include "ucx/ucx_backend.hpp"
-#include "wait.hpp"
+#include "waiting/waiter.hpp"
 
 namespace lockstep::detail::ucx {
 namespace {

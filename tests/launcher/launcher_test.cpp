@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "job.hpp"
+#include "engine/segment.hpp"
+#include "job/launch_env.hpp"
 #include "ranks.hpp"
-#include "shm/segment.hpp"
 
 namespace {
 

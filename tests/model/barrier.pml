@@ -1,4 +1,4 @@
-/* The node barrier's protocol (lib/src/shm/barrier.cpp), for the spin model checker.
+/* The node barrier's protocol (lib/src/engine/node_barrier.cpp), for the spin model checker.
  *
  * N processes run E episodes of the barrier. As in the code: arriving is one fetch_add on a
  * monotonic counter; episode e is complete when the counter reaches (e + 1) * N; a waiter spins
@@ -22,7 +22,7 @@
  * Abstracted away: memory ordering (spin is sequentially consistent; the code's Dekker pair,
  * the arrival and the sleepers count, is seq_cst, and the rest is acquire/release that the
  * counter's release sequence covers); the spin and yield phases (a waiter may go to sleep at
- * any time, so every choice of lib/src/wait.hpp's policy, from load or from history, is a path
+ * any time, so every choice of lib/src/waiting/waiter.hpp's policy, from load or from history, is a path
  * checked here; the per-slot `asleep_until` it reads is a hint outside the protocol); the 32-bit wrap of the futex word (modelled mod 4); the multi-node release; pid
  * liveness checks (modelled as the `dead` flags).
  */

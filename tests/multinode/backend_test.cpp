@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "backend.hpp"
 #include "gpu/devices.hpp"
 #include "lockstep/error.hpp"
+#include "membership/backend.hpp"
 #include "ranks.hpp"
 
 namespace {

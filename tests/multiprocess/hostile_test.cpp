@@ -16,9 +16,9 @@
 #include <string>
 #include <thread>
 
+#include "engine/layout.hpp"
+#include "engine/segment.hpp"
 #include "ranks.hpp"
-#include "shm/layout.hpp"
-#include "shm/segment.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Fault injection: a process SIGKILLs itself at each step of joining, waiting and leaving
-// (LOCKSTEP_FAULT_POINT, see lib/src/fault.hpp). The survivors must end, with an error naming it
-// or, where it died after everyone needed it, normally; within the detection bound, never
+// (LOCKSTEP_FAULT_POINT, see lib/src/base/fault_points.hpp). The survivors must end, with an error
+// naming it or, where it died after everyone needed it, normally; within the detection bound, never
 // hanging. A new job with the same identity must then start cleanly, and nothing may be left
 // in /dev/shm.
 #include <gtest/gtest.h>
@@ -11,9 +11,9 @@
 #include <lockstep/lockstep.hpp>
 #include <string>
 
-#include "job.hpp"
+#include "engine/segment.hpp"
+#include "job/launch_env.hpp"
 #include "ranks.hpp"
-#include "shm/segment.hpp"
 
 namespace {
 

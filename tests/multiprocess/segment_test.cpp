@@ -1,6 +1,6 @@
 // The node segment: two jobs never meet, stale and torn segments are replaced, nothing is left.
-#include "shm/segment.hpp"
-#include "job.hpp"
+#include "engine/segment.hpp"
+#include "job/launch_env.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "backend.hpp"
+#include "membership/backend.hpp"
 #include "ranks.hpp"
 
 namespace {

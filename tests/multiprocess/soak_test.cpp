@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "ranks.hpp"
-#include "wait.hpp"
+#include "waiting/waiter.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
 #include "ranks.hpp"
 
-#include "job.hpp"
+#include "job/launch_env.hpp"
 
-#include "shm/segment.hpp"
+#include "engine/segment.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

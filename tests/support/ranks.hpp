@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "job.hpp"  // free_port
+#include "job/launch_env.hpp"  // free_port
 
 namespace lockstep::testing {
 
@@ -77,7 +77,7 @@ std::vector<RankEnd> wait_ranks(const Running& running);
 std::string failures(const std::vector<RankEnd>& ends, int killed = -1);
 
 // A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick).
-using lockstep::detail::free_port;  // lib/src/job.hpp
+using lockstep::detail::free_port;  // lib/src/job/launch_env.hpp
 
 // A unique job id for this test process.
 std::string unique_job_id(const std::string& hint);

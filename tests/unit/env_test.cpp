@@ -1,4 +1,4 @@
-#include "env.hpp"
+#include "job/job_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -6,10 +6,10 @@
 #include <map>
 #include <string>
 
-#include "job.hpp"
+#include "base/text.hpp"
+#include "job/launch_env.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/state.hpp"
-#include "text.hpp"
 
 namespace lockstep::detail {
 namespace {

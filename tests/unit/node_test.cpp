@@ -1,5 +1,5 @@
-// The node engine on its own: lib/src/shm and the foundations below it, linked without the job
-// environment, the backends, the GPU barrier or the public State (tests/meson.build). What
+// The node engine on its own: lib/src/engine and the rooms below it (base, waiting, job), linked
+// without membership, the backends, the GPU room or the public State (tests/meson.build). What
 // tests/model/barrier.pml checks in the model, on real processes: no process returns from an
 // episode before every process has arrived at it (many rounds, more processes than CPUs, random
 // delays, every policy), and a process that dies before it arrives is reported, not waited for.
@@ -12,11 +12,11 @@
 #include <string>
 #include <thread>
 
+#include "engine/node_barrier.hpp"
+#include "engine/segment.hpp"
 #include "lockstep/error.hpp"
 #include "ranks.hpp"
-#include "shm/barrier.hpp"
-#include "shm/segment.hpp"
-#include "wait.hpp"
+#include "waiting/waiter.hpp"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
+#include "job/job_secret.hpp"
 #include "lockstep/error.hpp"
-#include "secret.hpp"
 #include "ucx/auth.hpp"
 
 namespace {

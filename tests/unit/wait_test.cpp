@@ -14,7 +14,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "wait.hpp"
+#include "waiting/waiter.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "fault.hpp"
+#include "base/fault_points.hpp"
+#include "base/proc.hpp"
 #include "lockstep/error.hpp"
-#include "proc.hpp"
 
 namespace lockstep::detail {
 namespace {

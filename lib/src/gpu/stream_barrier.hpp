@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "env.hpp"
-#include "shm/segment.hpp"
+#include "engine/segment.hpp"
+#include "job/job_config.hpp"
 
 struct CUstream_st;  // CUDA's stream (cudaStream_t and CUstream are CUstream_st*)
 

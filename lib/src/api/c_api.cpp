@@ -1,0 +1,317 @@
+#include <chrono>
+#include <exception>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "lockstep/lockstep.h"
+#include "lockstep/state.hpp"
+#include "lockstep/version.hpp"
+#include "waiting/waiter.hpp"
+
+struct lockstep_state {
+  lockstep::State state;
+  std::string source = state.environment_source();  // for lockstep_environment_source
+  std::optional<lockstep::FirstGuard> first;        // between *main_process_first_begin and _end
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+lockstep_status fail(lockstep_status status, const char* message) {
+  try {
+    last_error = message;
+  } catch (...) {
+    // Out of memory for the message: the status still says what failed.
+  }
+  return status;
+}
+
+// Runs `body`, turning what it throws into a status and a message (no exception crosses into C).
+template <class Body>
+lockstep_status guarded(Body&& body) noexcept {
+  try {
+    body();
+    return LOCKSTEP_OK;
+  } catch (const lockstep::TimeoutError& error) {
+    return fail(LOCKSTEP_TIMEOUT, error.what());
+  } catch (const lockstep::PeerLostError& error) {
+    return fail(LOCKSTEP_PEER_LOST, error.what());
+  } catch (const lockstep::InterruptedError& error) {
+    return fail(LOCKSTEP_INTERRUPTED, error.what());
+  } catch (const lockstep::ConfigError& error) {
+    return fail(LOCKSTEP_CONFIG_ERROR, error.what());
+  } catch (const lockstep::SystemError& error) {
+    return fail(LOCKSTEP_SYSTEM_ERROR, error.what());
+  } catch (const std::bad_alloc&) {
+    return fail(LOCKSTEP_SYSTEM_ERROR, "lockstep: out of memory");
+  } catch (const std::exception& error) {
+    return fail(LOCKSTEP_ERROR, error.what());
+  } catch (...) {
+    return fail(LOCKSTEP_ERROR, "lockstep: unknown error");
+  }
+}
+
+template <class Query>
+int query(const lockstep_state* state, Query query, int if_null) noexcept {
+  return state == nullptr ? if_null : query(state->state);
+}
+
+// A timed wait's call: the state and the timeout checked first (`name` is the C function's).
+template <class Call>
+lockstep_status timed(lockstep_state* state, int64_t timeout_ms, const char* name, Call call) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(name) + ": state is null").c_str());
+  }
+  if (timeout_ms < 0) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(name) + ": timeout_ms " + std::to_string(timeout_ms) + " is negative")
+                    .c_str());
+  }
+  return guarded(call);
+}
+
+}  // namespace
+
+extern "C" {
+
+lockstep_status lockstep_state_create(lockstep_state** out) {
+  if (out == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_state_create: out is null");
+  }
+  *out = nullptr;
+  return guarded([&] { *out = new lockstep_state(); });
+}
+
+void lockstep_state_destroy(lockstep_state* state) {
+  delete state;
+}
+
+int lockstep_process_index(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.process_index(); }, -1);
+}
+int lockstep_local_process_index(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.local_process_index(); }, -1);
+}
+int lockstep_num_processes(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.num_processes(); }, -1);
+}
+int lockstep_num_local_processes(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.num_local_processes(); }, -1);
+}
+int lockstep_node_index(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.node_index(); }, -1);
+}
+int lockstep_num_nodes(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.num_nodes(); }, -1);
+}
+int lockstep_is_main_process(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.is_main_process() ? 1 : 0; }, 0);
+}
+int lockstep_is_local_main_process(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.is_local_main_process() ? 1 : 0; }, 0);
+}
+int lockstep_is_last_process(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.is_last_process() ? 1 : 0; }, 0);
+}
+
+lockstep_status lockstep_wait_for_everyone(lockstep_state* state) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone: state is null");
+  }
+  return guarded([&] { state->state.wait_for_everyone(); });
+}
+
+lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t timeout_ms) {
+  return timed(state, timeout_ms, "lockstep_wait_for_everyone_for",
+               [&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
+}
+
+lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone_on_stream: state is null");
+  }
+  return guarded([&] { state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream)); });
+}
+
+lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state, void* cuda_stream,
+                                                         int64_t timeout_ms) {
+  return timed(state, timeout_ms, "lockstep_wait_for_everyone_on_stream_for", [&] {
+    state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),
+                                   std::chrono::milliseconds(timeout_ms));
+  });
+}
+
+int lockstep_gpu_barrier_released(const lockstep_state* state) {
+  return state != nullptr && state->state.gpu_barrier_released() ? 1 : 0;
+}
+
+int lockstep_device(const lockstep_state* state) {
+  return state == nullptr ? -1 : state->state.device();
+}
+
+const char* lockstep_environment_source(const lockstep_state* state) {
+  return state == nullptr ? "" : state->source.c_str();
+}
+
+const char* lockstep_wait_policy(const lockstep_state* state) {
+  if (state == nullptr) {
+    return "";
+  }
+  return lockstep::wait_policy_name(state->state.wait_policy());
+}
+
+const char* lockstep_available_backends(void) {
+  static const std::string names = [] {
+    std::string out;
+    try {
+      for (const auto& name : lockstep::available_backends()) {
+        out += (out.empty() ? "" : ",") + name;
+      }
+    } catch (...) {
+      // (out of memory) an empty list
+    }
+    return out;
+  }();
+  return names.c_str();
+}
+
+lockstep_status lockstep_split_between_processes(const lockstep_state* state, int64_t size,
+                                                 int64_t* begin, int64_t* end, int64_t* padding) {
+  if (state == nullptr || begin == nullptr || end == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_split_between_processes: state, begin or end is null");
+  }
+  if (size < 0) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                ("lockstep_split_between_processes: size " + std::to_string(size) + " is negative")
+                    .c_str());
+  }
+  return guarded([&] {
+    const lockstep::Share share = lockstep::split_range(
+        static_cast<std::size_t>(size), state->state.num_processes(), state->state.process_index());
+    *begin = static_cast<int64_t>(share.begin);
+    *end = static_cast<int64_t>(share.end);
+    if (padding != nullptr) {
+      *padding = static_cast<int64_t>(share.padding);
+    }
+  });
+}
+
+lockstep_status lockstep_split_range(uint64_t size, int num_processes, int process_index,
+                                     uint64_t* begin, uint64_t* end, uint64_t* padding) {
+  if (begin == nullptr || end == nullptr || num_processes < 1 || process_index < 0 ||
+      process_index >= num_processes) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                ("lockstep_split_range: no share for process " + std::to_string(process_index) +
+                 " of " + std::to_string(num_processes) + " (or begin or end is null)")
+                    .c_str());
+  }
+  return guarded([&] {
+    const lockstep::Share share = lockstep::split_range(size, num_processes, process_index);
+    *begin = share.begin;
+    *end = share.end;
+    if (padding != nullptr) {
+      *padding = share.padding;
+    }
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// The first process (the main one, or each node's main one) runs the block between begin and end
+// first: the others wait in begin until it has called end. The C++ guard holds the rule (which
+// process waits where, and that the first one enters only an intact job).
+lockstep_status first_begin(lockstep_state* state, bool local, const char* what) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
+  }
+  if (state->first) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(what) + ": called again before the matching _end").c_str());
+  }
+  return guarded([&] {
+    state->first.emplace(local ? state->state.local_main_process_first()
+                               : state->state.main_process_first());
+  });
+}
+
+lockstep_status first_end(lockstep_state* state, const char* what) {
+  if (state == nullptr || !state->first) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(what) + ": no matching _begin on this handle").c_str());
+  }
+  const lockstep_status status = guarded([&] { state->first->end(); });
+  if (status != LOCKSTEP_INTERRUPTED) {
+    state->first.reset();  // interrupted: the others are still held, and _end may be called again
+  }
+  return status;
+}
+
+}  // namespace
+
+extern "C" {
+
+lockstep_status lockstep_main_process_first_begin(lockstep_state* state) {
+  return first_begin(state, false, "lockstep_main_process_first_begin");
+}
+
+lockstep_status lockstep_main_process_first_end(lockstep_state* state) {
+  return first_end(state, "lockstep_main_process_first_end");
+}
+
+lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state) {
+  return first_begin(state, true, "lockstep_local_main_process_first_begin");
+}
+
+lockstep_status lockstep_local_main_process_first_end(lockstep_state* state) {
+  return first_end(state, "lockstep_local_main_process_first_end");
+}
+
+const char* lockstep_last_error(void) {
+  return last_error.c_str();
+}
+
+const char* lockstep_status_name(lockstep_status status) {
+  switch (status) {
+    case LOCKSTEP_OK:
+      return "LOCKSTEP_OK";
+    case LOCKSTEP_ERROR:
+      return "LOCKSTEP_ERROR";
+    case LOCKSTEP_TIMEOUT:
+      return "LOCKSTEP_TIMEOUT";
+    case LOCKSTEP_PEER_LOST:
+      return "LOCKSTEP_PEER_LOST";
+    case LOCKSTEP_CONFIG_ERROR:
+      return "LOCKSTEP_CONFIG_ERROR";
+    case LOCKSTEP_SYSTEM_ERROR:
+      return "LOCKSTEP_SYSTEM_ERROR";
+    case LOCKSTEP_INVALID_ARGUMENT:
+      return "LOCKSTEP_INVALID_ARGUMENT";
+    case LOCKSTEP_INTERRUPTED:
+      return "LOCKSTEP_INTERRUPTED";
+  }
+  return "LOCKSTEP_UNKNOWN_STATUS";
+}
+
+int lockstep_set_interrupt_fd(int fd) {
+  return lockstep::detail::set_interrupt_fd(fd);
+}
+
+const char* lockstep_version(void) {
+  return LOCKSTEP_VERSION_STRING;
+}
+
+}  // extern "C"

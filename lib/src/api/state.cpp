@@ -1,0 +1,153 @@
+#include "lockstep/state.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include "gpu/devices.hpp"
+#include "membership/context.hpp"
+
+namespace lockstep {
+
+std::vector<std::string> available_backends() {
+  return detail::built_backends();
+}
+
+Share split_range(std::size_t size, int num_processes, int process_index) {
+  if (num_processes < 1 || process_index < 0 || process_index >= num_processes) {
+    throw ConfigError("lockstep: split_range: no process " + std::to_string(process_index) +
+                      " among " + std::to_string(num_processes));
+  }
+  const auto n = static_cast<std::size_t>(num_processes);
+  const auto i = static_cast<std::size_t>(process_index);
+  const std::size_t base = size / n;
+  const std::size_t extra = size % n;
+  Share share;
+  share.begin = i * base + std::min(i, extra);
+  share.end = share.begin + base + (i < extra ? 1 : 0);
+  // The longest share is ceil(size / n), written so that it cannot overflow near 2^64.
+  share.padding = size == 0 ? 0 : base + (extra != 0 ? 1 : 0) - share.size();
+  return share;
+}
+
+State::State() : context_(detail::Context::instance()) {}
+State::~State() = default;
+
+int State::process_index() const noexcept {
+  return context_->config().rank;
+}
+int State::local_process_index() const noexcept {
+  return context_->local_index();
+}
+int State::num_processes() const noexcept {
+  return context_->config().world_size;
+}
+int State::num_local_processes() const noexcept {
+  return context_->config().local_size;
+}
+int State::node_index() const noexcept {
+  return context_->config().node_index;
+}
+int State::num_nodes() const noexcept {
+  return context_->config().num_nodes;
+}
+WaitPolicy State::wait_policy() const noexcept {
+  return context_->config().wait_policy;
+}
+std::string State::environment_source() const {
+  return context_->config().source;
+}
+
+void State::wait_for_everyone() {
+  context_->wait(std::nullopt, "wait_for_everyone");
+}
+
+void State::wait_for_everyone(std::chrono::milliseconds timeout) {
+  std::string what = "wait_for_everyone(" + std::to_string(timeout.count()) + " ms)";
+  if (timeout.count() < 0) {
+    throw ConfigError("lockstep: " + what + ": the timeout is negative (0 means: fail at once " +
+                      "unless everyone has arrived)");
+  }
+  context_->wait(timeout, what.c_str());
+}
+
+void State::wait_for_everyone(CUstream_st* stream) {
+  context_->wait_stream(stream, std::nullopt, "wait_for_everyone(stream)");
+}
+
+void State::wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout) {
+  std::string what = "wait_for_everyone(stream, " + std::to_string(timeout.count()) + " ms)";
+  if (timeout.count() < 0) {
+    throw ConfigError("lockstep: " + what + ": the timeout is negative");
+  }
+  context_->wait_stream(stream, timeout, what.c_str());
+}
+
+bool State::gpu_barrier_released() const noexcept {
+  return context_->stream_released();
+}
+
+const volatile std::uint32_t* State::gpu_release_word() const noexcept {
+  return context_->stream_release_word();
+}
+
+int State::device() const {
+  return detail::visible_device(context_->local_index());
+}
+
+void State::check_index(const char* what, int index) {
+  if (index < 0) {
+    throw ConfigError(std::string("lockstep: ") + what + ": process index " +
+                      std::to_string(index) + " is negative");
+  }
+}
+
+FirstGuard State::main_process_first() {
+  return {context_, is_main_process()};
+}
+
+FirstGuard State::local_main_process_first() {
+  return {context_, is_local_main_process()};
+}
+
+FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first)
+    : context_(std::move(context)), first_(first), uncaught_at_entry_(std::uncaught_exceptions()) {
+  if (!first_) {
+    context_->wait(std::nullopt, "main_process_first (waiting for the first process)");
+  } else {
+    // The first process enters its block only if the job can still release the others.
+    context_->check_intact("main_process_first");
+  }
+}
+
+FirstGuard::FirstGuard(FirstGuard&& other) noexcept
+    : context_(std::move(other.context_)),
+      first_(other.first_),
+      uncaught_at_entry_(other.uncaught_at_entry_) {}
+
+void FirstGuard::end() {
+  if (context_ && first_) {
+    try {
+      context_->wait(std::nullopt, "main_process_first (releasing the others)");
+    } catch (const InterruptedError&) {
+      throw;  // the others are still held: end() may be called again
+    } catch (...) {
+      context_.reset();
+      throw;
+    }
+  }
+  context_.reset();
+}
+
+FirstGuard::~FirstGuard() {
+  if (!context_ || !first_ || std::uncaught_exceptions() > uncaught_at_entry_) {
+    return;
+  }
+  try {
+    context_->wait(std::nullopt, "main_process_first (releasing the others)");
+  } catch (...) {
+    context_->defer(std::current_exception());
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,192 @@
+#include "base/proc.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string_view>
+#include <vector>
+
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+struct StatFields {
+  char state;
+  std::uint64_t start_time;
+};
+
+std::optional<StatFields> read_stat(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return std::nullopt;
+  }
+  char buffer[1024];
+  ssize_t length = ::read(fd, buffer, sizeof buffer - 1);
+  ::close(fd);
+  if (length <= 0) {
+    return std::nullopt;
+  }
+  std::string_view text(buffer, static_cast<std::size_t>(length));
+  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  auto close = text.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= text.size()) {
+    return std::nullopt;
+  }
+  text.remove_prefix(close + 2);
+  StatFields fields{text.front(), 0};
+  // After ')' come field 3 (state) ... field 22 (starttime): skip 19 separators.
+  int field = 3;
+  std::size_t pos = 0;
+  while (field < 22) {
+    pos = text.find(' ', pos);
+    if (pos == std::string_view::npos) {
+      return std::nullopt;
+    }
+    ++pos;
+    ++field;
+  }
+  std::uint64_t value = 0;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+    value = value * 10 + static_cast<std::uint64_t>(text[pos] - '0');
+    ++pos;
+  }
+  fields.start_time = value;
+  return fields;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> process_start_time(pid_t pid) {
+  auto fields = read_stat(pid);
+  if (!fields) {
+    return std::nullopt;
+  }
+  return fields->start_time;
+}
+
+Liveness process_liveness(pid_t pid, std::uint64_t start_time) {
+  auto fields = read_stat(pid);
+  if (!fields) {
+    // No /proc entry: gone, unless /proc itself is unreadable (then ask the kernel).
+    if (::kill(pid, 0) == 0 || errno == EPERM) {
+      return ::access("/proc/self/stat", R_OK) == 0 ? Liveness::dead : Liveness::alive;
+    }
+    return Liveness::dead;
+  }
+  if (fields->state == 'Z' || fields->state == 'X' || fields->start_time != start_time) {
+    return Liveness::dead;
+  }
+  return Liveness::alive;
+}
+
+std::optional<pid_t> process_mapping(const std::string& path, ino_t inode) {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) {
+    return std::nullopt;
+  }
+  const pid_t self = ::getpid();
+  const std::string inode_text = " " + std::to_string(inode) + " ";
+  std::optional<pid_t> found;
+  while (!found) {
+    const dirent* entry = ::readdir(proc);  // NOLINT(concurrency-mt-unsafe): a private DIR
+    if (entry == nullptr) {
+      break;
+    }
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self) {
+      continue;
+    }
+    std::ifstream maps("/proc/" + std::string(entry->d_name) + "/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      // "start-end perms offset dev inode   path"
+      if (line.size() > path.size() &&
+          line.compare(line.size() - path.size(), path.size(), path) == 0 &&
+          line.find(inode_text) != std::string::npos) {
+        found = static_cast<pid_t>(pid);
+        break;
+      }
+    }
+  }
+  ::closedir(proc);
+  return found;
+}
+
+std::optional<pid_t> flock_holder(ino_t inode) {
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (std::getline(locks, line)) {
+    // "1: FLOCK  ADVISORY  WRITE 4121 00:1a:2345 0 EOF"; waiters' lines carry "->".
+    char kind[16] = {};
+    int pid = 0;
+    unsigned major = 0;
+    unsigned minor = 0;
+    unsigned long long number = 0;
+    if (line.find("->") == std::string::npos &&
+        std::sscanf(line.c_str(), "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &pid, &major, &minor,
+                    &number) == 5 &&
+        std::strcmp(kind, "FLOCK") == 0 && number == inode) {
+      return pid;
+    }
+  }
+  return std::nullopt;
+}
+
+std::uint64_t pid_namespace() {
+  // A process's own pid namespace never changes (unshare and setns move only its children).
+  static const std::uint64_t inode = [] {
+    struct stat st {};
+    return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+  }();
+  return inode;
+}
+
+std::string error_text(int error_number) {
+  char buffer[256];
+  // GNU strerror_r returns the message, which may or may not live in `buffer`.
+  return ::strerror_r(error_number, buffer, sizeof buffer);
+}
+
+void throw_errno(const std::string& what, const char* call) {
+  int saved = errno;
+  throw SystemError(what + ": " + call + " failed: " + error_text(saved), saved);
+}
+
+std::string user_of(uid_t uid) {
+  std::string text = "uid " + std::to_string(uid);
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr &&
+      found->pw_name != nullptr) {
+    text += std::string(" (") + found->pw_name + ")";
+  }
+  return text;
+}
+
+void fill_random(std::span<std::byte> bytes, const std::string& what) {
+  while (!bytes.empty()) {
+    const ssize_t got = ::getrandom(bytes.data(), bytes.size(), 0);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got < 0) {
+      throw_errno(what, "getrandom");
+    }
+    bytes = bytes.subspan(static_cast<std::size_t>(got));
+  }
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,39 @@
+#include "base/text.hpp"
+
+#include <charconv>
+#include <limits>
+
+namespace lockstep::detail {
+
+std::optional<long long> parse_integer(std::string_view text) {
+  long long value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc{} || ptr != end || value < std::numeric_limits<int>::min() ||
+      value > std::numeric_limits<int>::max()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::string comma_list(const std::vector<int>& numbers) {
+  std::string out;
+  for (int number : numbers) {
+    out += (out.empty() ? "" : ", ") + std::to_string(number);
+  }
+  return out;
+}
+
+std::string comma_list(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& word : words) {
+    out += (out.empty() ? "" : ", ") + word;
+  }
+  return out;
+}
+
+}  // namespace lockstep::detail

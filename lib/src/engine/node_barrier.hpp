@@ -1,0 +1,109 @@
+// The node barrier: a centralized, monotonic counter in the node segment (internal).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "base/failure_record.hpp"
+#include "engine/segment.hpp"
+#include "waiting/waiter.hpp"
+
+namespace lockstep::detail {
+
+// The node leader's step across nodes in a multi-node job (see NodeBarrier::lead): the node
+// engine knows no backend, only these two calls, which the context makes from its backend.
+struct CrossNodeStep {
+  // Meets the other nodes' leaders; throws (and the job is broken for good) as Backend::barrier.
+  std::function<void(std::optional<std::chrono::steady_clock::time_point>, const char*)> meet;
+  // Tells the other nodes' leaders that this node cannot go on; never throws.
+  std::function<void(const Failure&)> abort;
+};
+
+// Each process counts its own episodes. Arriving is one fetch_add on the shared `arrivals`
+// counter, and episode e is complete once the counter reaches (e + 1) * n: waiters spin on the
+// counter itself, so the completing arrival publishes the episode by arriving. Only when a
+// waiter sleeps does the completer also change `generation` (the futex word) and wake it.
+// Nothing is ever reset, so there is no reset race, and a timed-out process can withdraw its
+// arrival with a CAS as long as the episode is not complete.
+//
+// Hierarchical (multi-node) jobs keep this shape with one more arrival per episode, the
+// release: episode e completes at (e + 1) * (n + 1). The node's leader arrives, waits for the
+// count to reach (e + 1) * (n + 1) - 1 (every local process is in), meets the other nodes'
+// leaders through the backend, then adds the release, which completes the episode for everyone.
+// A local process may withdraw on a timeout only while the count is below that mark, so once the
+// leader has gone to the other nodes, no arrival it counted on can be taken back.
+class NodeBarrier {
+ public:
+  // `waiter`: how this process waits (it outlives the barrier).
+  // `cross`: the leader's step across nodes, for the node's leader in a multi-node job (else
+  // empty). `hierarchical`: whether the job spans nodes (true on every process of such a job).
+  NodeBarrier(NodeSegment& segment, Waiter& waiter, CrossNodeStep cross, bool hierarchical) noexcept
+      : segment_(segment),
+        waiter_(waiter),
+        cross_(std::move(cross)),
+        hierarchical_(hierarchical),
+        leader_(segment.my_slot() == segment.leader_slot()),
+        tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)) {}
+
+  // Arrives and waits until all the node's processes have arrived at this episode.
+  // Throws TimeoutError (arrival withdrawn) when `deadline` passes first, PeerLostError when a
+  // process that has not arrived dies or leaves. `what` names the caller in messages.
+  // Memory ordering: every write before any process's arrival happens-before every read after
+  // any process's return.
+  void arrive_and_wait(std::optional<std::chrono::steady_clock::time_point> deadline,
+                       const char* what);
+
+  [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
+  // Throws what arrive_and_wait would throw at once: the job on this node is broken (a peer
+  // lost, or the leader gave up on a cross-node barrier).
+  void check_intact(const char* what);
+
+  // How many of the node's other processes sleep in a barrier wait now (a hint for the waiter's
+  // load samples: an episode that is complete counts its sleepers as woken).
+  [[nodiscard]] int peers_asleep() const noexcept;
+
+ private:
+  enum class Outcome { complete, timed_out, interrupted };
+  class Site;
+  // Waits until the arrival count reaches `target` (a committed wait, not `interruptible`, ends
+  // only there or by throwing).
+  Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
+               const char* what, bool interruptible = true);
+  [[nodiscard]] bool reached(std::uint64_t target) const noexcept;
+  // Takes this process's arrival back while the count is below `limit`; false if it is not.
+  bool withdraw(std::uint64_t limit) noexcept;
+  [[noreturn]] void throw_timeout(const char* what);
+  // Throws TimeoutError or InterruptedError for a wait that ended so (after its withdrawal).
+  [[noreturn]] void throw_gave_up(Outcome outcome, const char* what);
+  // The leader's part of a hierarchical episode, after its own arrival (`ticket`).
+  void lead(std::uint64_t ticket, std::optional<std::chrono::steady_clock::time_point> deadline,
+            const char* what);
+  // Whether `slot` has arrived at the current episode (or arrived and withdrew on a timeout).
+  [[nodiscard]] bool came(int slot) const noexcept;
+  // Whether a peer that has not arrived was last seen on this process's CPU.
+  [[nodiscard]] bool late_peer_here() const noexcept;
+  // Sleeps on the futex until the count may have reached `target`, at most `limit`.
+  void sleep(std::uint64_t target, std::chrono::nanoseconds limit) noexcept;
+  // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
+  void wake_sleepers() noexcept;
+  [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
+  // Throws PeerLostError if a peer that has not arrived is gone; returns true if the count
+  // reached `target` meanwhile.
+  [[nodiscard]] bool check_peers(std::uint64_t target, const char* what);
+
+  NodeSegment& segment_;
+  Waiter& waiter_;
+  CrossNodeStep cross_;
+  bool hierarchical_;
+  bool leader_;
+  std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)
+  std::uint64_t episode_ = 0;  // episodes this process has completed
+  // When this process arrived at its current timed wait (steady clock, ns): a peer that withdrew
+  // before then had not arrived as far as this wait's timeout is concerned.
+  std::int64_t arrived_at_ = 0;
+};
+
+}  // namespace lockstep::detail

@@ -1,0 +1,98 @@
+#include "job/launch_env.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "job/launcher_families.hpp"
+
+namespace lockstep::detail {
+
+std::vector<std::pair<std::string, std::string>> job_environment(const LaunchSpec& spec) {
+  // lockstep-run's family (launcher_families.hpp), torchrun's node count and role variables beside
+  // it.
+  const FamilyNames& launcher = kFamilies[0];
+  const FamilyNames& torchrun = kFamilies[1];
+  std::vector<std::pair<std::string, std::string>> env = {
+      {std::string(launcher.rank[0]), std::to_string(spec.rank)},
+      {std::string(launcher.local_rank[0]), std::to_string(spec.local_rank)},
+      {std::string(launcher.size[0]), std::to_string(spec.world_size)},
+      {std::string(launcher.local_size[0]), std::to_string(spec.local_size)},
+      {std::string(launcher.node[0]), std::to_string(spec.node_index)},
+      {std::string(torchrun.nnodes[0]), std::to_string(spec.num_nodes)},
+      {"ROLE_RANK", std::to_string(spec.rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(spec.world_size)},
+      {"MASTER_ADDR", spec.master_addr},
+      {"MASTER_PORT", std::to_string(spec.master_port)},
+      {std::string(launcher.required[0]), spec.job_id},
+      {std::string(launcher.nnodes[0]), std::to_string(spec.num_nodes)},
+  };
+  if (!spec.launch_id.empty()) {
+    env.emplace_back("LOCKSTEP_LAUNCH_ID", spec.launch_id);
+  }
+  if (!spec.backend.empty()) {
+    env.emplace_back("LOCKSTEP_BACKEND", spec.backend);
+  }
+  if (!spec.wait_policy.empty()) {
+    env.emplace_back("LOCKSTEP_WAIT_POLICY", spec.wait_policy);
+  }
+  return env;
+}
+
+const std::vector<std::string>& job_variables() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    auto add = [&out](std::string_view name) {
+      if (!name.empty() && std::find(out.begin(), out.end(), name) == out.end()) {
+        out.emplace_back(name);
+      }
+    };
+    for (const FamilyNames& family : kFamilies) {
+      for (const Names* names : {&family.rank, &family.size, &family.local_rank, &family.local_size,
+                                 &family.node, &family.nnodes}) {
+        std::for_each(names->begin(), names->end(), add);
+      }
+      std::for_each(family.required.begin(), family.required.end(), add);
+      std::for_each(family.identity.begin(), family.identity.end(), add);
+    }
+    std::for_each(kSlurmTaskLists.begin(), kSlurmTaskLists.end(), add);
+    add(kSlurmTasksPerNode);
+    // What lockstep-run writes beyond the families (every optional variable given).
+    LaunchSpec every;
+    every.launch_id = "1";
+    every.backend = "ucx";
+    every.wait_policy = "block";
+    for (const auto& [name, value] : job_environment(every)) {
+      add(name);
+    }
+    add("LOCKSTEP_MASTER_ADDR");
+    add("LOCKSTEP_MASTER_PORT");
+    return out;
+  }();
+  return names;
+}
+
+std::string job_identity(const std::string& job_id) {
+  return "job=" + job_id;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  return port;
+}
+
+}  // namespace lockstep::detail

@@ -1,0 +1,75 @@
+#include "membership/backend.hpp"
+
+#include <algorithm>
+
+#include "base/text.hpp"
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+const BackendType& find_built(const std::string& name) {
+  for (const BackendType* type : built_backend_types()) {
+    if (name == type->name) {
+      return *type;
+    }
+  }
+  throw ConfigError("lockstep: no backend named '" + name + "'");
+}
+
+}  // namespace
+
+void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  try {
+    backend_->barrier(deadline, what);
+  } catch (const std::exception& error) {
+    broken_ = failure_of(error, what);
+    throw;
+  }
+}
+
+void Leaders::abort(const Failure& failure) noexcept {
+  if (!broken_) {
+    broken_ = failure;
+  }
+  backend_->abort(failure);
+}
+
+void check_backend_built(const JobConfig& job) {
+  auto built = built_backends();
+  if (built.empty()) {
+    throw ConfigError("lockstep: this job spans " + std::to_string(job.num_nodes) +
+                      " nodes, but this build of lockstep has no cross-node backend (rebuild "
+                      "with UCX: install libucx-dev and configure with -Ducx=enabled)");
+  }
+  if (!job.backend.empty() && std::find(built.begin(), built.end(), job.backend) == built.end()) {
+    throw ConfigError("lockstep: LOCKSTEP_BACKEND=" + job.backend +
+                      ": this build of lockstep has no such backend (it has: " + comma_list(built) +
+                      ")");
+  }
+}
+
+std::unique_ptr<Leaders> join_leaders(const LeaderConfig& config) {
+  check_backend_built(config.job);
+  const BackendType& type =
+      config.job.backend.empty() ? *built_backend_types().front() : find_built(config.job.backend);
+  std::unique_ptr<Bootstrap> bootstrap;
+  if (type.needs_bootstrap) {
+    bootstrap = make_bootstrap(config);
+  }
+  return std::make_unique<Leaders>(type.make(config, std::move(bootstrap)));
+}
+
+std::unique_ptr<Bootstrap> make_bootstrap(const LeaderConfig& config) {
+  for (const BackendType* type : built_backend_types()) {
+    if (type->make_bootstrap != nullptr) {
+      return type->make_bootstrap(config);
+    }
+  }
+  throw ConfigError("lockstep: no backend of this build can bootstrap another");
+}
+
+}  // namespace lockstep::detail

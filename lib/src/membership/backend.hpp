@@ -1,0 +1,138 @@
+// The cross-node backend interface and registry (internal).
+//
+// A job that spans nodes is hierarchical: the processes of each node meet in the node segment,
+// and only each node's main process (its leader, local index 0) talks to the other nodes,
+// through a Backend. Backends live in backends/<name>/, one folder each, and register
+// themselves: each defines a BackendType, and backends/meson.build lists the ones found at
+// configure time (meson -D<name>=auto|enabled|disabled) in a generated registry. A single-node job
+// creates none.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/failure_record.hpp"
+#include "job/job_config.hpp"
+#include "waiting/waiter.hpp"
+
+namespace lockstep::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// One node of the job, as its leader described it when it joined.
+struct NodeInfo {
+  int node = 0;
+  std::vector<int> ranks;  // the node's processes (ascending); ranks[0] leads it
+};
+
+// What a leader brings to the backend's join.
+struct LeaderConfig {
+  JobConfig job;
+  std::vector<int> ranks;      // this node's processes
+  Waiter* waiter;              // how this process waits (outlives the backend)
+  Clock::time_point deadline;  // for joining
+};
+
+// A backend: the leaders' barrier. Implementations need not remember their failures: Leaders
+// does (below), and no call reaches a backend after one of its calls has thrown.
+class Backend {
+ public:
+  Backend() = default;
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  [[nodiscard]] virtual const char* name() const noexcept = 0;
+  // Every node of the job, by node index (known once the backend is made).
+  [[nodiscard]] virtual const std::vector<NodeInfo>& nodes() const noexcept = 0;
+  // Waits until every leader has called barrier() as often as this one. Throws TimeoutError
+  // naming the processes of the nodes not heard from when `deadline` passes (and tells the
+  // others), PeerLostError when a leader is gone, Error when a leader aborted.
+  virtual void barrier(std::optional<Clock::time_point> deadline, const char* what) = 0;
+  // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
+  // Best effort, never throws.
+  virtual void abort(const Failure& failure) noexcept = 0;
+};
+
+// What a backend that builds its own communicator is given to set it up (UCC's out-of-band
+// exchange; NCCL's unique id travels through one): node 0's broadcast to the leaders, and word
+// of leaders that are gone or gave up while the other communicator waits.
+class Bootstrap {
+ public:
+  Bootstrap() = default;
+  virtual ~Bootstrap() = default;
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+
+  static constexpr std::size_t kMaxBlob = 4096;
+  // How many broadcasts a leader keeps that it has not yet asked for: node 0 must not get further
+  // ahead of the others (a later one is dropped, and the leader waiting for it times out).
+  static constexpr int kMaxAhead = 16;
+
+  [[nodiscard]] virtual const std::vector<NodeInfo>& nodes() const noexcept = 0;
+  // Node 0's leader passes `blob` (at most kMaxBlob bytes) and returns at once; every leader
+  // returns it.
+  virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
+                                           std::optional<Clock::time_point> deadline,
+                                           const char* what) = 0;
+  // Makes progress on the transport; throws as Backend::barrier would if a leader is gone or
+  // aborted.
+  virtual void poll(const char* what) = 0;
+  // Throws if another leader's abort has been received (no progress, no system call). Asked
+  // before an operation of the other communicator is taken as complete: once a node has received
+  // the job's abort, none of its processes completes the episode.
+  virtual void check_aborted(const char* what) = 0;
+  // As Backend::abort.
+  virtual void abort(const Failure& failure) noexcept = 0;
+};
+
+// A backend type, as backends/<name>/<name>_backend.cpp defines it.
+struct BackendType {
+  const char* name;
+  // Joins the other leaders. `bootstrap` is given (made by the first built type that can make
+  // one) exactly when needs_bootstrap.
+  std::unique_ptr<Backend> (*make)(const LeaderConfig& config,
+                                   std::unique_ptr<Bootstrap> bootstrap);
+  // Joins the other leaders as another backend's bootstrap; null when this type cannot.
+  std::unique_ptr<Bootstrap> (*make_bootstrap)(const LeaderConfig& config);
+  bool needs_bootstrap;
+};
+
+// The node's link to the other leaders: a backend, and the latch that keeps it broken once one of
+// its calls has failed (an episode cannot be taken back): every later barrier() throws the same
+// failure. Context and the tests use backends through this alone.
+class Leaders {
+ public:
+  explicit Leaders(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
+
+  [[nodiscard]] const char* name() const noexcept { return backend_->name(); }
+  [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept { return backend_->nodes(); }
+  void barrier(std::optional<Clock::time_point> deadline, const char* what);
+  // Best effort, never throws; broken afterwards.
+  void abort(const Failure& failure) noexcept;
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  std::optional<Failure> broken_;
+};
+
+// The backends this build has, in order of preference (their names: built_backends(),
+// job/job_config.hpp).
+std::span<const BackendType* const> built_backend_types();
+
+// Throws ConfigError unless this build has a backend for `job` (the one LOCKSTEP_BACKEND names, or
+// any). Every process of a multi-node job checks this, not only the leaders.
+void check_backend_built(const JobConfig& job);
+
+// Makes the backend `config.job.backend` names (the first built when empty) and joins the other
+// leaders through it. ConfigError when none is built or the named one is not.
+std::unique_ptr<Leaders> join_leaders(const LeaderConfig& config);
+// Joins the other leaders as a bootstrap, through the first built type that can be one.
+std::unique_ptr<Bootstrap> make_bootstrap(const LeaderConfig& config);
+
+}  // namespace lockstep::detail

@@ -1,0 +1,363 @@
+#include "membership/context.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "base/fault_points.hpp"
+#include "base/log.hpp"
+#include "lockstep/error.hpp"
+#include "lockstep/state.hpp"
+
+#ifndef LOCKSTEP_DEFAULT_WAIT_POLICY
+#define LOCKSTEP_DEFAULT_WAIT_POLICY adaptive
+#endif
+
+namespace lockstep::detail {
+namespace {
+
+// Forks this process has gone through (as a child); lets wait() refuse a handle that a child
+// inherited without a system call on the fast path.
+std::atomic<std::uint32_t> fork_epoch{0};
+
+void on_fork_child() {
+  fork_epoch.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::once_flag fork_hook_once;
+
+// The job's processes on this machine, for the waiter's load samples: the node's, or, when the
+// nodes meet on a loopback address (nodes simulated on one machine, as the tests and the
+// cross-node bench run them), the whole job's: they are not foreign load.
+int processes_on_this_machine(const JobConfig& config) {
+  const std::string& addr = config.master_addr;
+  const bool loopback =
+      addr.rfind("127.", 0) == 0 || addr == "localhost" || addr == "::1" || addr == "[::1]";
+  return config.num_nodes > 1 && loopback ? config.world_size : config.local_size;
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::shared_ptr<Context> context;
+
+  Registry() = default;
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+  // At exit the process leaves its job, even where a State outlives this (a local of a function
+  // that called std::exit, a static destroyed later): the segment must not be left behind.
+  // (A forked child's inherited context only forgets the segment: see Context::leave.)
+  ~Registry() {
+    if (context && !context->leave()) {
+      // A thread still waits in the barrier: what it uses must outlive it, to the process's end.
+      // (Placed in storage that is never destroyed: no allocation can fail here.)
+      alignas(std::shared_ptr<Context>) static unsigned char kept[sizeof(std::shared_ptr<Context>)];
+      new (kept) std::shared_ptr<Context>(std::move(context));
+    }
+  }
+};
+
+Registry& registry() {
+  static Registry instance;  // destroyed at exit: the process leaves the job then
+  return instance;
+}
+
+// A timeout beyond a century is no deadline (and would overflow the clock's nanoseconds).
+std::optional<std::chrono::milliseconds> bounded(std::optional<std::chrono::milliseconds> timeout) {
+  if (timeout && *timeout >= std::chrono::hours(24 * 365 * 100)) {
+    return std::nullopt;
+  }
+  return timeout;
+}
+
+class BusyGuard {
+ public:
+  BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
+    // seq_cst: with Context::leave, a Dekker pair (this sets busy, then reads left; leave sets
+    // left, then reads busy): at least one of them sees the other.
+    if (busy_.exchange(true, std::memory_order_seq_cst)) {
+      throw Error(std::string(what) +
+                  ": called from a second thread while another thread of this process waits in "
+                  "a lockstep barrier");
+    }
+  }
+  ~BusyGuard() { busy_.store(false, std::memory_order_release); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+}  // namespace
+
+std::shared_ptr<Context> Context::instance() {
+  std::call_once(fork_hook_once, [] { ::pthread_atfork(nullptr, nullptr, on_fork_child); });
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mutex);
+  if (reg.context && reg.context->owner() == ::getpid()) {
+    return reg.context;
+  }
+  // First use, or a forked child holding its parent's context: join from this environment.
+  auto config = read_job_config(process_environment(), WaitPolicy::LOCKSTEP_DEFAULT_WAIT_POLICY);
+  reg.context = std::make_shared<Context>(std::move(config));
+  return reg.context;
+}
+
+Context::Context(JobConfig config)
+    : config_(std::move(config)),
+      owner_(::getpid()),
+      fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
+  const auto start = std::chrono::steady_clock::now();
+  if (config_.log_level >= LogLevel::debug) {
+    log_line(config_.rank, "joining the job (" + config_.source + ")");
+  }
+  try {
+    join();
+  } catch (const std::exception& error) {
+    if (config_.log_level >= LogLevel::debug) {
+      log_line(config_.rank, std::string("could not join: ") + error.what());
+    }
+    throw;
+  }
+  if (config_.log_level >= LogLevel::info) {
+    describe(std::chrono::steady_clock::now() - start);
+  }
+}
+
+void Context::describe(std::chrono::steady_clock::duration joining) const {
+  const JobConfig& job = config_;
+  std::string text = "process " + std::to_string(job.rank) + " of " +
+                     std::to_string(job.world_size) + ", local " +
+                     std::to_string(local_index_ >= 0 ? local_index_ : job.local_rank) + " of " +
+                     std::to_string(job.local_size) + ", node " + std::to_string(job.node_index) +
+                     " of " + std::to_string(job.num_nodes) + "; from " + job.source;
+  if (!job.source_variables.empty()) {
+    text += " (" + job.source_variables + ")";
+  }
+  text += segment_ ? "; segment /dev/shm/" + segment_->name() : "; a job of one (no segment)";
+  text += std::string("; wait policy ") + wait_policy_name(job.wait_policy);
+  if (job.num_nodes > 1) {
+    text += backend_ ? std::string("; backend ") + backend_->name() + " (this process leads node " +
+                           std::to_string(job.node_index) + ")"
+                     : "; backend " +
+                           (job.backend.empty() ? std::string("(the first built)") : job.backend) +
+                           " (through this node's main process)";
+  }
+  text += "; joined in " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(joining).count()) +
+          " ms";
+  log_line(job.rank, text);
+}
+
+void Context::join() {
+  arm_fault_points(config_.rank);
+  const bool hierarchical = config_.num_nodes > 1;
+  if (hierarchical) {
+    check_backend_built(config_);
+  }
+  if (config_.world_size == 1) {
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + config_.join_timeout;
+  segment_ = NodeSegment::join(config_);
+  local_index_ = segment_->local_index();
+  waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical,
+                                                 processes_on_this_machine(config_)});
+  // The barrier comes later across nodes (after the leader's backend has joined, through the
+  // same waiter): until then no peer is counted asleep.
+  waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
+  if (!hierarchical) {
+    barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false);
+    return;
+  }
+  // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
+  // State exists only when every process of every node has joined (and a leader's failure to
+  // join reaches its node's processes).
+  if (local_index_ == 0) {
+    try {
+      backend_ = join_leaders(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline});
+    } catch (const Error& error) {
+      segment_->record_failure(failure_of(error, "lockstep: joining the job"));
+      throw;
+    }
+  }
+  CrossNodeStep cross;
+  if (Leaders* backend = backend_.get()) {
+    cross.meet = [backend](std::optional<std::chrono::steady_clock::time_point> deadline,
+                           const char* what) { backend->barrier(deadline, what); };
+    cross.abort = [backend](const Failure& failure) { backend->abort(failure); };
+  }
+  barrier_.emplace(*segment_, *waiter_, std::move(cross), true);
+  // The others wait a little longer than the leader, whose error says more than theirs would.
+  barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
+                            "lockstep: joining the job");
+}
+
+Context::~Context() {
+  leave();
+}
+
+bool Context::leave() noexcept {
+  if (left_.exchange(true, std::memory_order_seq_cst) && !segment_ && !barrier_) {
+    return true;  // left before
+  }
+  if (config_.log_level >= LogLevel::debug && ::getpid() == owner_) {
+    log_line(config_.rank, "leaving the job");
+  }
+  if (::getpid() == owner_ && busy_.load(std::memory_order_seq_cst)) {
+    // Another thread waits in the barrier while the process exits: leave the job (the peers see
+    // this process gone), but keep everything that thread uses mapped and alive.
+    if (segment_) {
+      segment_->leave_mapped();
+    }
+    return false;
+  }
+  // The GPU barrier's destructor stops its watchdog and makes no CUDA call (at exit the driver
+  // may be gone): its events and registration go with the process. A forked child's copy
+  // refers to its parent's thread and CUDA objects: it is forgotten, untouched.
+  published_stream_barrier_.store(nullptr, std::memory_order_release);
+  if (stream_barrier_ && ::getpid() != owner_) {
+    stream_barrier_->abandon();
+    // Never destroyed, and kept where a leak checker sees it reachable.
+    static auto* kept = new std::vector<std::unique_ptr<StreamBarrier>>();  // NOLINT
+    kept->push_back(std::move(stream_barrier_));
+  }
+  stream_barrier_.reset();
+  barrier_.reset();
+  if (::getpid() == owner_) {
+    backend_.reset();
+  } else {
+    (void)backend_.release();  // NOLINT: a forked child must not close its parent's connections
+  }
+  if (segment_ && ::getpid() != owner_) {
+    segment_->abandon();  // a forked child's copy: the parent still belongs to the job
+  }
+  segment_.reset();
+  return true;
+}
+
+namespace {
+
+// A thread that waited in the barrier while its process exited: it must neither return into
+// code that the exit is tearing down nor throw (an uncaught exception in a thread aborts the
+// process, which would replace its exit status). It sleeps until the process ends.
+[[noreturn]] void park_until_exit() {
+  for (;;) {
+    ::pause();
+  }
+}
+
+}  // namespace
+
+void Context::check_usable(const char* what) {
+  // Relaxed: both are process-local flags; the mutex below orders the deferred error itself.
+  if (fork_epoch.load(std::memory_order_relaxed) != fork_epoch_) {
+    throw Error(std::string(what) + ": this State was created by pid " + std::to_string(owner_) +
+                " before fork(); construct a new lockstep::State in the child");
+  }
+  if (has_deferred_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(deferred_mutex_);
+    if (deferred_) {
+      std::exception_ptr error = deferred_;
+      deferred_ = nullptr;
+      has_deferred_.store(false, std::memory_order_relaxed);
+      std::rethrow_exception(error);
+    }
+  }
+  if (left_.load(std::memory_order_relaxed)) {
+    throw_left(what);
+  }
+}
+
+void Context::throw_left(const char* what) {
+  throw Error(std::string(what) + ": this process has left the job (it is exiting)");
+}
+
+void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
+  check_usable(what);
+  if (!barrier_) {
+    return;  // a job of one
+  }
+  BusyGuard busy(busy_, what);
+  if (left_.load(std::memory_order_seq_cst)) {
+    throw_left(what);  // the process began to exit meanwhile (see leave)
+  }
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout = bounded(timeout); timeout) {
+    deadline = std::chrono::steady_clock::now() + *timeout;
+  }
+  try {
+    barrier_->arrive_and_wait(deadline, what);
+  } catch (...) {
+    if (left_.load(std::memory_order_seq_cst)) {
+      park_until_exit();
+    }
+    if (config_.log_level >= LogLevel::debug) {
+      try {
+        throw;
+      } catch (const std::exception& error) {
+        log_line(config_.rank, std::string("wait_for_everyone failed: ") + error.what());
+      } catch (...) {  // NOLINT(bugprone-empty-catch): only the log line is given up
+      }
+    }
+    throw;
+  }
+}
+
+void Context::check_intact(const char* what) {
+  check_usable(what);
+  if (barrier_) {
+    barrier_->check_intact(what);
+  }
+}
+
+void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                          const char* what) {
+  check_usable(what);
+  BusyGuard busy(busy_, what);
+  if (left_.load(std::memory_order_seq_cst)) {
+    throw_left(what);
+  }
+  if (barrier_) {
+    barrier_->check_intact(what);  // a lost peer, a released stream barrier: the job is broken
+  }
+  if (!stream_barrier_) {
+    stream_barrier_ = make_stream_barrier(segment_.get(), config_);
+    // Release: a thread that asks stream_released() sees the barrier made.
+    published_stream_barrier_.store(stream_barrier_.get(), std::memory_order_release);
+  }
+  stream_barrier_->wait(
+      stream, bounded(timeout),
+      [&](std::optional<std::chrono::steady_clock::time_point> deadline) {
+        if (barrier_) {
+          barrier_->arrive_and_wait(deadline, what);
+        }
+      },
+      what);
+}
+
+bool Context::stream_released() const noexcept {
+  // Acquire: pairs with wait_stream's release.
+  const StreamBarrier* barrier = published_stream_barrier_.load(std::memory_order_acquire);
+  return barrier != nullptr && barrier->released();
+}
+
+const volatile std::uint32_t* Context::stream_release_word() const noexcept {
+  // Acquire: pairs with wait_stream's release.
+  const StreamBarrier* barrier = published_stream_barrier_.load(std::memory_order_acquire);
+  return barrier != nullptr ? barrier->release_word() : nullptr;
+}
+
+void Context::defer(std::exception_ptr error) noexcept {
+  std::lock_guard lock(deferred_mutex_);
+  if (!deferred_) {
+    deferred_ = std::move(error);
+  }
+  has_deferred_.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace lockstep::detail

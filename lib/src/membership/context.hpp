@@ -1,0 +1,81 @@
+// The process-wide membership that every State handle shares (internal).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "engine/node_barrier.hpp"
+#include "engine/segment.hpp"
+#include "gpu/stream_barrier.hpp"
+#include "job/job_config.hpp"
+#include "membership/backend.hpp"
+
+namespace lockstep::detail {
+
+class Context {
+ public:
+  // The process's context, joining the job on first use. Thread-safe.
+  static std::shared_ptr<Context> instance();
+
+  explicit Context(JobConfig config);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  [[nodiscard]] const JobConfig& config() const noexcept { return config_; }
+  [[nodiscard]] int local_index() const noexcept { return local_index_; }
+  // The process that joined (a forked child inherits the context but not the membership).
+  [[nodiscard]] pid_t owner() const noexcept { return owner_; }
+
+  // The job-wide barrier; `what` names the caller in messages.
+  void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  // The stream-ordered barrier (see gpu/stream_barrier.hpp); `timeout`: State's rule.
+  void wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                   const char* what);
+  // Whether a failure released this node's GPU streams (StreamBarrier::released); any thread.
+  [[nodiscard]] bool stream_released() const noexcept;
+  // StreamBarrier::release_word(), or null before the first stream barrier.
+  [[nodiscard]] const volatile std::uint32_t* stream_release_word() const noexcept;
+  // Throws what wait() would throw before it arrives: this handle is unusable here, or the job
+  // is broken (a peer lost, a cross-node failure).
+  void check_intact(const char* what);
+  // Keeps an error that a destructor could not throw; the next wait() rethrows it.
+  void defer(std::exception_ptr error) noexcept;
+  // Leaves the job (at process exit), whatever handles still exist; later waits throw. Returns
+  // false when another thread of this process waits in a barrier now: the job is left, but
+  // what that thread uses stays (the caller must then never destroy this context), and the
+  // thread parks until the process ends rather than return or throw into an exiting process.
+  bool leave() noexcept;
+
+ private:
+  // Joins the job (the constructor's work), and says what was joined (LOCKSTEP_LOG).
+  void join();
+  void describe(std::chrono::steady_clock::duration joining) const;
+  // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
+  void check_usable(const char* what);
+  [[noreturn]] static void throw_left(const char* what);
+
+  JobConfig config_;
+  int local_index_ = 0;
+  pid_t owner_;               // the process that joined; a forked child must not leave for it
+  std::uint32_t fork_epoch_;  // forks seen when joining
+  std::unique_ptr<NodeSegment> segment_;
+  std::optional<Waiter> waiter_;      // every wait of this process: the barrier's, the backend's
+  std::unique_ptr<Leaders> backend_;  // the node's leader in a multi-node job
+  std::optional<NodeBarrier> barrier_;
+  std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
+  std::atomic<StreamBarrier*> published_stream_barrier_{nullptr};  // for other threads' queries
+  std::atomic<bool> busy_{false};  // a thread waits in a barrier (see BusyGuard)
+  std::atomic<bool> left_{false};  // the process left the job (it exits)
+  std::atomic<bool> has_deferred_{false};
+  std::mutex deferred_mutex_;
+  std::exception_ptr deferred_;
+};
+
+}  // namespace lockstep::detail

@@ -1,0 +1,217 @@
+#include "waiting/waiter.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "lockstep/error.hpp"
+
+namespace lockstep::detail {
+
+using std::chrono::nanoseconds;
+using namespace wait_tuning;
+
+namespace {
+
+class SystemSignals final : public WaitSignals {
+ public:
+  SystemSignals() noexcept
+      : loadavg_(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC)),
+        online_(static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)))) {}
+  // Never destroyed (see system_signals): its descriptor goes with the process.
+  ~SystemSignals() override = default;
+  SystemSignals(const SystemSignals&) = delete;
+  SystemSignals& operator=(const SystemSignals&) = delete;
+
+  WaitClock::time_point now() noexcept override { return WaitClock::now(); }
+
+  // "0.43 0.83 0.41 4/80 4080": the numerator of the fourth field. pread at offset 0 makes the
+  // kernel write the line anew, so the file is opened once (a fork inherits it: pread keeps no
+  // offset to share).
+  int runnable_tasks() noexcept override {
+    if (loadavg_ < 0) {
+      return -1;
+    }
+    char text[128];
+    const ssize_t length = ::pread(loadavg_, text, sizeof text - 1, 0);
+    if (length <= 0) {
+      return -1;
+    }
+    text[length] = '\0';
+    int spaces = 0;
+    const char* p = text;
+    for (; *p != '\0' && spaces < 3; ++p) {
+      spaces += *p == ' ' ? 1 : 0;
+    }
+    char* end = nullptr;
+    const long runnable = std::strtol(p, &end, 10);
+    return end != p && *end == '/' && runnable > 0 && runnable < 1'000'000
+               ? static_cast<int>(runnable)
+               : -1;
+  }
+
+  int online_cpus() noexcept override { return online_; }
+
+  void yield() noexcept override { ::sched_yield(); }
+
+ private:
+  int loadavg_;
+  int online_;
+};
+
+}  // namespace
+
+namespace {
+std::atomic<int> interrupt_fd{-1};
+}  // namespace
+
+int set_interrupt_fd(int fd) noexcept {
+  return interrupt_fd.exchange(fd < 0 ? -1 : fd, std::memory_order_relaxed);
+}
+
+bool interrupt_pending() noexcept {
+  // Relaxed: the descriptor is set before the wait by the thread that waits.
+  const int fd = interrupt_fd.load(std::memory_order_relaxed);
+  if (fd < 0) {
+    return false;
+  }
+  pollfd entry{fd, POLLIN, 0};
+  return ::poll(&entry, 1, 0) > 0 && (entry.revents & POLLIN) != 0;
+}
+
+void check_interrupt(const std::string& what) {
+  if (interrupt_pending()) {
+    throw InterruptedError(what + ": interrupted by a signal");
+  }
+}
+
+WaitSignals& system_signals() noexcept {
+  // Never destroyed: a thread may still wait in a barrier while its process exits (see
+  // Context::leave), and a descriptor closed under it could be reused for another file.
+  alignas(SystemSignals) static unsigned char storage[sizeof(SystemSignals)];
+  static auto* const signals = new (storage) SystemSignals;
+  return *signals;
+}
+
+int usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
+    return 1;
+  }
+  const int count = CPU_COUNT(&set);
+  return count > 0 ? count : 1;
+}
+
+WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
+                      nanoseconds learned_spin) noexcept {
+  switch (policy) {
+    case WaitPolicy::spin:
+      return WaitOptions{nanoseconds::max(), nanoseconds{0}, false};
+    case WaitPolicy::block:
+      return WaitOptions{nanoseconds{0}, nanoseconds{0}, true};
+    case WaitPolicy::adaptive:
+      break;
+  }
+  const bool own_cpu = shape.processes <= shape.cpus;
+  if (shape.across_nodes) {
+    // Yield between polls from the start (as MPI does), so that on a crowded node the process
+    // waited for gets the CPU; with a CPU per process, only as long as a node's spin and yield
+    // (bench/barrier_bench's BM_LockstepCrossNode, 2x2 nodes on 2 vCPUs, 2026-11-30: 2 ms of
+    // yielding cost 30-40% more per episode than 220 us).
+    const nanoseconds yield = own_cpu ? nanoseconds(kYieldAcrossNodes) : nanoseconds(kYieldIdle);
+    return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};
+  }
+  if (loaded && own_cpu) {
+    return WaitOptions{nanoseconds(kSpinLoaded), nanoseconds{0}, true};
+  }
+  if (own_cpu) {
+    return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), nanoseconds(kSpinMaxIdle)),
+                       kYieldIdle, true};
+  }
+  return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldIdle, true};
+}
+
+Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcept
+    : policy_(policy),
+      shape_(shape),
+      signals_(signals),
+      adaptive_(policy == WaitPolicy::adaptive),
+      options_(plan_wait(policy_, shape_, loaded_, spin_)) {}
+
+// A sample counts the runnable tasks that are not the job's: the machine's runnable tasks less
+// the job's processes on this node that do not sleep in a wait (a process computing, spinning or
+// preempted is runnable; a process in a wait's futex is not). It counts only while the machine
+// has more runnable tasks than CPUs: a busy process elsewhere on a large machine competes with
+// nobody here. The machine is taken as loaded once the last kLoadWindow samples all saw a
+// foreign task, and as idle again once none of them did: a competitor is there in every sample,
+// while kernel threads and tasks being woken come and go (on this 2-vCPU VM, single samples at
+// idle saw up to two such tasks, and a smoothed mean of them flipped an idle job to loaded
+// several times per second).
+bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept {
+  const nanoseconds period =
+      next_ < recent_.size() ? nanoseconds(kFirstSamplesPeriod) : nanoseconds(kLoadSamplePeriod);
+  if (!adaptive_ || (!now_or_never && now - last_sample_ < period)) {
+    return loaded_;
+  }
+  last_sample_ = now;
+  ++stats_.samples;
+  const int runnable = signals_.runnable_tasks();
+  if (runnable < 0) {
+    return loaded_;  // no /proc: the shape alone decides, as before load was seen
+  }
+  const int asleep = peers_asleep_ ? peers_asleep_() : 0;
+  const int here = std::max(shape_.processes, shape_.processes_here);
+  const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
+  const int foreign = runnable > signals_.online_cpus() ? std::max(0, runnable - ours) : 0;
+  recent_[next_++ % recent_.size()] = foreign;
+  if (next_ < recent_.size()) {
+    return loaded_;  // too few samples yet
+  }
+  const auto [fewest, most] = std::minmax_element(recent_.begin(), recent_.end());
+  const bool was = loaded_;
+  loaded_ = loaded_ ? *most > 0 : *fewest > 0;
+  stats_.became_loaded += !was && loaded_ ? 1 : 0;
+  options_ = plan_wait(policy_, shape_, loaded_, spin_);
+  return loaded_;
+}
+
+double Waiter::foreign_load() const noexcept {
+  const std::size_t n = std::min<std::size_t>(next_, recent_.size());
+  if (n == 0) {
+    return 0;
+  }
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += recent_[i];
+  }
+  return sum / static_cast<double>(n);
+}
+
+// The spin phase follows the waits seen (adaptive, one node, a CPU per process, idle machine):
+// a wait that a spin of kSpinMaxIdle would have covered, and that took more than half the
+// current spin, doubles it (up to that); a longer wait halves it (down to kSpinMin). So a loop
+// whose waits last 30-100 us learns to spin through them, and a peer that is often late by
+// milliseconds costs a short spin each time. Waits on a loaded machine teach nothing here.
+void Waiter::learn(nanoseconds waited) noexcept {
+  if (!adaptive_ || loaded_ || shape_.across_nodes || shape_.processes > shape_.cpus) {
+    return;
+  }
+  const nanoseconds cap = kSpinMaxIdle;
+  if (waited <= cap) {
+    if (waited > spin_ / 2) {
+      spin_ = std::min(cap, spin_ * 2);
+    }
+  } else {
+    spin_ = std::max(nanoseconds(kSpinMin), spin_ / 2);
+  }
+  options_ = plan_wait(policy_, shape_, loaded_, spin_);
+}
+
+}  // namespace lockstep::detail

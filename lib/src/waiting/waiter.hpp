@@ -1,0 +1,354 @@
+// Waiting: how every wait of a process spins, yields and sleeps (internal).
+//
+// One object, the Waiter, owns the decision for every wait a process makes: the node barrier's
+// (lib/src/engine), and a node leader's waits for the other nodes (backends/). Each of those is a
+// Site that knows how to poll what it waits for and how to block on it (a futex, an event fd);
+// the Waiter decides, step by step, which of the three to do, and adapts to what it sees:
+//
+//   - the shape of the job (processes on this node against usable CPUs, one node or several);
+//   - load that is not the job's: runnable tasks on the machine beyond the job's own, sampled
+//     from /proc/loadavg at most once per kLoadSamplePeriod, and only when a wait already costs
+//     microseconds (never on the fast path);
+//   - having been descheduled: a gap between two clock reads of its own polling loop;
+//   - how long its recent waits lasted (the spin phase is sized from them).
+//
+// Everything it reads goes through WaitSignals, so tests drive it with a fake clock and fake load.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "lockstep/wait_policy.hpp"
+
+namespace lockstep::detail {
+
+using WaitClock = std::chrono::steady_clock;
+
+// The phases of one wait: busy-poll, then poll with sched_yield between polls, then block on the
+// site (if `sleep`). `spin == nanoseconds::max()` spins for ever.
+struct WaitOptions {
+  std::chrono::nanoseconds spin{0};
+  std::chrono::nanoseconds yield{0};
+  bool sleep = true;
+  friend bool operator==(const WaitOptions&, const WaitOptions&) = default;
+};
+
+// Who waits. Fixed for a process's membership.
+struct WaitShape {
+  int processes = 1;          // the job's processes on this node
+  int cpus = 1;               // CPUs this process may run on (its affinity mask)
+  bool across_nodes = false;  // the job spans nodes: every wait includes a network round trip
+  // The job's processes on this machine (0: `processes`), for load samples: more than the node's
+  // when simulated nodes share the machine.
+  int processes_here = 0;
+};
+
+// What the adaptive policy reads of the machine.
+class WaitSignals {
+ public:
+  WaitSignals() = default;
+  virtual ~WaitSignals() = default;
+  WaitSignals(const WaitSignals&) = delete;
+  WaitSignals& operator=(const WaitSignals&) = delete;
+
+  [[nodiscard]] virtual WaitClock::time_point now() noexcept = 0;
+  // Tasks runnable on the machine at this instant, the caller included (the numerator of
+  // /proc/loadavg's fourth field), or -1 when it cannot be read.
+  [[nodiscard]] virtual int runnable_tasks() noexcept = 0;
+  // CPUs online on the machine.
+  [[nodiscard]] virtual int online_cpus() noexcept = 0;
+  // Offers the CPU to another runnable task (sched_yield).
+  virtual void yield() noexcept = 0;
+};
+
+// The machine itself: the steady clock, /proc/loadavg (opened once, read with pread) and
+// sched_yield.
+WaitSignals& system_signals() noexcept;
+
+// CPUs this process may run on (its affinity mask), at least 1.
+int usable_cpus() noexcept;
+
+// Interrupting waits (lockstep_set_interrupt_fd): while the descriptor set here (-1: none) is
+// readable, every wait of the process gives up (a signal handler's self-pipe, such as Python's
+// signal.set_wakeup_fd: a signal that arrives while a wait sleeps ends the sleep with EINTR,
+// and one that arrives while it spins is seen at its next check). Returns the previous one.
+int set_interrupt_fd(int fd) noexcept;
+// Whether the interrupt descriptor is readable (one poll(2), only while one is set).
+bool interrupt_pending() noexcept;
+// Throws InterruptedError ("<what>: interrupted by a signal") if interrupt_pending().
+void check_interrupt(const std::string& what);
+
+// The tuned numbers, each with where it came from.
+namespace wait_tuning {
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+// Spins before the first clock read, so that the common, immediate case reads no clock.
+inline constexpr int kQuickSpins = 64;
+// Spins between clock reads (a clock read costs ~25 ns here, a pause ~10-40 ns).
+inline constexpr int kSpinsPerClockRead = 64;
+// The spin phase of a process that has a CPU to itself on an idle machine, between these bounds,
+// sized from the waits it has seen (see Waiter::learn). 20 us is where it starts: the anchor
+// measurements (docs/performance.md; 2-core EPYC VM, 2026-11-29) found a centralized barrier that
+// spins ~20 us before its futex at 0.26 us for N=2, while a ~2 us spin falls through to the 10-15
+// us futex wake often enough to average ~1 us. Up to 200 us: a training-like loop (compute of 0-100
+// us, then a barrier) has waits of that order, and a wake-up costs 10-15 us each time the spin
+// falls short. On a loaded machine the spin is kSpinLoaded, about the quick spins' own length: in
+// the training-like loop with two busy processes beside N=2, a 20 us spin cost 240 us of overhead
+// per episode and the quick spins alone 48 (twice each, interleaved, 2026-11-30): a waiter that
+// spins spends the lag that would let it preempt the competitor when its peer wakes it.
+inline constexpr microseconds kSpinStart{20};
+inline constexpr microseconds kSpinMin{2};
+inline constexpr microseconds kSpinMaxIdle{200};
+inline constexpr microseconds kSpinLoaded{1};
+// After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
+// sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
+// sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host
+// has given the core away (bench/barrier_bench's training loop, N=2, 2026-11-30: with 200 us of
+// yielding, 1-2 sleeps per 1,400 episodes raised the overhead per episode from 0.6 to 3 us in
+// one run in four). More processes than CPUs, 2026-11-29: a 1 us spin before yielding cost
+// 5.3 us per episode at N=4 and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound
+// keeps a 1 s wait at 0.2% of a core (the node barrier then wakes once per check_interval, 100 ms).
+inline constexpr milliseconds kYieldIdle{2};
+// Across nodes with a CPU per process: yield this long, then sleep (see plan_wait).
+inline constexpr microseconds kYieldAcrossNodes{220};
+// An oversubscribed waiter spins instead of yielding, at most this long per wait, while no late
+// peer was last seen on its CPU (the site's hint): bounds the cost of a stale hint.
+inline constexpr microseconds kYieldlessSpin{50};
+// A gap this long between two clock reads of a spin loop means the waiter lost its CPU (a clock
+// read plus 64 pauses take about 1-3 us); one this long across a sched_yield means the CPU went
+// to a task for a good part of a scheduler slice (0.7-3 ms), longer than a peer of the job uses
+// it to arrive (a context switch and a few microseconds). Either takes a load sample at once.
+inline constexpr microseconds kDescheduledGap{50};
+inline constexpr microseconds kYieldedAwayGap{500};
+// Regular load samples are at most this frequent (one scheduler tick here): a pread of
+// /proc/loadavg costs 1.5-5 us, and at one per millisecond per process the samples cost 8
+// simulated nodes on 2 vCPUs about 10% per barrier (BM_LockstepCrossNode, 2026-11-30). A yield
+// or spin that lost the CPU for long takes one at once, whatever the period. Until a process
+// has kLoadWindow samples it takes them every kFirstSamplesPeriod, so that a job that starts on
+// a loaded machine sees it within its first milliseconds (each slice a yield loses there costs
+// ~3 ms: with the regular period, ten yields per process went to competitors first, ~10% of a
+// 0.2 s benchmark run at H=2, N=4).
+inline constexpr milliseconds kLoadSamplePeriod{4};
+inline constexpr microseconds kFirstSamplesPeriod{250};
+// Samples that must agree before the machine counts as loaded, or as idle again (see
+// Waiter::sample_load).
+inline constexpr std::size_t kLoadWindow = 4;
+}  // namespace wait_tuning
+
+// The options of one wait for `policy`, given whether the machine is `loaded` and the spin the
+// waiter has learned (adaptive only):
+//   spin:     spin for ever, never yield or sleep.
+//   block:    sleep at once.
+//   adaptive, one node, a CPU per process: spin `learned_spin` and yield kYieldIdle on an idle
+//             machine, spin kSpinLoaded on a loaded one; then sleep.
+//   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
+//             sleep.
+//   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
+//             machine; then sleep.
+// Never sched_yield on a loaded machine. Under the EEVDF scheduler a yield hands the CPU to a
+// busy competitor for a whole slice (0.7-3 ms), and a waiter that spun or yielded has spent its
+// lag, so it is not picked when its peer finally arrives; a sleeper keeps its lag and preempts
+// the competitor when woken (the anchor measurements, docs/performance.md: spinning-and-yielding
+// costs 400-2,600 us per episode there, sleeping 25-220 us).
+WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
+                      std::chrono::nanoseconds learned_spin) noexcept;
+
+// Base of the places that wait; a Site overrides what it has.
+//   bool done()                 polls what is awaited (may make progress, may throw)
+//   void block(nanoseconds)     sleeps until woken or the time passes (required); checks
+//                               before it sleeps (what it waits for may come meanwhile)
+//   bool check()                every check_interval and at the deadline: may throw (a lost
+//                               peer); true if what is awaited is done after all
+//   bool late_peer_here()       whether a peer this wait waits for may need this CPU
+struct WaitSite {
+  static bool check() { return false; }
+  static bool late_peer_here() noexcept { return true; }
+};
+
+// One process's waiting. Not thread-safe: a process waits in one place at a time (Context
+// refuses a second thread).
+class Waiter {
+ public:
+  enum class End { done, timed_out, interrupted };
+
+  Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals = system_signals()) noexcept;
+
+  // `peers_asleep` (must not throw): how many of the node's other processes of the job sleep in
+  // a wait now; the others are counted as runnable in a load sample. Unset: all are.
+  void watch_peers(std::function<int()> peers_asleep) { peers_asleep_ = std::move(peers_asleep); }
+
+  // Waits until `site.done()`, or until `deadline` passes (then End::timed_out, after a last
+  // site.check()), or until interrupt_pending() (End::interrupted: asked around each sleep and
+  // at each check). Calls site.check() every `check_interval`; whatever a site call throws
+  // propagates. Spins, yields and blocks per this waiter's options, which it adapts as it goes.
+  // A wait that must not end early (`interruptible` false) ignores the interrupt descriptor.
+  template <class Site>
+  End wait(Site& site, std::optional<WaitClock::time_point> deadline,
+           std::chrono::nanoseconds check_interval, bool interruptible = true);
+
+  [[nodiscard]] WaitPolicy policy() const noexcept { return policy_; }
+  [[nodiscard]] const WaitShape& shape() const noexcept { return shape_; }
+  // The options the next wait starts with.
+  [[nodiscard]] const WaitOptions& options() const noexcept { return options_; }
+  // Whether the machine was last seen loaded with work that is not the job's.
+  [[nodiscard]] bool loaded() const noexcept { return loaded_; }
+  // The mean count of runnable tasks that are not the job's in the last samples.
+  [[nodiscard]] double foreign_load() const noexcept;
+  // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
+  // hint, each process's CPU, is worth keeping): to yield to it when the job has more processes
+  // than CPUs, and, on a loaded machine, to sleep at once rather than spin in its way.
+  [[nodiscard]] bool asks_where_peers_are() const noexcept {
+    return adaptive_ && !shape_.across_nodes && (shape_.processes > shape_.cpus || loaded_);
+  }
+
+  // Takes a load sample unless one was taken less than kLoadSamplePeriod ago (any time when
+  // `now_or_never`); returns loaded(). Adaptive only.
+  bool sample_load(WaitClock::time_point now, bool now_or_never = false) noexcept;
+  // Feeds back one finished wait of `waited`.
+  void learn(std::chrono::nanoseconds waited) noexcept;
+
+  // What this waiter did, counted on its slow paths only (for tests and diagnostics).
+  struct Stats {
+    std::uint64_t timed_waits = 0;  // waits that outlasted the quick spins
+    std::uint64_t yields = 0;
+    std::uint64_t blocks = 0;
+    std::uint64_t samples = 0;
+    std::uint64_t became_loaded = 0;
+  };
+  [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
+
+ private:
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+  }
+
+  WaitPolicy policy_;
+  WaitShape shape_;
+  WaitSignals& signals_;
+  std::function<int()> peers_asleep_;
+  bool adaptive_;
+  std::chrono::nanoseconds spin_ = wait_tuning::kSpinStart;
+  bool loaded_ = false;
+  std::array<int, wait_tuning::kLoadWindow> recent_{};  // the last samples' foreign tasks
+  std::size_t next_ = 0;                                // samples taken
+  WaitClock::time_point last_sample_{};
+  WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
+  Stats stats_;
+};
+
+template <class Site>
+Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadline,
+                         std::chrono::nanoseconds check_interval, bool interruptible) {
+  using namespace wait_tuning;
+  const WaitOptions options = options_;
+  // Poll before anything else: what a yield or a sleep would wait for may be there already.
+  const int quick_spins = options.spin.count() > 0 ? kQuickSpins : 1;
+  for (int i = 0; i < quick_spins; ++i) {
+    if (site.done()) {
+      return End::done;  // immediate: nothing to learn, no clock read
+    }
+    cpu_relax();
+  }
+  const auto forever = WaitClock::time_point::max();
+  const auto start = signals_.now();
+  ++stats_.timed_waits;
+  auto now = start;
+  auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
+  auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
+  auto next_check = start + check_interval;
+  if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
+    spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
+  }
+  bool sampled = false;  // this wait's one regular load sample, when the spin is over
+  auto finish = [&] {
+    learn(now - start);
+    return End::done;
+  };
+  auto interrupted = [&] { return interruptible && interrupt_pending(); };
+  for (;;) {
+    if (adaptive_ && !sampled && now >= spin_end) {
+      sampled = true;
+      if (sample_load(now)) {
+        yield_end = std::min(yield_end, now);  // loaded: no yield, sleep
+      }
+    }
+    if (now < spin_end) {
+      for (int i = 0; i < kSpinsPerClockRead; ++i) {
+        if (site.done()) {
+          return finish();
+        }
+        cpu_relax();
+      }
+      const auto before = now;
+      now = signals_.now();
+      if (adaptive_ && now - before > kDescheduledGap && sample_load(now, true)) {
+        spin_end = yield_end = now;  // lost the CPU to work that is not the job's: sleep
+      }
+    } else if (now < yield_end || !options.sleep) {
+      // Yield only to a late peer that may need this CPU; while every late peer runs elsewhere,
+      // a short spin steals nothing from them. A hint can be stale (the peer moved here since),
+      // so spinning instead of yielding is bounded per wait.
+      if (!shape_.across_nodes && now - spin_end < kYieldlessSpin && !site.late_peer_here()) {
+        for (int i = 0; i < kSpinsPerClockRead; ++i) {
+          if (site.done()) {
+            return finish();
+          }
+          cpu_relax();
+        }
+        now = signals_.now();
+        continue;
+      }
+      signals_.yield();
+      ++stats_.yields;
+      if (site.done()) {
+        now = signals_.now();
+        return finish();
+      }
+      const auto before = now;
+      now = signals_.now();
+      if (adaptive_ && now - before > kYieldedAwayGap && sample_load(now, true)) {
+        yield_end = now;  // the yield went to work that is not the job's: sleep instead
+      }
+    } else {
+      auto limit = next_check - now;
+      if (deadline) {
+        limit = std::min(limit, *deadline - now);
+      }
+      if (interrupted()) {
+        return End::interrupted;
+      }
+      site.block(limit);
+      ++stats_.blocks;
+      now = signals_.now();
+      if (site.done()) {
+        return finish();
+      }
+      if (interrupted()) {
+        return End::interrupted;
+      }
+    }
+    if (now >= next_check || (deadline && now >= *deadline)) {
+      if (site.check()) {
+        return finish();
+      }
+      if (interrupted()) {
+        return End::interrupted;
+      }
+      next_check = now + check_interval;
+      if (deadline && now >= *deadline) {
+        return End::timed_out;
+      }
+    }
+  }
+}
+
+}  // namespace lockstep::detail

@@ -221,7 +221,8 @@ BENCHMARK(BM_Training<LockstepFamily<kSpin>>)->Name("BM_TrainingSpin")->Apply(ra
 BENCHMARK(BM_Training<PthreadFamily>)->Name("BM_TrainingPthread")->Apply(ranks_arguments);
 
 // Simulated nodes: M groups of P processes, each group its own node (its own segment), the
-// leaders meeting through the cross-node backend on loopback, as tests/multinode runs them.
+// leaders meeting through the cross-node backend on loopback, as tests/backends/multinode_test.cpp
+// runs them.
 struct CrossNodeShape {
   int nodes = 2;
   int port = 0;

@@ -3,8 +3,9 @@
 //   lockstep-run --nproc-per-node 4 ./examples/lockstep-example [result-file]
 //
 // Every process does a share of the work; the local main process draws the progress bar; some
-// messages print once per machine and once overall; the main process writes the result file
-// after everyone has finished.
+// messages print once per machine and once overall. Given a result file, every process writes
+// its share beside it, and the main process gathers the shares into it after everyone has
+// finished (without one, nothing is written).
 #include <lockstep/lockstep.hpp>
 
 #include <chrono>
@@ -27,7 +28,7 @@ long long work(int process, int step) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string result_path = argc > 1 ? argv[1] : "lockstep-example-result.txt";
+  const std::string result_path = argc > 1 ? argv[1] : "";
   lockstep::State state;
 
   // Once overall, and once per machine.
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
     std::cout << "the last process (" << state.process_index() << ") says goodbye" << std::endl;
   })();
 
+  if (result_path.empty()) {
+    state.on_main_process([] {
+      std::cout << "(give a result file to gather every process's share into it)" << std::endl;
+    })();
+    return 0;
+  }
   // Everyone finishes before the main process writes the result.
   std::ofstream(result_path + ".part" + std::to_string(state.process_index())) << total << "\n";
   state.wait_for_everyone();

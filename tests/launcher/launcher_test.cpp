@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -126,6 +127,23 @@ TEST(Launcher, RunsTheExampleWithFourProcesses) {
   content << file.rdbuf();
   EXPECT_EQ(content.str(), "processes 4\nsum 2100\n");
   ::unlink(result_file.c_str());
+}
+
+// Without a result file the example writes nothing where it runs (issue 22: it left
+// lockstep-example-result.txt in the directory the README's commands run from).
+TEST(Launcher, TheExampleWithoutAResultFileWritesNothingWhereItRuns) {
+  std::string dir = "/tmp/lockstep-launcher-cwd-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto result = run({"/bin/sh", "-c", "cd \"$0\" && exec \"$1\" --nproc-per-node 2 \"$2\"", dir,
+                     tool("LOCKSTEP_RUN"), tool("LOCKSTEP_EXAMPLE")});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_EQ(count(result.out, "give a result file"), 1) << result.out;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    left.push_back(entry.path().filename().string());
+  }
+  EXPECT_TRUE(left.empty()) << left.front();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Launcher, GivesEachProcessTorchrunsVariables) {
@@ -714,11 +732,13 @@ TEST(Launcher, AFullDevShmIsReportedNotACrash) {
 TEST(Launcher, RunsPythonAsTorchrunDoes) {
   const std::string dir = "/tmp/lockstep-python-" + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  // One write per line: unbuffered, print() writes each argument on its own, and the two ranks'
+  // words would interleave on the shared terminal.
   std::ofstream(dir + "/job_script.py")
-      << "import os, sys\nprint('script', os.environ['RANK'], sys.argv[1:], "
-         "sys.stdout.write_through)\n";
+      << "import os, sys\nsys.stdout.write(f\"script {os.environ['RANK']} {sys.argv[1:]} "
+         "{sys.stdout.write_through}\\n\")\n";
   std::ofstream(dir + "/job_module.py")
-      << "import os, sys\nprint('module', os.environ['RANK'], sys.argv[1:])\n";
+      << "import os, sys\nsys.stdout.write(f\"module {os.environ['RANK']} {sys.argv[1:]}\\n\")\n";
   // Without PYTHONUNBUFFERED (which may be set here), so that only -u makes it unbuffered.
   auto script = run({"/usr/bin/env", "-u", "PYTHONUNBUFFERED", tool("LOCKSTEP_RUN"),
                      "--nproc-per-node", "2", dir + "/job_script.py", "a"});

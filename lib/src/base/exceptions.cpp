@@ -1,5 +1,5 @@
 // The public exceptions (lockstep/error.hpp): below every layer, so that the node engine builds
-// without the rest of the library (tests/unit/node_test.cpp).
+// without the rest of the library (tests/engine/node_test.cpp).
 #include "lockstep/error.hpp"
 
 #include <string>

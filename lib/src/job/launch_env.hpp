@@ -3,7 +3,7 @@
 //
 // lockstep-run, the tests and the bench start processes through job_environment(), so the
 // variables and the identity's spelling live here once; read_job_config(job_environment(spec))
-// gives back the spec (tests/unit/env_test.cpp checks the round trip). What a job leaves
+// gives back the spec (tests/job/job_config_test.cpp checks the round trip). What a job leaves
 // behind is the engine's to clear (engine/leftovers.hpp).
 #pragma once
 

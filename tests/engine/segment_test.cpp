@@ -370,7 +370,8 @@ TEST(Environment, AMalformedVariableIsAConfigErrorInARealProcess) {
 
 TEST(Environment, MultiNodeWithoutABackendIsAConfigError) {
   if (!lockstep::detail::built_backends().empty()) {
-    GTEST_SKIP() << "this build has a cross-node backend (tests/multinode covers multi-node jobs)";
+    GTEST_SKIP() << "this build has a cross-node backend (tests/backends/multinode_test.cpp covers "
+                    "multi-node jobs)";
   }
   Job job = Job::of(1);
   job.env["WORLD_SIZE"] = "2";

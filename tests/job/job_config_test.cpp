@@ -6,7 +6,6 @@
 #include <map>
 #include <string>
 
-#include "base/text.hpp"
 #include "job/launch_env.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/state.hpp"
@@ -375,14 +374,6 @@ TEST(Environment, WhatALauncherWritesReadsBack) {
   }
 }
 
-TEST(Environment, ParseInteger) {
-  EXPECT_EQ(parse_integer("0"), 0);
-  EXPECT_EQ(parse_integer("-3"), -3);
-  EXPECT_EQ(parse_integer("2147483647"), 2147483647);
-  EXPECT_FALSE(parse_integer("2147483648"));
-  EXPECT_FALSE(parse_integer("1.0"));
-}
-
 // LOCKSTEP_LOG=off|info|debug, LOCKSTEP_DEBUG=0|1 (info); anything else names the variable.
 TEST(Environment, LogLevels) {
   Vars vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
@@ -407,26 +398,3 @@ TEST(Environment, LogLevels) {
 
 }  // namespace
 }  // namespace lockstep::detail
-
-// split_range: every size 0..3n for n = 1..8: contiguous, in order, the first size % n one more,
-// padding up to the longest share; indices outside the job refused.
-TEST(SplitRange, EverySizeAndProcessCount) {
-  for (int n = 1; n <= 8; ++n) {
-    for (std::size_t size = 0; size <= static_cast<std::size_t>(3 * n); ++size) {
-      std::size_t next = 0;
-      const std::size_t longest = (size + static_cast<std::size_t>(n) - 1) / n;
-      for (int i = 0; i < n; ++i) {
-        const lockstep::Share share = lockstep::split_range(size, n, i);
-        EXPECT_EQ(share.begin, next) << "n=" << n << " size=" << size << " i=" << i;
-        const std::size_t want = size / n + (static_cast<std::size_t>(i) < size % n ? 1 : 0);
-        EXPECT_EQ(share.size(), want) << "n=" << n << " size=" << size << " i=" << i;
-        EXPECT_EQ(share.size() + share.padding, size == 0 ? 0 : longest);
-        next = share.end;
-      }
-      EXPECT_EQ(next, size);
-    }
-  }
-  EXPECT_THROW((void)lockstep::split_range(5, 0, 0), lockstep::ConfigError);
-  EXPECT_THROW((void)lockstep::split_range(5, 3, 3), lockstep::ConfigError);
-  EXPECT_THROW((void)lockstep::split_range(5, 3, -1), lockstep::ConfigError);
-}

@@ -1,0 +1,400 @@
+// lockstep-run's flags (options.hpp).
+#include "options.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/proc.hpp"
+#include "base/text.hpp"
+#include "gpu/devices.hpp"
+#include "job/job_config.hpp"
+#include "job/launch_env.hpp"
+#include "lockstep/version.hpp"
+#include "lockstep/wait_policy.hpp"
+#include "output.hpp"
+#include "placement.hpp"
+#include "waiting/waiter.hpp"
+
+namespace lockstep::run {
+
+namespace {
+
+std::vector<std::string> wait_policy_names() {
+  std::vector<std::string> names;
+  for (lockstep::WaitPolicy policy : lockstep::kWaitPolicies) {
+    names.emplace_back(lockstep::wait_policy_name(policy));
+  }
+  return names;
+}
+
+// --nproc-per-node and --nnodes, as given, into numbers; the exit status (2) when they are not.
+std::optional<int> resolve_sizes(Options& options) {
+  const std::string& text = options.nproc_text;
+  if (text == "gpu" || text == "auto") {
+    std::string why;
+    const int gpus = lockstep::detail::visible_device_count(why);
+    if (gpus > 0) {
+      options.nproc_per_node = gpus;
+    } else if (text == "gpu") {
+      say("--nproc-per-node gpu: no CUDA device is visible (" + why +
+          "); give a number of processes, or cpu");
+      return 2;
+    } else {
+      options.nproc_per_node = lockstep::detail::usable_cpus();
+    }
+  } else if (text == "cpu") {
+    options.nproc_per_node = lockstep::detail::usable_cpus();
+  } else if (auto n = number_in(text, 1, 4096)) {
+    options.nproc_per_node = *n;
+  } else {
+    say("--nproc-per-node " + text +
+        ": not a number of processes from 1 to 4096, nor auto, gpu or cpu");
+    return 2;
+  }
+  options.nproc_per_node = std::min(options.nproc_per_node, 4096);
+  if (options.nnodes_text.find(':') != std::string::npos) {
+    say("--nnodes " + options.nnodes_text +
+        ": elastic sizes (MIN:MAX) are not supported; a lockstep job has a fixed number of "
+        "nodes: give one number");
+    return 2;
+  }
+  if (auto n = number_in(options.nnodes_text, 1, 65536)) {
+    options.nnodes = *n;
+  } else {
+    say("--nnodes " + options.nnodes_text + ": not a number of nodes from 1 to 65536");
+    return 2;
+  }
+  return std::nullopt;
+}
+
+// torchrun's stream specification: "3" for every local rank, or "0:1,1:3" per local rank (the
+// others 0). Empty when malformed, having said why.
+std::optional<std::vector<int>> stream_spec(const std::string& flag, const std::string& text,
+                                            int nproc) {
+  std::vector<int> out(static_cast<std::size_t>(nproc), 0);
+  if (auto all = number_in(text, 0, 3)) {
+    std::fill(out.begin(), out.end(), *all);
+    return out;
+  }
+  for (const std::string& item : split(text, ',')) {
+    const std::size_t colon = item.find(':');
+    auto rank =
+        colon == std::string::npos ? std::nullopt : number_in(item.substr(0, colon), 0, nproc - 1);
+    auto value =
+        colon == std::string::npos ? std::nullopt : number_in(item.substr(colon + 1), 0, 3);
+    if (!rank || !value) {
+      std::string why = flag;
+      why += " " + text;
+      why += ": not 0-3 (0 none, 1 stdout, 2 stderr, 3 both) nor LOCAL_RANK:0-3,... with local ";
+      why += "ranks 0 to " + std::to_string(nproc - 1);
+      say(why);
+      return std::nullopt;
+    }
+    out[static_cast<std::size_t>(*rank)] = *value;
+  }
+  return out;
+}
+
+// --log-dir, --redirects, --tee and --local-ranks-filter, resolved per local rank.
+std::optional<int> resolve_logs(Options& options) {
+  const int n = options.nproc_per_node;
+  if (options.log_dir.empty() && (!options.redirects_text.empty() || !options.tee_text.empty())) {
+    say(std::string(options.redirects_text.empty() ? "--tee" : "--redirects") +
+        " needs --log-dir DIR (where the files go)");
+    return 2;
+  }
+  if (!options.redirects_text.empty()) {
+    auto spec = stream_spec("--redirects", options.redirects_text, n);
+    if (!spec) {
+      return 2;
+    }
+    options.redirects = *spec;
+  }
+  if (!options.tee_text.empty()) {
+    auto spec = stream_spec("--tee", options.tee_text, n);
+    if (!spec) {
+      return 2;
+    }
+    options.tee = *spec;
+  }
+  if (!options.log_dir.empty() && options.redirects_text.empty() && options.tee_text.empty()) {
+    options.tee.assign(static_cast<std::size_t>(n), 3);
+  }
+  if (!options.local_ranks_filter_text.empty()) {
+    options.shown.assign(static_cast<std::size_t>(n), false);
+    for (const std::string& item : split(options.local_ranks_filter_text, ',')) {
+      auto rank = number_in(item, 0, n - 1);
+      if (!rank) {
+        say("--local-ranks-filter " + options.local_ranks_filter_text +
+            ": not a list of local ranks from 0 to " + std::to_string(n - 1) + " such as 0,2");
+        return 2;
+      }
+      options.shown[static_cast<std::size_t>(*rank)] = true;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// `text` cut at each `separator`, every piece kept (empty ones too).
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> pieces;
+  std::size_t start = 0;
+  for (std::size_t end = text.find(separator); end != std::string::npos;
+       start = end + 1, end = text.find(separator, start)) {
+    pieces.push_back(text.substr(start, end - start));
+  }
+  pieces.push_back(text.substr(start));
+  return pieces;
+}
+
+// A whole number in [low, high] from `text`; the message when it is not one.
+std::optional<int> number_in(const std::string& text, int low, int high) {
+  auto value = lockstep::detail::parse_integer(text);
+  if (!value || *value < low || *value > high) {
+    return std::nullopt;
+  }
+  return static_cast<int>(*value);
+}
+
+// Whether `program` can be executed as execvp would find it; the reason when not.
+std::optional<std::string> cannot_execute(const std::string& program) {
+  auto check = [](const std::string& path) -> std::optional<std::string> {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      return lockstep::detail::error_text(errno);
+    }
+    if (S_ISDIR(st.st_mode)) {
+      return std::string("is a directory");
+    }
+    if (::access(path.c_str(), X_OK) != 0) {
+      return lockstep::detail::error_text(errno);
+    }
+    return std::nullopt;
+  };
+  if (program.find('/') != std::string::npos) {
+    return check(program);
+  }
+  const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe)
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (const std::string& dir : split(dirs, ':')) {
+    if (!check((dir.empty() ? "." : dir) + "/" + program)) {
+      return std::nullopt;
+    }
+  }
+
+  return std::string("not found in PATH");
+}
+
+// LOCKSTEP_JOB_ID as the launcher gives it: the job id, node 0's address and port (a random
+// job id, when none is given, is 24 characters).
+std::string launched_job_id(const Options& options) {
+  return (options.job_id.empty() ? std::string(24, 'x') : options.job_id) + "@" +
+         options.master_addr + ":" + std::to_string(options.master_port);
+}
+
+// The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
+// spellings too).
+void add_flags(CLI::App& app, Options& options, bool& cleanup) {
+  app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
+  app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_text,
+                 "Processes to start on this node: a number (1-4096), gpu (one per CUDA device "
+                 "visible; CUDA_VISIBLE_DEVICES applies), cpu (one per usable CPU) or auto (gpu "
+                 "where there is a GPU, else cpu)")
+      ->capture_default_str();
+  app.add_option("--nnodes", options.nnodes_text, "Nodes in the job (1-65536)")
+      ->capture_default_str();
+  app.add_option("--node-rank,--node_rank", options.node_rank,
+                 "Index of this node in the job (0 to --nnodes - 1)")
+      ->capture_default_str();
+  app.add_option("--master-addr,--master_addr", options.master_addr,
+                 "Address of node 0 (part of the job's identity)")
+      ->capture_default_str();
+  app.add_option("--master-port,--master_port", options.master_port,
+                 "Port on node 0 (part of the job's identity)")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--job-id,--job_id,--rdzv-id,--rdzv_id", options.job_id,
+                 "Job identity (default: random on one node, so two jobs never meet; "
+                 "'lockstep-run' across nodes, where every node must give the same)");
+  app.add_flag("--tag-output,--tag_output", options.tag_output,
+               "Prefix every line a process prints with \"[rank N] \"");
+  app.add_option("--grace-period,--grace_period", options.grace_period,
+                 "Seconds between SIGTERM and SIGKILL when stopping the job")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            // NaN passes every range check (each comparison is false): refused first.
+            double value = 0;
+            return CLI::detail::lexical_cast(text, value) && std::isfinite(value)
+                       ? std::string()
+                       : "--grace-period " + text + ": not a number of seconds from 0 to 3600";
+          },
+          "SECONDS"))
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--wait-policy,--wait_policy", options.wait_policy,
+                 "Barrier wait policy for the processes (sets LOCKSTEP_WAIT_POLICY)")
+      ->check(CLI::IsMember(wait_policy_names()));
+  app.add_option("--backend", options.backend,
+                 "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
+                 "the first built)")
+      ->check(CLI::IsMember(lockstep::detail::known_backends()));
+  app.add_flag("--standalone", options.standalone,
+               "One node, on a free port of 127.0.0.1 (unless --master-port is given)");
+  app.add_flag("-m,--module", options.module,
+               "The program is a Python module: run python3 -u -m MODULE [ARGS...]");
+  app.add_flag("--no-python,--no_python", options.no_python,
+               "Run the program as it is, even a .py file (by default a program whose name ends "
+               "in .py runs as python3 -u PROGRAM, as under torchrun)");
+  app.add_option("--log-dir,--log_dir", options.log_dir,
+                 "Write each process's output to DIR/run-<time>-<id>/rank<N>.stdout and "
+                 ".stderr (owner-only); with neither --redirects nor --tee, as --tee 3");
+  app.add_option("-r,--redirects", options.redirects_text,
+                 "Streams that go to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or "
+                 "per local rank as 0:1,1:3 (needs --log-dir)");
+  app.add_option("-t,--tee", options.tee_text,
+                 "Streams that go to the log files and the console, as --redirects");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", options.local_ranks_filter_text,
+                 "Local ranks whose output the console shows, as 0,2 (all by default; the log "
+                 "files get everything)");
+  app.add_option("--cpu-bind,--cpu_bind", options.cpu_bind,
+                 "Bind each process to CPUs: none; core (local rank r on the r-th CPU it may "
+                 "use); numa (on the CPUs of NUMA node r mod nodes); gpu (on the CPUs of its "
+                 "GPU's NUMA node)")
+      ->capture_default_str();
+  app.add_flag("--dry-run,--dry_run", options.dry_run,
+               "Print each process's command and environment, one line per process, and exit "
+               "without starting anything");
+  app.add_flag("--cleanup", cleanup,
+               "Remove this user's lockstep shared-memory segments whose processes are all gone "
+               "(also those of other lockstep versions that no process maps), list them, and "
+               "exit; no program is run");
+  app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
+}
+
+// torchrun's flags that lockstep-run does not have, and what to do instead.
+std::optional<std::string> torchrun_flag(const std::string& arg) {
+  std::string flag = arg.substr(0, arg.find('='));
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  if (flag == "--max-restarts" || flag == "--monitor-interval") {
+    return "lockstep-run does not restart failed processes (torchrun's elastic restarts): a "
+           "failed process stops the job, and its status is the launcher's; rerun the job, or "
+           "launch with torchrun itself (lockstep reads torchrun's variables)";
+  }
+  if (flag.starts_with("--rdzv-")) {
+    return "lockstep-run has no rendezvous backend: give every node the same --nnodes, "
+           "--master-addr, --master-port and --job-id, and each its own --node-rank";
+  }
+  if (flag == "--logs-specs") {
+    return "lockstep-run's logs are --log-dir, --redirects, --tee and --local-ranks-filter";
+  }
+  if (flag == "--run-path") {
+    return "lockstep-run starts a process per rank: give the script as the program (a .py file "
+           "runs with python3 -u), or -m MODULE";
+  }
+  if (flag == "--start-method" || flag == "--role" || flag == "--local-addr" ||
+      flag == "--max-nodes" || flag == "--min-nodes") {
+    return "this torchrun option has no counterpart in lockstep-run (see lockstep-run --help)";
+  }
+  return std::nullopt;
+}
+
+// torchrun's habits (see Options): the program as Python runs it, and --standalone's port. An
+// exit status when the flags contradict each other.
+std::optional<int> as_torchrun_would(const CLI::App& app, Options& options) {
+  if (options.module && options.no_python) {
+    say("-m runs a Python module and --no-python runs no Python: give one of them");
+    return 2;
+  }
+  if (options.standalone && options.nnodes_text != "1") {
+    say("--standalone is a job of one node: leave out --nnodes " + options.nnodes_text);
+    return 2;
+  }
+  if (options.command.empty()) {
+    return std::nullopt;  // check_options says what is missing
+  }
+  if (options.module) {
+    options.command.insert(options.command.begin(), {"python3", "-u", "-m"});
+  } else if (!options.no_python && options.command.front().ends_with(".py")) {
+    options.command.insert(options.command.begin(), {"python3", "-u"});
+  }
+  if (options.standalone && app.count("--master-port") == 0) {
+    const int port = lockstep::detail::free_port();
+    if (port == 0) {
+      say("--standalone: no free port on 127.0.0.1");
+      return 1;
+    }
+    options.master_port = port;
+  }
+  return std::nullopt;
+}
+
+// Refuses options that parse but do not make a job: the exit status (2), having said why.
+std::optional<int> check_options(const CLI::App& app, Options& options) {
+  if (options.command.empty()) {
+    say("no program given (usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...])");
+    return 2;
+  }
+  if (app.count("--job-id") > 0 && options.job_id.empty()) {
+    say("--job-id must not be empty");
+    return 2;
+  }
+  // The identity ("job=<id>@<addr>:<port>") must fit the segment's record of it.
+  if (std::size_t identity = lockstep::detail::job_identity(launched_job_id(options)).size();
+      identity > lockstep::detail::kMaxIdentity) {
+    say("--job-id is " + std::to_string(options.job_id.size()) +
+        " characters long: with --master-addr and --master-port the job's identity is " +
+        std::to_string(identity) + " characters, and at most " +
+        std::to_string(lockstep::detail::kMaxIdentity) + " fit");
+    return 2;
+  }
+  if (options.master_addr.empty()) {
+    say("--master-addr must not be empty");
+    return 2;
+  }
+  if (auto refused = resolve_sizes(options)) {
+    return refused;
+  }
+  if (auto refused = resolve_logs(options)) {
+    return refused;
+  }
+  if (auto refused = resolve_cpu_bind(options)) {
+    return refused;
+  }
+  if (options.node_rank < 0) {
+    say("--node-rank " + std::to_string(options.node_rank) + " must be 0 or more (and below " +
+        "--nnodes " + std::to_string(options.nnodes) + ")");
+    return 2;
+  }
+  if (options.node_rank >= options.nnodes) {
+    say("--node-rank " + std::to_string(options.node_rank) + " must be below --nnodes " +
+        std::to_string(options.nnodes));
+    return 2;
+  }
+  if (options.nnodes > 1 && lockstep::detail::built_backends().empty()) {
+    say("--nnodes " + std::to_string(options.nnodes) +
+        ": a multi-node job needs a cross-node backend, and this build of lockstep has none "
+        "(rebuild with UCX: install libucx-dev and configure with -Ducx=enabled)");
+    return 2;
+  }
+  if (!options.backend.empty()) {
+    auto built = lockstep::detail::built_backends();
+    if (std::find(built.begin(), built.end(), options.backend) == built.end()) {
+      say("--backend " + options.backend + ": this build of lockstep has no such backend");
+      return 2;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace lockstep::run

@@ -1,0 +1,35 @@
+// The ranks' output as the launcher relays it (tagging, log files, filtering, a failure's last
+// lines) and the launcher's own messages.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <deque>
+#include <string>
+
+namespace lockstep::run {
+
+// How many of a failed process's last lines the launcher repeats when they went to a file only.
+constexpr std::size_t kTailLines = 10;
+// A line longer than this is relayed in pieces as it comes (tagged once), not held whole.
+constexpr std::size_t kMaxHeldLine = std::size_t{64} * 1024;
+
+// A child's stdout or stderr, when the launcher relays it (tagging, logs, filtering) rather than
+// letting the child write to the launcher's own.
+struct Stream {
+  int fd = -1;
+  int out = STDOUT_FILENO;  // the console stream it goes to, when `console`
+  bool console = true;
+  int file = -1;  // its log file, or -1
+  std::string pending;
+  bool mid_line = false;           // the last piece relayed ended inside a line (see kMaxHeldLine)
+  std::deque<std::string> recent;  // its last kTailLines lines (for a failure's report)
+};
+
+// Writes all of `text`; 0, or the errno of the write that failed.
+int write_all(int fd, const std::string& text);
+
+void say(const std::string& text);
+
+}  // namespace lockstep::run

@@ -431,6 +431,9 @@ TEST(FakeGpu, AForkedChildLeavesTheWatchdogAlone) {
     }
     RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
     RANK_CHECK(!state.gpu_barrier_released());
+    // Nobody leaves before every process has checked: a process that leaves releases the
+    // others' streams, as it must (the check above once raced a peer's exit).
+    state.wait_for_everyone();
   });
   EXPECT_EQ(failures(ends), "");
   EXPECT_EQ(shared->early.load(), 0);

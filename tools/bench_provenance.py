@@ -1,0 +1,79 @@
+"""Where a published figure comes from, for tools/bench-report and tools/bench-crossnode: the
+date, the commit, whether the tree was dirty, the command and the machine; a folder per run and
+its line in bench/results/INDEX.md."""
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/etc/os-release") as f:
+            os_name = next((l.split("=", 1)[1].strip().strip('"') for l in f
+                            if l.startswith("PRETTY_NAME=")), "Linux")
+    except OSError:
+        os_name = "Linux"
+    return f"{os.cpu_count()} vCPUs ({model}), {os_name}, kernel {platform.release()}"
+
+
+def provenance():
+    """Where a run's figures come from: the date (UTC), the commit, whether the tree had
+    uncommitted changes, the command, the machine."""
+    def git(*argv):
+        try:
+            return subprocess.run(["git", "-C", ROOT, *argv], check=True, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+    commit = git("rev-parse", "--short=12", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+            "commit": commit or "unknown (not a git checkout)",
+            "dirty": bool(status), "machine": machine(),
+            "command": " ".join([f"tools/{os.path.basename(sys.argv[0])}"]
+                                + [shlex.quote(a) for a in sys.argv[1:]])}
+
+
+def measured_by(prov):
+    """The first words of every published block."""
+    dirty = " with uncommitted changes" if prov["dirty"] else ""
+    return (f"Measured by `{prov['command']}` on {prov['date']} at commit "
+            f"{prov['commit']}{dirty}: {prov['machine']}")
+
+
+def prepare_output(args, prov, tool="bench-report", suffix=""):
+    """The run's own folder (args.out when given), and a line for it in bench/results/INDEX.md.
+    Refuses to publish (args.update_readme) from a dirty tree unless args.allow_dirty."""
+    if args.update_readme and prov["dirty"] and not args.allow_dirty:
+        sys.exit(f"{tool}: --update-readme publishes figures, and this tree has uncommitted "
+                 "changes (git status): commit them first, or pass --allow-dirty, which says so "
+                 "in every published block")
+    if not args.out:
+        args.out = os.path.join(RESULTS, "runs",
+                                f"{prov['date']}-{prov['commit'].split()[0]}"
+                                + ("-dirty" if prov["dirty"] else "") + suffix)
+    os.makedirs(os.path.join(args.out, "raw"), exist_ok=True)
+    index = os.path.join(RESULTS, "INDEX.md")
+    if os.path.exists(index) and os.path.realpath(args.out).startswith(
+            os.path.realpath(RESULTS) + os.sep):
+        with open(index, "a") as f:
+            f.write(f"| {prov['date']} | {prov['commit']}{' (dirty)' if prov['dirty'] else ''} | "
+                    f"{prov['machine']} | `{prov['command']}` | "
+                    f"{os.path.relpath(args.out, os.path.dirname(index))} |\n")
+
+

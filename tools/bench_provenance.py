@@ -57,23 +57,29 @@ def measured_by(prov):
 
 
 def prepare_output(args, prov, tool="bench-report", suffix=""):
-    """The run's own folder (args.out when given), and a line for it in bench/results/INDEX.md.
-    Refuses to publish (args.update_readme) from a dirty tree unless args.allow_dirty."""
-    if args.update_readme and prov["dirty"] and not args.allow_dirty:
-        sys.exit(f"{tool}: --update-readme publishes figures, and this tree has uncommitted "
-                 "changes (git status): commit them first, or pass --allow-dirty, which says so "
-                 "in every published block")
+    """The run's own folder (args.out when given). A run that is published (args.publish) goes
+    into bench/results/runs/ with a line in bench/results/INDEX.md, and is refused from a dirty
+    tree unless args.allow_dirty; any other stays outside the source tree."""
+    name = f"{prov['date']}-{prov['commit'].split()[0]}" + ("-dirty" if prov["dirty"] else "")
+    if args.publish and prov["dirty"] and not args.allow_dirty:
+        sys.exit(f"{tool}: --publish publishes figures, and this tree has uncommitted changes "
+                 "(git status): commit them first, or pass --allow-dirty, which says so in "
+                 "every published block")
     if not args.out:
-        args.out = os.path.join(RESULTS, "runs",
-                                f"{prov['date']}-{prov['commit'].split()[0]}"
-                                + ("-dirty" if prov["dirty"] else "") + suffix)
+        if args.publish:
+            args.out = os.path.join(RESULTS, "runs", name + suffix)
+        else:
+            cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+                os.path.expanduser("~"), ".cache")
+            args.out = os.path.join(cache, "lockstep", "bench", name + suffix)
     os.makedirs(os.path.join(args.out, "raw"), exist_ok=True)
     index = os.path.join(RESULTS, "INDEX.md")
-    if os.path.exists(index) and os.path.realpath(args.out).startswith(
+    if args.publish and os.path.exists(index) and os.path.realpath(args.out).startswith(
             os.path.realpath(RESULTS) + os.sep):
         with open(index, "a") as f:
             f.write(f"| {prov['date']} | {prov['commit']}{' (dirty)' if prov['dirty'] else ''} | "
                     f"{prov['machine']} | `{prov['command']}` | "
                     f"{os.path.relpath(args.out, os.path.dirname(index))} |\n")
+
 
 

@@ -248,6 +248,40 @@ TEST(Interrupt, AWaitGivesUpAndIsMadeAgain) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// A signal while the first State waits for the node's other processes ends the join at once
+// (InterruptedError naming the join), not at the join timeout.
+TEST(Interrupt, AJoinGivesUp) {
+  Job job = Job::of(2);
+  job.env["LOCKSTEP_JOIN_TIMEOUT"] = "10";
+  auto ends = run_ranks(job, [](int rank) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      return;  // never joins
+    }
+    RANK_CHECK(::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) == 0);
+    struct sigaction action {};
+    action.sa_handler = write_interrupt;
+    RANK_CHECK(::sigaction(SIGUSR1, &action, nullptr) == 0);
+    RANK_CHECK(lockstep_set_interrupt_fd(interrupt_pipe[0]) == -1);
+    const pthread_t joiner = ::pthread_self();
+    std::thread signaller([joiner] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ::pthread_kill(joiner, SIGUSR1);
+    });
+    const auto start = Clock::now();
+    try {
+      lockstep::State state;
+      RANK_CHECK(false);
+    } catch (const lockstep::InterruptedError& error) {
+      RANK_CHECK(contains(error.what(), "joining the job"));
+      RANK_CHECK(Clock::now() - start < std::chrono::milliseconds(1500));
+    }
+    signaller.join();
+    RANK_CHECK(lockstep_set_interrupt_fd(-1) == interrupt_pipe[0]);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 TEST(JoinTimeout, NamesTheLocalProcessesThatNeverJoined) {
   Job job = Job::of(3);
   job.env["LOCKSTEP_JOIN_TIMEOUT"] = "0.5";

@@ -612,39 +612,69 @@ int NodeSegment::claim_slot(SegmentHeader& header, const JobConfig& config) {
   return mine;
 }
 
-void NodeSegment::await_peers(const JobConfig& config, Clock::time_point deadline) {
-  // Rendezvous: every process of the node must claim its slot before anyone proceeds.
-  const auto local_size = static_cast<std::uint32_t>(num_slots_);
-  for (;;) {
-    const std::uint32_t joined = header_->joined.value.load(std::memory_order_acquire);
-    if (joined >= local_size) {
-      return;
+// The node's rendezvous as a place to wait (waiting/waiter.hpp): done when every process of the
+// node has claimed its slot; the check names a peer that died meanwhile.
+class NodeSegment::JoinSite : public WaitSite {
+ public:
+  explicit JoinSite(NodeSegment& segment) noexcept
+      : segment_(segment), local_size_(static_cast<std::uint32_t>(segment.num_slots_)) {}
+  [[nodiscard]] bool done() const noexcept { return joined() >= local_size_; }
+  void block(std::chrono::nanoseconds limit) noexcept {
+    // futex_wait sleeps only while the count is still the one read here: a join after the read
+    // changes it, and the call returns at once.
+    const std::uint32_t seen = joined();
+    if (seen < local_size_) {
+      futex_wait(segment_.header_->joined.value, seen, limit);
     }
-    auto lost = recorded_lost();
-    if (!lost) {
-      // A peer that left while joining gave up (its own join timed out a moment before ours,
-      // or it saw a dead peer): only the dead count here, and the timeout below names the
-      // processes that never came.
-      lost = find_lost([&](int slot) { return status_of(slots_[slot]) != SlotStatus::joined; });
-    }
-    if (lost && header_->joined.value.load(std::memory_order_acquire) >= local_size) {
-      return;  // everyone joined meanwhile; the peer finished joining, then left or died
-    }
-    if (lost) {
-      lost = mark_lost(*lost);
-      throw PeerLostError("lockstep: joining the job: " + describe(lost->slot) + " " +
-                              lockstep::detail::describe(lost->how) +
-                              " while the node's processes joined",
-                          slots_[lost->slot].rank.load());
-    }
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      throw_join_timeout(config, joined);
-    }
-    check_interrupt("lockstep: joining the job (waiting for the node's processes)");
-    futex_wait(header_->joined.value, joined,
-               std::min<Clock::duration>(kPollInterval, deadline - now));
   }
+  // Throws PeerLostError for a peer that died (or left) before the node had joined; true when
+  // everyone joined after all.
+  [[nodiscard]] bool check() { return segment_.check_joining(local_size_); }
+
+ private:
+  [[nodiscard]] std::uint32_t joined() const noexcept {
+    return segment_.header_->joined.value.load(std::memory_order_acquire);
+  }
+  NodeSegment& segment_;
+  std::uint32_t local_size_;
+};
+
+bool NodeSegment::check_joining(std::uint32_t local_size) {
+  auto lost = recorded_lost();
+  if (!lost) {
+    // A peer that left while joining gave up (its own join timed out a moment before ours, or
+    // it saw a dead peer): only the dead count here, and the timeout names the processes that
+    // never came.
+    lost = find_lost([&](int slot) { return status_of(slots_[slot]) != SlotStatus::joined; });
+  }
+  if (!lost) {
+    return false;
+  }
+  if (header_->joined.value.load(std::memory_order_acquire) >= local_size) {
+    return true;  // everyone joined meanwhile; the peer finished joining, then left or died
+  }
+  lost = mark_lost(*lost);
+  throw PeerLostError("lockstep: joining the job: " + describe(lost->slot) + " " +
+                          lockstep::detail::describe(lost->how) +
+                          " while the node's processes joined",
+                      slots_[lost->slot].rank.load());
+}
+
+void NodeSegment::await_peers(const JobConfig& config, Clock::time_point deadline) {
+  // Rendezvous: every process of the node must claim its slot before anyone proceeds. Joining
+  // waits for processes that are still starting (milliseconds to seconds): it blocks at once.
+  JoinSite site(*this);
+  Waiter waiter(WaitPolicy::block, WaitShape{num_slots_, 1});
+  switch (waiter.wait(site, deadline, kPollInterval)) {
+    case Waiter::End::done:
+      return;
+    case Waiter::End::timed_out:
+      throw_join_timeout(config, header_->joined.value.load(std::memory_order_acquire));
+    case Waiter::End::interrupted:
+      break;
+  }
+  throw InterruptedError(
+      "lockstep: joining the job (waiting for the node's processes): interrupted by a signal");
 }
 
 void NodeSegment::throw_join_timeout(const JobConfig& config, std::uint32_t joined) const {

@@ -131,6 +131,10 @@ class NodeSegment {
   static int claim_slot(SegmentHeader& header, const JobConfig& config);
   // Waits until every process of the node has claimed its slot.
   void await_peers(const JobConfig& config, Clock::time_point deadline);
+  class JoinSite;  // the rendezvous as a Waiter's site (segment.cpp)
+  // The join's check: PeerLostError for a peer lost before the node joined; true when every
+  // process joined after all.
+  bool check_joining(std::uint32_t local_size);
   [[noreturn]] void throw_join_timeout(const JobConfig& config, std::uint32_t joined) const;
   // The local index and the node's leader.
   void elect(const JobConfig& config);

@@ -286,6 +286,6 @@ class PartialState:
         return _split(inputs, self.num_processes, self.process_index, apply_padding)
 
     def print(self, *args, **kwargs):
-        """print() on the main process only."""
-        if self.is_main_process:
+        """print() once per machine, on its local main process (as Accelerate's)."""
+        if self.is_local_main_process:
             builtins.print(*args, **kwargs)

@@ -380,6 +380,16 @@ TEST_P(MultiNode, TwoNodesAgreeOverManyRounds) {
   for (const auto& node : nodes_) {
     EXPECT_EQ(node.code(), 0) << all_output();
   }
+  // State::print: once per machine, as Accelerate's (issue 23: it printed once per job).
+  for (int node = 0; node < 2; ++node) {
+    const std::string line = "PRINTED once by node " + std::to_string(node) + "\n";
+    const std::string& out = nodes_[node].output();
+    std::size_t count = 0;
+    for (auto at = out.find(line); at != std::string::npos; at = out.find(line, at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1U) << "node " << node << ":\n" << out;
+  }
   auto ends = results();
   ASSERT_EQ(ends.size(), 4U) << all_output();
   for (const auto& [rank, text] : ends) {

@@ -98,6 +98,7 @@ int rounds(lockstep::State& state, Shared& shared, int rounds) {
       }
     }
   }
+  state.print("PRINTED once by node ", state.node_index());  // once per machine
   std::cout << "RESULT rounds " << rounds << " early " << early << std::endl;
   CHECK(early == 0);
   return 0;

@@ -257,11 +257,12 @@ class LOCKSTEP_API State {
     return out;
   }
 
-  // Writes `args` (each as `std::cout << arg`, then a newline) on the main process only, and
-  // flushes; nothing elsewhere. For messages from the other processes, use std::cout as usual.
+  // Writes `args` (each as `std::cout << arg`, then a newline) once per machine, on its local
+  // main process, and flushes; nothing elsewhere (as Accelerate's print). For messages from
+  // the other processes, use std::cout as usual; for once per job, on_main_process.
   template <class... Args>
   void print(const Args&... args) const {
-    if (is_main_process()) {
+    if (is_local_main_process()) {
       (std::cout << ... << args) << std::endl;
     }
   }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,7 @@ struct Result {
   std::string out;
   std::string err;
   double seconds = 0;
+  double first_return_seconds = -1;  // when a '\r' first reached stdout
   [[nodiscard]] int code() const {
     if (WIFEXITED(status)) {
       return WEXITSTATUS(status);
@@ -96,6 +98,11 @@ Result run(const std::vector<std::string>& args, int signal_to_send = 0,
           --open_streams;
         } else {
           (i == 0 ? result.out : result.err).append(buffer, static_cast<std::size_t>(n));
+          if (i == 0 && result.first_return_seconds < 0 &&
+              std::memchr(buffer, '\r', static_cast<std::size_t>(n)) != nullptr) {
+            result.first_return_seconds =
+                std::chrono::duration<double>(Clock::now() - start).count();
+          }
         }
       }
     }
@@ -144,6 +151,17 @@ TEST(Launcher, TheExampleWithoutAResultFileWritesNothingWhereItRuns) {
   }
   EXPECT_TRUE(left.empty()) << left.front();
   std::filesystem::remove_all(dir);
+}
+
+// Issue 23: a progress bar (text, then '\r', redrawn in place) reached the terminal only at the
+// next newline when the launcher relays the output (--tag-output, --log-dir, --tee).
+TEST(Launcher, AProgressBarIsRelayedAsItIsDrawn) {
+  const std::string script = "printf 'step 1\\r'; sleep 2; printf 'step 2\\r'; printf 'done\\r\\n'";
+  auto result = run({tool("LOCKSTEP_RUN"), "--tag-output", "/bin/sh", "-c", script});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  EXPECT_EQ(result.out, "[rank 0] step 1\r[rank 0] step 2\r[rank 0] done\r\n");
+  EXPECT_GE(result.first_return_seconds, 0);
+  EXPECT_LT(result.first_return_seconds, 1.5) << "the first frame waited for the newline";
 }
 
 TEST(Launcher, GivesEachProcessTorchrunsVariables) {

@@ -93,11 +93,13 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
   const std::string tag = options_.tag_output ? "[rank " + std::to_string(rank) + "] " : "";
   std::string out;
   std::string raw;
-  auto take = [&](const std::string& piece) {  // a line with its newline, or a long line's piece
+  // A line with its newline; a line redrawn in place (a progress bar: text, then '\r'), which
+  // the next piece overwrites, tag included; or a long line's piece.
+  auto take = [&](const std::string& piece) {
     out += (stream.mid_line ? "" : tag) + piece;
     raw += piece;
-    stream.mid_line = piece.back() != '\n';
-    if (!stream.mid_line) {
+    stream.mid_line = piece.back() != '\n' && piece.back() != '\r';
+    if (piece.back() == '\n') {
       stream.recent.push_back(piece);
       if (stream.recent.size() > kTailLines) {
         stream.recent.pop_front();
@@ -105,9 +107,13 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
     }
   };
   std::size_t start = 0;
-  for (std::size_t nl = stream.pending.find('\n'); nl != std::string::npos;
-       start = nl + 1, nl = stream.pending.find('\n', start)) {
-    take(stream.pending.substr(start, nl + 1 - start));
+  for (std::size_t end = stream.pending.find_first_of("\r\n"); end != std::string::npos;
+       start = end + 1, end = stream.pending.find_first_of("\r\n", start)) {
+    if (stream.pending[end] == '\r' && end + 1 < stream.pending.size() &&
+        stream.pending[end + 1] == '\n') {
+      ++end;  // "\r\n" ends one line
+    }
+    take(stream.pending.substr(start, end + 1 - start));
   }
   stream.pending.erase(0, start);
   if (flush_all && !stream.pending.empty()) {

@@ -282,6 +282,53 @@ TEST(Interrupt, AJoinGivesUp) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Issue 23: a wait that lasts says so (LOCKSTEP_STALL_WARNING), naming who it waits for, then
+// again after twice as long; a wait that does not last says nothing. Here 0.3 s: a join that
+// waits for a process starting 1 s late says it at 0.3 s and 0.9 s, a barrier that waits 1.6 s
+// for process 2 says it at 0.3 s and 0.9 s; process 2 itself never waits long.
+TEST(Stall, AWaitThatLastsSaysWhoItWaitsFor) {
+  Job job = Job::of(3);
+  job.env["LOCKSTEP_STALL_WARNING"] = "0.3";
+  const std::string base = "/tmp/lockstep-stall-" + std::to_string(::getpid()) + "-";
+  auto ends = run_ranks(job, [&](int rank) {
+    const std::string path = base + std::to_string(rank);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    RANK_CHECK(fd >= 0 && ::dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    }
+    lockstep::State state;
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+    }
+    state.wait_for_everyone();
+    state.wait_for_everyone();  // a short wait: nothing said
+  });
+  EXPECT_EQ(failures(ends), "");
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ifstream file(base + std::to_string(rank));
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    ::unlink((base + std::to_string(rank)).c_str());
+    auto count = [&](const std::string& part) {
+      int n = 0;
+      for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
+        ++n;
+      }
+      return n;
+    };
+    if (rank == 2) {
+      EXPECT_EQ(text, "") << "process 2 never waited long";
+      continue;
+    }
+    EXPECT_EQ(count("joining the job has waited "), 2) << text;
+    EXPECT_EQ(count("for 1 of the node's 3 processes to start"), 2) << text;
+    EXPECT_EQ(count("wait_for_everyone has waited "), 2) << text;
+    EXPECT_EQ(count("for process 2 of 3 (pid "), 2) << text;
+    EXPECT_EQ(count("; still waiting"), 4) << text;
+    EXPECT_EQ(count("lockstep ["), 4) << text;  // one line each, and nothing else
+  }
+}
+
 TEST(JoinTimeout, NamesTheLocalProcessesThatNeverJoined) {
   Job job = Job::of(3);
   job.env["LOCKSTEP_JOIN_TIMEOUT"] = "0.5";

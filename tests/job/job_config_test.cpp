@@ -300,6 +300,19 @@ TEST(Environment, JoinTimeoutVariable) {
   }
 }
 
+// LOCKSTEP_STALL_WARNING: seconds as LOCKSTEP_JOIN_TIMEOUT's, and 0 turns it off; 60 s unset.
+TEST(Environment, StallWarningVariable) {
+  EXPECT_EQ(read({}).stall_warning.count(), 60000);
+  EXPECT_EQ(read({{"LOCKSTEP_STALL_WARNING", "0"}}).stall_warning.count(), 0);
+  EXPECT_EQ(read({{"LOCKSTEP_STALL_WARNING", "2.5"}}).stall_warning.count(), 2500);
+  for (const char* bad : {"-1", "off", "", " 5", "1e3", "0.0001", "10000001"}) {
+    auto message = config_error({{"LOCKSTEP_STALL_WARNING", bad}});
+    EXPECT_NE(message.find("LOCKSTEP_STALL_WARNING=\"" + std::string(bad) + "\""),
+              std::string::npos)
+        << message;
+  }
+}
+
 TEST(Environment, TooManyProcessesOnANodeAreRefused) {
   // Issue 12: WORLD_SIZE=1000000 laid out a 512 MB segment (SIGBUS on a small /dev/shm).
   auto message = config_error(torchrun(0, 1000000, 0, 1000000, 0));

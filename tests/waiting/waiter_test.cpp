@@ -407,6 +407,33 @@ TEST(Waiter, DeadlineEndsTheWaitAfterALastCheck) {
   EXPECT_EQ(site.checks, 4) << "at 100, 200, 300 ms and at the deadline";
 }
 
+// The stall warning (issue 23): a wait that lasts calls stalled() after the warning's time,
+// then after twice as long each time (1 s, then 2 s, then 4 s later); none while it is off.
+TEST(Waiter, AWaitThatLastsSaysSoAtGrowingIntervals) {
+  struct StallSite : FakeSite {
+    using FakeSite::FakeSite;
+    void stalled(nanoseconds waited) noexcept { said.push_back(waited); }
+    std::vector<nanoseconds> said;
+  };
+  FakeMachine machine;
+  Waiter waiter(WaitPolicy::block, {2, 2, false}, machine);
+  const nanoseconds before = lockstep::detail::set_stall_warning(std::chrono::seconds(1));
+  StallSite site(machine);
+  site.ready_at = machine.clock + std::chrono::milliseconds(7500);
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  ASSERT_EQ(site.said.size(), 3U);
+  const std::vector<double> expected = {1, 3, 7};
+  for (std::size_t i = 0; i < site.said.size(); ++i) {
+    EXPECT_NEAR(std::chrono::duration<double>(site.said[i]).count(), expected[i], 0.11) << i;
+  }
+  (void)lockstep::detail::set_stall_warning(nanoseconds(0));
+  StallSite quiet(machine);
+  quiet.ready_at = machine.clock + std::chrono::seconds(5);
+  EXPECT_EQ(waiter.wait(quiet, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_TRUE(quiet.said.empty());
+  (void)lockstep::detail::set_stall_warning(before);
+}
+
 TEST(Waiter, ACheckThatThrowsEndsTheWait) {
   FakeMachine machine;
   Waiter waiter(WaitPolicy::block, {2, 2, false}, machine);

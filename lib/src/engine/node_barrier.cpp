@@ -225,6 +225,9 @@ class NodeBarrier::Site : public WaitSite {
   void block(std::chrono::nanoseconds limit) noexcept { barrier_.sleep(target_, limit); }
   [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
+  void stalled(std::chrono::nanoseconds waited) const noexcept {
+    barrier_.report_stall(what_, waited);
+  }
 
  private:
   NodeBarrier& barrier_;
@@ -276,6 +279,23 @@ int NodeBarrier::peers_asleep() const noexcept {
     }
   }
   return asleep;
+}
+
+void NodeBarrier::report_stall(const char* what, std::chrono::nanoseconds waited) const noexcept {
+  std::vector<int> late;
+  try {
+    for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+      if (slot != segment_.my_slot() && !came(slot)) {
+        late.push_back(slot);
+      }
+    }
+  } catch (...) {
+    return;
+  }
+  segment_.report_stall(what, waited, late,
+                        leader_ ? "the other machines (this machine's processes have all arrived)"
+                                : "this machine's main process to come back from the other "
+                                  "machines (this machine's processes have all arrived)");
 }
 
 bool NodeBarrier::check_peers(std::uint64_t target, const char* what) {

@@ -93,6 +93,8 @@ class NodeBarrier {
   // Throws PeerLostError if a peer that has not arrived is gone; returns true if the count
   // reached `target` meanwhile.
   [[nodiscard]] bool check_peers(std::uint64_t target, const char* what);
+  // The stall line of a wait that lasts (the site's stalled(): who has not arrived).
+  void report_stall(const char* what, std::chrono::nanoseconds waited) const noexcept;
 
   NodeSegment& segment_;
   Waiter& waiter_;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/fault_points.hpp"
+#include "base/log.hpp"
 #include "base/proc.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/version.hpp"
@@ -630,6 +631,22 @@ class NodeSegment::JoinSite : public WaitSite {
   // Throws PeerLostError for a peer that died (or left) before the node had joined; true when
   // everyone joined after all.
   [[nodiscard]] bool check() { return segment_.check_joining(local_size_); }
+  void stalled(std::chrono::nanoseconds waited) const noexcept {
+    std::vector<int> missing;
+    try {
+      for (int slot = 0; slot < segment_.num_slots_; ++slot) {
+        if (status_of(segment_.slots_[slot]) == SlotStatus::empty) {
+          missing.push_back(slot);
+        }
+      }
+    } catch (...) {
+      return;
+    }
+    segment_.report_stall("joining the job", waited, {},
+                          std::to_string(missing.size()) + " of the node's " +
+                              std::to_string(segment_.num_slots_) + " processes to start (" +
+                              std::to_string(joined()) + " have joined)");
+  }
 
  private:
   [[nodiscard]] std::uint32_t joined() const noexcept {
@@ -787,6 +804,31 @@ std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
     return LostPeer{slot, status_of(peer) == SlotStatus::left ? LostHow::left : LostHow::died};
   }
   return std::nullopt;
+}
+
+void NodeSegment::report_stall(const char* what, std::chrono::nanoseconds waited,
+                               const std::vector<int>& slots,
+                               const std::string& instead) const noexcept {
+  try {
+    char host[256] = "this machine";
+    (void)::gethostname(host, sizeof host - 1);
+    const double seconds = std::chrono::duration<double>(waited).count();
+    char amount[32];
+    (void)std::snprintf(amount, sizeof amount, seconds < 10 ? "%.1f" : "%.0f", seconds);
+    std::string text = std::string(what) + " has waited " + amount + " s for ";
+    if (slots.empty()) {
+      text += instead;
+    } else {
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        text += (i == 0 ? "" : ", ") + describe(slots[i]);
+      }
+      text += " on " + std::string(host);
+    }
+    const int rank = slots_[my_slot_].rank.load(std::memory_order_relaxed);
+    log_line(rank, text + "; still waiting (LOCKSTEP_STALL_WARNING sets when this is said)");
+  } catch (...) {
+    // Out of memory for a diagnostic: the wait goes on without it.
+  }
 }
 
 std::string NodeSegment::describe(int slot) const {

@@ -384,9 +384,10 @@ JobConfig read_shape(const std::vector<Family>& families) {
   return JobConfig{};
 }
 
-// LOCKSTEP_JOIN_TIMEOUT: decimal seconds only ("30", "2.5"): no sign, spaces, exponent or
-// hexadecimal; from a millisecond to 10^7 s.
-std::chrono::milliseconds join_timeout_of(const Var& timeout) {
+// LOCKSTEP_JOIN_TIMEOUT, LOCKSTEP_STALL_WARNING: decimal seconds only ("30", "2.5"): no sign,
+// spaces, exponent or hexadecimal; from a millisecond (or exactly 0, where `zero` means
+// something) to 10^7 s.
+std::chrono::milliseconds seconds_of(const Var& timeout, bool zero = false) {
   const std::string& text = *timeout.value;
   const auto dot = text.find('.');
   const auto digits = [](std::string_view part) {
@@ -401,8 +402,12 @@ std::chrono::milliseconds join_timeout_of(const Var& timeout) {
   if (seconds > 1e7) {
     bad(timeout, "is more than 10000000 seconds");
   }
+  if (zero && seconds == 0) {
+    return std::chrono::milliseconds(0);
+  }
   if (seconds < 0.001) {
-    bad(timeout, "is less than a millisecond");
+    bad(timeout,
+        zero ? "is less than a millisecond (0 turns it off)" : "is less than a millisecond");
   }
   return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
@@ -417,7 +422,10 @@ void read_options(const EnvLookup& env, JobConfig& config) {
     config.wait_policy = *parsed;
   }
   if (auto timeout = lookup(env, "LOCKSTEP_JOIN_TIMEOUT"); timeout.present()) {
-    config.join_timeout = join_timeout_of(timeout);
+    config.join_timeout = seconds_of(timeout);
+  }
+  if (auto stall = lookup(env, "LOCKSTEP_STALL_WARNING"); stall.present()) {
+    config.stall_warning = seconds_of(stall, true);
   }
   if (auto launch = lookup(env, "LOCKSTEP_LAUNCH_ID"); launch.present()) {
     const std::string& text = *launch.value;

@@ -38,6 +38,9 @@ struct JobConfig {
   std::uint64_t launch = 0;
   WaitPolicy wait_policy = WaitPolicy::adaptive;
   std::chrono::milliseconds join_timeout{300'000};
+  // LOCKSTEP_STALL_WARNING (seconds; 0: never): a wait or a join that lasts this long says what
+  // it waits for, then again after twice as long each time.
+  std::chrono::milliseconds stall_warning{60'000};
   // Cross-node jobs only (num_nodes > 1): where node 0's main process listens for the others
   // (LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT), and the backend that connects the nodes
   // (LOCKSTEP_BACKEND, one of known_backends(); empty: the first one built).

@@ -69,7 +69,17 @@ class SystemSignals final : public WaitSignals {
 
 namespace {
 std::atomic<int> interrupt_fd{-1};
+std::atomic<std::int64_t> stall_after_ns{0};
 }  // namespace
+
+std::chrono::nanoseconds set_stall_warning(std::chrono::nanoseconds after) noexcept {
+  return std::chrono::nanoseconds(
+      stall_after_ns.exchange(std::max<std::int64_t>(after.count(), 0), std::memory_order_relaxed));
+}
+
+std::chrono::nanoseconds stall_warning() noexcept {
+  return std::chrono::nanoseconds(stall_after_ns.load(std::memory_order_relaxed));
+}
 
 int set_interrupt_fd(int fd) noexcept {
   return interrupt_fd.exchange(fd < 0 ? -1 : fd, std::memory_order_relaxed);

@@ -83,6 +83,12 @@ bool interrupt_pending() noexcept;
 // Throws InterruptedError ("<what>: interrupted by a signal") if interrupt_pending().
 void check_interrupt(const std::string& what);
 
+// A wait that lasts says so (LOCKSTEP_STALL_WARNING, set by the context when it joins): after
+// `after` (zero: never), then again after twice as long each time, a wait calls its site's
+// stalled(), which names what it waits for. Returns the previous setting.
+std::chrono::nanoseconds set_stall_warning(std::chrono::nanoseconds after) noexcept;
+[[nodiscard]] std::chrono::nanoseconds stall_warning() noexcept;
+
 // The tuned numbers, each with where it came from.
 namespace wait_tuning {
 using std::chrono::microseconds;
@@ -165,9 +171,12 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
 //   bool check()                every check_interval and at the deadline: may throw (a lost
 //                               peer); true if what is awaited is done after all
 //   bool late_peer_here()       whether a peer this wait waits for may need this CPU
+//   void stalled(nanoseconds)   the wait has lasted this long (see set_stall_warning): says
+//                               what it still waits for (one line on stderr); must not throw
 struct WaitSite {
   static bool check() { return false; }
   static bool late_peer_here() noexcept { return true; }
+  static void stalled(std::chrono::nanoseconds /*waited*/) noexcept {}
 };
 
 // One process's waiting. Not thread-safe: a process waits in one place at a time (Context
@@ -265,6 +274,9 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
   auto next_check = start + check_interval;
+  // The stall warning, read once per wait that reaches a clock read (never on the fast path).
+  auto stall_interval = stall_warning();
+  auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
   if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
     spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
   }
@@ -346,6 +358,11 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       next_check = now + check_interval;
       if (deadline && now >= *deadline) {
         return End::timed_out;
+      }
+      if (now >= next_stall) {
+        site.stalled(now - start);
+        stall_interval *= 2;
+        next_stall = now + stall_interval;
       }
     }
   }

@@ -164,6 +164,18 @@ TEST(Launcher, AProgressBarIsRelayedAsItIsDrawn) {
   EXPECT_LT(result.first_return_seconds, 1.5) << "the first frame waited for the newline";
 }
 
+// Issue 23: an MPI program under lockstep-run ran as N MPI jobs of one process, without a word.
+TEST(Launcher, AnMpiProgramIsToldHowToStart) {
+  auto mpi =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_FAKE_MPI_PROGRAM")});
+  EXPECT_EQ(mpi.code(), 0) << mpi.err;
+  EXPECT_TRUE(contains(mpi.err, "is an MPI program (it links libmpi.so.40)")) << mpi.err;
+  EXPECT_TRUE(contains(mpi.err, "(mpirun -n 2 ")) << mpi.err;
+  auto plain = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", tool("LOCKSTEP_EXAMPLE")});
+  EXPECT_EQ(plain.code(), 0) << plain.err;
+  EXPECT_FALSE(contains(plain.err, "MPI program")) << plain.err;
+}
+
 TEST(Launcher, GivesEachProcessTorchrunsVariables) {
   const std::string script =
       "echo $RANK/$LOCAL_RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE/$GROUP_RANK/"

@@ -28,6 +28,7 @@
 #include "job/job_config.hpp"
 #include "job/job_secret.hpp"
 #include "job/launch_env.hpp"
+#include "program.hpp"
 
 namespace lockstep::run {
 
@@ -328,6 +329,13 @@ int Launcher::run() {
   if (auto why = cannot_execute(options_.command[0])) {
     say("cannot run '" + options_.command[0] + "': " + *why);
     return 127;
+  }
+  if (auto mpi = linked_mpi(options_.command[0])) {
+    say(options_.command[0] + " is an MPI program (it links " + *mpi +
+        "): under lockstep-run each of its processes would be an MPI job of its own; start it "
+        "with mpirun (mpirun -n " +
+        std::to_string(options_.nproc_per_node * options_.nnodes) + " " + options_.command[0] +
+        "), and lockstep reads mpirun's variables");
   }
   prepare();
   open_log_dir();

@@ -117,6 +117,30 @@ def _blocking(call, *args, arguments=None):
         time.sleep(0)  # a point where Python runs the pending handlers, even without a bytecode
 
 
+def available_backends():
+    """The cross-node backends this build of lockstep has, in order of preference."""
+    names = _lib.lockstep_available_backends().decode()
+    return [name for name in names.split(",") if name]
+
+
+def _configure(kwargs):
+    """PartialState's backend and timeout, as the variables they stand for (before joining)."""
+    if "backend" in kwargs and kwargs["backend"] is not None:
+        backend = str(kwargs["backend"])
+        if backend not in available_backends():
+            raise ValueError(f"lockstep.PartialState: backend={backend!r}: lockstep's backends "
+                             f"between machines are {available_backends() or 'none in this build'}"
+                             " (on one machine none is needed)")
+        os.environ["LOCKSTEP_BACKEND"] = backend
+    if "timeout" in kwargs and kwargs["timeout"] is not None:
+        timeout = kwargs["timeout"]
+        seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+        if not seconds > 0 or math.isinf(seconds):
+            raise ValueError(f"lockstep.PartialState: timeout={timeout!r}: a number of seconds "
+                             "above 0")
+        os.environ["LOCKSTEP_JOIN_TIMEOUT"] = f"{seconds:.3f}"
+
+
 def split_range(size, num_processes, process_index, apply_padding=False):
     """The share of `size` items that process `process_index` of `num_processes` takes, as
     (start, stop, padding): contiguous, the first size % num_processes processes one more; with
@@ -173,9 +197,23 @@ class PartialState:
     joined), the others are free."""
 
     _handle = None
+    _cpu = False
+    _left = False
 
-    def __init__(self):
+    def __init__(self, cpu=False, **kwargs):
+        """Accelerate's arguments: `cpu` (use no GPU: `device` is "cpu"); `backend`, one of
+        lockstep's cross-node backends (lockstep.available_backends()), as LOCKSTEP_BACKEND;
+        `timeout` (seconds, or a datetime.timedelta) for joining, as LOCKSTEP_JOIN_TIMEOUT.
+        Both act on the first instance only, before it joins. Accelerate's other arguments
+        configure torch.distributed, which lockstep does not start: TypeError naming them."""
+        unknown = sorted(set(kwargs) - {"backend", "timeout"})
+        if unknown:
+            raise TypeError(f"lockstep.PartialState: {', '.join(unknown)}: Accelerate passes "
+                            "these to torch.distributed, which lockstep does not start; lockstep "
+                            "takes cpu, backend and timeout")
         if PartialState._handle is None:
+            _configure(kwargs)
+            PartialState._cpu = bool(cpu)
             handle = ctypes.c_void_p()
             _check(_blocking(_lib.lockstep_state_create, ctypes.byref(handle)))
             PartialState._handle = handle  # kept for the process's life: it leaves at exit
@@ -192,7 +230,56 @@ class PartialState:
     is_main_process = property(lambda self: bool(self._query("is_main_process")))
     is_local_main_process = property(lambda self: bool(self._query("is_local_main_process")))
     is_last_process = property(lambda self: bool(self._query("is_last_process")))
-    use_distributed = property(lambda self: self.num_processes > 1)
+    use_distributed = property(lambda self: bool(self._query("use_distributed")))
+    # Joined: the first instance joins in its constructor, or raises.
+    initialized = property(lambda self: PartialState._handle is not None and not self._left)
+    # Accelerate's ACCELERATE_DEBUG_MODE; lockstep's LOCKSTEP_LOG=debug or LOCKSTEP_DEBUG=1.
+    debug = property(lambda self: os.environ.get("LOCKSTEP_LOG") == "debug" or (
+        "LOCKSTEP_LOG" not in os.environ and os.environ.get("LOCKSTEP_DEBUG") == "1"))
+
+    @property
+    def device(self):
+        """This process's GPU as "cuda:N" (its local index modulo the devices CUDA shows it), or
+        "cpu" without one or with cpu=True. A string: torch.device(state.device) makes one."""
+        index = -1 if PartialState._cpu else self._query("device")
+        return f"cuda:{index}" if index >= 0 else "cpu"
+
+    def set_device(self):
+        """Makes `device` current for torch (torch.cuda.set_device), as Accelerate's; nothing
+        on the CPU, or where torch is not installed."""
+        device = self.device
+        if device.startswith("cuda:"):
+            try:
+                import torch  # pylint: disable=import-outside-toplevel
+            except ImportError:
+                return
+            torch.cuda.set_device(int(device.split(":", 1)[1]))
+
+    @property
+    def backend(self):
+        """The backend between machines ("ucx" or "nccl") in a job of several; None in a job of
+        one machine, which needs none (Accelerate names torch.distributed's here)."""
+        if self.num_nodes <= 1:
+            return None
+        return os.environ.get("LOCKSTEP_BACKEND") or available_backends()[0]
+
+    @property
+    def distributed_type(self):
+        """Accelerate's DistributedType by name: "NO" for a job of one process, "MULTI_GPU"
+        when each process has a GPU, else "MULTI_CPU"."""
+        if self.num_processes == 1:
+            return "NO"
+        return "MULTI_GPU" if self.device.startswith("cuda:") else "MULTI_CPU"
+
+    def destroy_process_group(self, group=None):
+        """Leaves the job now (State::leave): the others' waits that need this process fail
+        with PeerLostError naming it; later calls of this process raise lockstep.Error."""
+        if group is not None:
+            raise ValueError("lockstep.PartialState.destroy_process_group: lockstep has one "
+                             "group, the job: call it without a group")
+        if PartialState._handle is not None and not PartialState._left:
+            _check(_lib.lockstep_leave(PartialState._handle))
+            PartialState._left = True
 
     def __repr__(self):
         return (f"lockstep.PartialState(process_index={self.process_index}, "

@@ -9,7 +9,7 @@ from . import _where
 
 _QUERIES = ("process_index", "local_process_index", "num_processes", "num_local_processes",
             "node_index", "num_nodes", "is_main_process", "is_local_main_process",
-            "is_last_process", "device")
+            "is_last_process", "device", "use_distributed")
 
 
 def _candidates():
@@ -38,6 +38,10 @@ def load():
         function = getattr(lib, "lockstep_" + name)
         function.argtypes = [ctypes.c_void_p]
         function.restype = ctypes.c_int
+    lib.lockstep_leave.argtypes = [ctypes.c_void_p]
+    lib.lockstep_leave.restype = ctypes.c_int
+    lib.lockstep_available_backends.argtypes = []
+    lib.lockstep_available_backends.restype = ctypes.c_char_p
     lib.lockstep_wait_for_everyone.argtypes = [ctypes.c_void_p]
     lib.lockstep_wait_for_everyone.restype = ctypes.c_int
     lib.lockstep_wait_for_everyone_for.argtypes = [ctypes.c_void_p, ctypes.c_int64]

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <lockstep/lockstep.hpp>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -179,6 +180,35 @@ TEST_P(StateTest, WaitForEveryoneHoldsEveryoneUntilTheLastArrives) {
 
 INSTANTIATE_TEST_SUITE_P(Processes, StateTest, ::testing::Values(1, 2, 4, 8),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// State::leave (torch's destroy_process_group): the others' next wait names the process that
+// left; its own later calls throw; the C API's lockstep_leave is the same call.
+TEST(State, LeaveOnPurposeEndsThisProcesssPartOnly) {
+  auto ends = run_ranks(Job::of(3), [](int rank) {
+    lockstep::State state;
+    RANK_CHECK(state.use_distributed());
+    state.wait_for_everyone();
+    if (rank == 2) {
+      state.leave();
+      try {
+        state.wait_for_everyone();
+        RANK_CHECK(false);
+      } catch (const lockstep::Error& error) {
+        RANK_CHECK(std::string(error.what()).find("has left the job (State::leave") !=
+                   std::string::npos);
+      }
+      state.leave();  // twice: nothing more
+      return;
+    }
+    try {
+      state.wait_for_everyone(std::chrono::seconds(20));
+      RANK_CHECK(false);
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 2);
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
 
 TEST(State, JobOfOneWaitsForNobody) {
   auto ends = run_ranks(Job::plain_process(), [](int) {

@@ -50,6 +50,11 @@ LOCKSTEP_C_API int lockstep_num_nodes(const lockstep_state* state);
 LOCKSTEP_C_API int lockstep_is_main_process(const lockstep_state* state);
 LOCKSTEP_C_API int lockstep_is_local_main_process(const lockstep_state* state);
 LOCKSTEP_C_API int lockstep_is_last_process(const lockstep_state* state);
+/* 1 when the job has more than one process (Accelerate's use_distributed). */
+LOCKSTEP_C_API int lockstep_use_distributed(const lockstep_state* state);
+/* Leaves the job now (State::leave; Python's destroy_process_group): the others' waits that need
+ * this process fail naming it, and later calls of this process fail. */
+LOCKSTEP_C_API lockstep_status lockstep_leave(lockstep_state* state);
 
 /* Returns once every process of the job has called it (see State::wait_for_everyone). */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone(lockstep_state* state);

@@ -146,6 +146,13 @@ class LOCKSTEP_API State {
   [[nodiscard]] bool is_last_process() const noexcept {
     return process_index() == num_processes() - 1;
   }
+  // Whether the job has more than one process (Accelerate's use_distributed).
+  [[nodiscard]] bool use_distributed() const noexcept { return num_processes() > 1; }
+  // Leaves the job now, before the process exits (torch's destroy_process_group): the other
+  // processes' waits that need this one fail with PeerLostError naming it, and every later call
+  // of this process throws Error. Error when another thread of this process waits in a barrier.
+  // A no-op in a job of one.
+  void leave();
   // The wait policy this process uses, from LOCKSTEP_WAIT_POLICY or the build's default.
   [[nodiscard]] WaitPolicy wait_policy() const noexcept;
   // Where the identity came from: "lockstep-run", "torchrun", "openmpi", "mpich", "slurm", "none".

@@ -156,6 +156,18 @@ int lockstep_gpu_barrier_released(const lockstep_state* state) {
   return state != nullptr && state->state.gpu_barrier_released() ? 1 : 0;
 }
 
+int lockstep_use_distributed(const lockstep_state* state) {
+  return query(
+      state, [](const lockstep::State& s) { return s.use_distributed() ? 1 : 0; }, 0);
+}
+
+lockstep_status lockstep_leave(lockstep_state* state) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_leave: state is null");
+  }
+  return guarded([&] { state->state.leave(); });
+}
+
 int lockstep_device(const lockstep_state* state) {
   return state == nullptr ? -1 : state->state.device();
 }

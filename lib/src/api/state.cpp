@@ -91,6 +91,10 @@ const volatile std::uint32_t* State::gpu_release_word() const noexcept {
   return context_->stream_release_word();
 }
 
+void State::leave() {
+  context_->leave_on_purpose("leave");
+}
+
 int State::device() const {
   return detail::visible_device(context_->local_index());
 }

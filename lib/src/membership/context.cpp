@@ -274,8 +274,25 @@ void Context::check_usable(const char* what) {
   }
 }
 
-void Context::throw_left(const char* what) {
-  throw Error(std::string(what) + ": this process has left the job (it is exiting)");
+void Context::throw_left(const char* what) const {
+  throw Error(std::string(what) + (left_on_purpose_.load(std::memory_order_relaxed)
+                                       ? ": this process has left the job (State::leave, "
+                                         "destroy_process_group)"
+                                       : ": this process has left the job (it is exiting)"));
+}
+
+void Context::leave_on_purpose(const char* what) {
+  if (::getpid() != owner_) {
+    throw Error(std::string(what) +
+                ": this process inherited its State before fork(); the "
+                "process that joined leaves the job, not its copy");
+  }
+  if (busy_.load(std::memory_order_seq_cst)) {
+    throw Error(std::string(what) +
+                ": another thread of this process waits in a lockstep barrier; leave after it");
+  }
+  left_on_purpose_.store(true, std::memory_order_relaxed);
+  (void)leave();  // a thread that began to wait meanwhile sees left_ (see BusyGuard)
 }
 
 void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {

@@ -52,6 +52,9 @@ class Context {
   // what that thread uses stays (the caller must then never destroy this context), and the
   // thread parks until the process ends rather than return or throw into an exiting process.
   bool leave() noexcept;
+  // Leaves the job on purpose (State::leave): Error, having left nothing, when another thread
+  // of this process waits in a barrier now.
+  void leave_on_purpose(const char* what);
 
  private:
   // Joins the job (the constructor's work), and says what was joined (LOCKSTEP_LOG).
@@ -59,7 +62,7 @@ class Context {
   void describe(std::chrono::steady_clock::duration joining) const;
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
-  [[noreturn]] static void throw_left(const char* what);
+  [[noreturn]] void throw_left(const char* what) const;
 
   JobConfig config_;
   int local_index_ = 0;
@@ -72,7 +75,8 @@ class Context {
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
   std::atomic<StreamBarrier*> published_stream_barrier_{nullptr};  // for other threads' queries
   std::atomic<bool> busy_{false};  // a thread waits in a barrier (see BusyGuard)
-  std::atomic<bool> left_{false};  // the process left the job (it exits)
+  std::atomic<bool> left_{false};  // the process left the job (it exits, or left on purpose)
+  std::atomic<bool> left_on_purpose_{false};
   std::atomic<bool> has_deferred_{false};
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;

@@ -1,0 +1,51 @@
+"""Accelerate's PartialState members, under lockstep-run with 2 processes on one machine without
+a GPU (issue 23): what Accelerate has, lockstep has or refuses by name. Exits non-zero naming
+the first member that differs."""
+import sys
+
+import lockstep
+
+
+def expect(what, got, wanted):
+    if got != wanted:
+        sys.exit(f"partial_state: {what} is {got!r}, not {wanted!r}")
+
+
+def main():
+    try:
+        lockstep.PartialState(mixed_precision="fp16")
+        sys.exit("partial_state: an argument for torch.distributed was accepted")
+    except TypeError as error:
+        expect("the refusal", "mixed_precision" in str(error), True)
+    state = lockstep.PartialState(cpu=True, timeout=30)
+    expect("initialized", state.initialized, True)
+    expect("use_distributed", state.use_distributed, True)
+    expect("device", state.device, "cpu")
+    expect("distributed_type", state.distributed_type, "MULTI_CPU")
+    expect("backend (one machine)", state.backend, None)
+    expect("debug", state.debug, False)
+    expect("is_last_process", state.is_last_process, state.process_index == 1)
+    state.set_device()  # on the CPU: nothing
+    ran = []
+    state.on_last_process(lambda: ran.append(True))()
+    expect("on_last_process ran", bool(ran), state.process_index == 1)
+    state.wait_for_everyone()
+    if state.process_index == 1:
+        state.destroy_process_group()
+        expect("initialized after leaving", state.initialized, False)
+        try:
+            state.wait_for_everyone()
+            sys.exit("partial_state: a wait after destroy_process_group returned")
+        except lockstep.Error as error:
+            expect("the error after leaving", "has left the job" in str(error), True)
+        return
+    try:
+        state.wait_for_everyone(timeout=20)
+        sys.exit("partial_state: the wait for a process that left returned")
+    except lockstep.PeerLostError as error:
+        expect("who left", "process 1 of 2" in str(error), True)
+    print("partial_state: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -197,6 +197,22 @@ void write_interrupt(int /*signal*/) {
   (void)written;  // a full pipe already says "interrupted"
 }
 
+// Points lockstep at the interrupt pipe, as Python does around a wait, and starts a thread that
+// signals the calling thread (SIGUSR1, whose handler writes the pipe, no SA_RESTART, as Python's
+// handlers) after `after`: the sleeping waiter itself, so that its futex ends with EINTR.
+std::thread interrupt_this_thread_in(std::chrono::milliseconds after) {
+  RANK_CHECK(::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) == 0);
+  struct sigaction action {};
+  action.sa_handler = write_interrupt;
+  RANK_CHECK(::sigaction(SIGUSR1, &action, nullptr) == 0);
+  RANK_CHECK(lockstep_set_interrupt_fd(interrupt_pipe[0]) == -1);
+  const pthread_t target = ::pthread_self();
+  return std::thread([target, after] {
+    std::this_thread::sleep_for(after);
+    ::pthread_kill(target, SIGUSR1);
+  });
+}
+
 TEST(Interrupt, AWaitGivesUpAndIsMadeAgain) {
   auto* arrived = shared_array<std::atomic<int>>(1);
   auto ends = run_ranks(Job::of(3), [arrived](int rank) {
@@ -209,16 +225,7 @@ TEST(Interrupt, AWaitGivesUpAndIsMadeAgain) {
       state.wait_for_everyone(std::chrono::seconds(20));  // the episodes still line up
       return;
     }
-    RANK_CHECK(::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) == 0);
-    struct sigaction action {};
-    action.sa_handler = write_interrupt;  // no SA_RESTART, as Python's handlers
-    RANK_CHECK(::sigaction(SIGUSR1, &action, nullptr) == 0);
-    RANK_CHECK(lockstep_set_interrupt_fd(interrupt_pipe[0]) == -1);
-    const pthread_t waiter = ::pthread_self();
-    std::thread signaller([waiter] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      ::pthread_kill(waiter, SIGUSR1);  // the sleeping waiter itself: its futex ends with EINTR
-    });
+    std::thread signaller = interrupt_this_thread_in(std::chrono::milliseconds(300));
     const auto start = Clock::now();
     try {
       state.wait_for_everyone();
@@ -258,16 +265,7 @@ TEST(Interrupt, AJoinGivesUp) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2000));
       return;  // never joins
     }
-    RANK_CHECK(::pipe2(interrupt_pipe, O_NONBLOCK | O_CLOEXEC) == 0);
-    struct sigaction action {};
-    action.sa_handler = write_interrupt;
-    RANK_CHECK(::sigaction(SIGUSR1, &action, nullptr) == 0);
-    RANK_CHECK(lockstep_set_interrupt_fd(interrupt_pipe[0]) == -1);
-    const pthread_t joiner = ::pthread_self();
-    std::thread signaller([joiner] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      ::pthread_kill(joiner, SIGUSR1);
-    });
+    std::thread signaller = interrupt_this_thread_in(std::chrono::milliseconds(300));
     const auto start = Clock::now();
     try {
       lockstep::State state;

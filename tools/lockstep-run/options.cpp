@@ -1,19 +1,14 @@
 // lockstep-run's flags (options.hpp).
 #include "options.hpp"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "base/proc.hpp"
 #include "base/text.hpp"
 #include "gpu/devices.hpp"
 #include "job/job_config.hpp"
@@ -165,35 +160,6 @@ std::optional<int> number_in(const std::string& text, int low, int high) {
     return std::nullopt;
   }
   return static_cast<int>(*value);
-}
-
-// Whether `program` can be executed as execvp would find it; the reason when not.
-std::optional<std::string> cannot_execute(const std::string& program) {
-  auto check = [](const std::string& path) -> std::optional<std::string> {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      return lockstep::detail::error_text(errno);
-    }
-    if (S_ISDIR(st.st_mode)) {
-      return std::string("is a directory");
-    }
-    if (::access(path.c_str(), X_OK) != 0) {
-      return lockstep::detail::error_text(errno);
-    }
-    return std::nullopt;
-  };
-  if (program.find('/') != std::string::npos) {
-    return check(program);
-  }
-  const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe)
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  for (const std::string& dir : split(dirs, ':')) {
-    if (!check((dir.empty() ? "." : dir) + "/" + program)) {
-      return std::nullopt;
-    }
-  }
-
-  return std::string("not found in PATH");
 }
 
 // LOCKSTEP_JOB_ID as the launcher gives it: the job id, node 0's address and port (a random

@@ -49,9 +49,6 @@ std::vector<std::string> split(const std::string& text, char separator);
 // A whole number in [low, high] from `text`; the message when it is not one.
 std::optional<int> number_in(const std::string& text, int low, int high);
 
-// Whether `program` can be executed as execvp would find it; the reason when not.
-std::optional<std::string> cannot_execute(const std::string& program);
-
 // LOCKSTEP_JOB_ID as the launcher gives it: the job id, node 0's address and port (a random
 // job id, when none is given, is 24 characters).
 std::string launched_job_id(const Options& options);

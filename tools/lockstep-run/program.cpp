@@ -6,19 +6,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "options.hpp"  // split
+#include "base/proc.hpp"  // error_text
+#include "options.hpp"    // split
 
 namespace lockstep::run {
 
 namespace {
 
-// The path execvp would run for `program`; empty when none.
+// Why the file at `path` cannot be executed; empty when it can.
+std::optional<std::string> why_not_executable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return lockstep::detail::error_text(errno);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return std::string("is a directory");
+  }
+  if (::access(path.c_str(), X_OK) != 0) {
+    return lockstep::detail::error_text(errno);
+  }
+  return std::nullopt;
+}
+
+// The path execvp would run for `program`: itself when it names a path, else the first entry of
+// PATH where it can be executed; empty when none.
 std::string resolve(const std::string& program) {
   if (program.find('/') != std::string::npos) {
     return program;
@@ -26,7 +44,7 @@ std::string resolve(const std::string& program) {
   const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe)
   for (const std::string& dir : split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
     std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) {
+    if (!why_not_executable(candidate)) {
       return candidate;
     }
   }
@@ -95,6 +113,16 @@ std::vector<std::string> needed_libraries(int fd, off_t file_size) {
 }
 
 }  // namespace
+
+std::optional<std::string> cannot_execute(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    return why_not_executable(program);
+  }
+  if (resolve(program).empty()) {
+    return std::string("not found in PATH");
+  }
+  return std::nullopt;
+}
 
 std::optional<std::string> linked_mpi(const std::string& program) {
   const std::string path = resolve(program);

@@ -29,15 +29,12 @@ using lockstep::testing::contains;
 using lockstep::testing::expect_join_error;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
+using lockstep::testing::path_exists;
 using lockstep::testing::run_ranks;
 using lockstep::testing::segment_path;
 using lockstep::testing::shared_array;
 using lockstep::testing::shm_entries;
 using lockstep::testing::unique_job_id;
-
-bool exists(const std::string& path) {
-  return ::access(path.c_str(), F_OK) == 0;
-}
 
 // Defect 2: a full /dev/shm killed every rank with SIGBUS (ftruncate reserves nothing on tmpfs)
 // and left the segment. Runs in a mount namespace of its own with a 1 MiB tmpfs on /dev/shm.
@@ -84,13 +81,13 @@ TEST(AbandonedSegments, AreSweptByTheNextJob) {
     ::_exit(0);  // no leave
   });
   ASSERT_EQ(failures(ends), "");
-  ASSERT_TRUE(exists(segment_path(id))) << "the test needs the abandoned segment";
+  ASSERT_TRUE(path_exists(segment_path(id))) << "the test needs the abandoned segment";
   auto next = run_ranks(Job::of(2), [](int) {
     lockstep::State state;
     state.wait_for_everyone();
   });
   EXPECT_EQ(failures(next), "");
-  EXPECT_FALSE(exists(segment_path(id)));
+  EXPECT_FALSE(path_exists(segment_path(id)));
 }
 
 TEST(AbandonedSegments, ALiveJobsSegmentIsNeverSwept) {
@@ -108,8 +105,9 @@ TEST(AbandonedSegments, ALiveJobsSegmentIsNeverSwept) {
   while (phase->load() < 2) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_TRUE(lockstep::detail::sweep_abandoned_segments(true).empty() || exists(segment_path(id)));
-  EXPECT_TRUE(exists(segment_path(id)));
+  EXPECT_TRUE(lockstep::detail::sweep_abandoned_segments(true).empty() ||
+              path_exists(segment_path(id)));
+  EXPECT_TRUE(path_exists(segment_path(id)));
   phase->store(100);
   EXPECT_EQ(failures(lockstep::testing::wait_ranks(running)), "");
 }
@@ -204,7 +202,7 @@ TEST(OtherLayoutVersion, LiveIsRefusedAndDeadIsReplaced) {
   });
   EXPECT_EQ(failures(refused), "");
   EXPECT_LT(Clock::now() - start, 10s);
-  EXPECT_TRUE(exists(path));  // not ours to remove while it is used
+  EXPECT_TRUE(path_exists(path));  // not ours to remove while it is used
   ::kill(mapper, SIGKILL);
   ::waitpid(mapper, nullptr, 0);
   auto joined = run_ranks(Job::of(2, id), [](int) {

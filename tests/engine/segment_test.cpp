@@ -29,17 +29,13 @@ using lockstep::testing::contains;
 using lockstep::testing::expect_join_error;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
+using lockstep::testing::path_exists;
 using lockstep::testing::run_ranks;
 using lockstep::testing::segment_path;
 using lockstep::testing::shared_array;
 using lockstep::testing::start_ranks;
 using lockstep::testing::unique_job_id;
 using lockstep::testing::wait_ranks;
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 // A job body: `rounds` barriers with the counter check of the stress test.
 void barriers(std::atomic<int>* counter, int rounds) {
@@ -119,7 +115,7 @@ TEST(NodeSegment, AnotherUserCannotOpenOrJoinTheJob) {
   HeldJob job(id);
   ASSERT_TRUE(job.joined());
   const std::string path = segment_path(id);
-  ASSERT_TRUE(exists(path));
+  ASSERT_TRUE(path_exists(path));
   auto* result = shared_array<int>(4);
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -156,7 +152,7 @@ TEST(NodeSegment, AnotherUserCannotOpenOrJoinTheJob) {
   EXPECT_EQ(result[1], EACCES) << "read-only open by another user";
   EXPECT_EQ(result[2], 2) << "another user's process with the job's identity";
   EXPECT_EQ(job.finish(), "");  // the job was not disturbed
-  EXPECT_FALSE(exists(path));
+  EXPECT_FALSE(path_exists(path));
   // Nothing of the other user's attempt is left either.
   EXPECT_TRUE(lockstep::testing::shm_entries("lockstep-u" + std::to_string(uid) + "-").empty());
 }
@@ -176,7 +172,7 @@ TEST(NodeSegment, IsOwnerOnlyWhileTheJobRunsAndGoneAfter) {
   });
   ASSERT_EQ(failures(ends), "");
   EXPECT_EQ(mode->load(), 0600U);
-  EXPECT_FALSE(exists(segment_path(id))) << "left behind after a clean exit";
+  EXPECT_FALSE(path_exists(segment_path(id))) << "left behind after a clean exit";
 }
 
 TEST(NodeSegment, IsGoneAfterExitWhileAStateIsStillInScope) {
@@ -187,7 +183,7 @@ TEST(NodeSegment, IsGoneAfterExitWhileAStateIsStillInScope) {
     std::exit(0);  // NOLINT(concurrency-mt-unsafe): the local State is never destroyed
   });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_FALSE(exists(segment_path(id))) << "left behind by processes that called exit()";
+  EXPECT_FALSE(path_exists(segment_path(id))) << "left behind by processes that called exit()";
 }
 
 TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
@@ -200,8 +196,8 @@ TEST(NodeSegment, TwoJobsSideBySideNeverMeet) {
   EXPECT_EQ(failures(wait_ranks(job_b)), "");
   EXPECT_EQ(counters[0], 2 * 20'000);
   EXPECT_EQ(counters[1], 3 * 20'000);
-  EXPECT_FALSE(exists(segment_path(a)));
-  EXPECT_FALSE(exists(segment_path(b)));
+  EXPECT_FALSE(path_exists(segment_path(a)));
+  EXPECT_FALSE(path_exists(segment_path(b)));
 }
 
 TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
@@ -213,7 +209,7 @@ TEST(NodeSegment, ASecondJobWithTheSameIdentityIsRefused) {
   });
   EXPECT_EQ(first.finish(), "");
   EXPECT_EQ(failures(second), "");
-  EXPECT_FALSE(exists(segment_path(id)));
+  EXPECT_FALSE(path_exists(segment_path(id)));
 }
 
 class StaleSegment : public ::testing::TestWithParam<int> {};
@@ -230,11 +226,11 @@ TEST_P(StaleSegment, FromAKilledJobIsReplaced) {
   for (const auto& end : killed) {
     ASSERT_TRUE(end.killed_by(SIGKILL)) << end.describe();
   }
-  ASSERT_TRUE(exists(segment_path(id))) << "the killed job should have left its segment";
+  ASSERT_TRUE(path_exists(segment_path(id))) << "the killed job should have left its segment";
   auto* counter = shared_array<std::atomic<int>>(1);
   auto ends = run_ranks(Job::of(GetParam(), id), [&](int) { barriers(counter, 1000); });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_FALSE(exists(segment_path(id)));
+  EXPECT_FALSE(path_exists(segment_path(id)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Processes, StaleSegment, ::testing::Values(2, 3, 4));
@@ -246,7 +242,7 @@ TEST(NodeSegment, AnEmptySegmentFromACreatorThatDiedIsLaidOut) {
   ::close(fd);
   auto* counter = shared_array<std::atomic<int>>(1);
   EXPECT_EQ(failures(run_ranks(Job::of(2, id), [&](int) { barriers(counter, 100); })), "");
-  EXPECT_FALSE(exists(segment_path(id)));
+  EXPECT_FALSE(path_exists(segment_path(id)));
 }
 
 TEST(NodeSegment, ASegmentOthersCanOpenIsRefused) {
@@ -260,7 +256,7 @@ TEST(NodeSegment, ASegmentOthersCanOpenIsRefused) {
     expect_join_error<lockstep::ConfigError>([] { lockstep::State state; }, "mode 0644");
   });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_TRUE(exists(path)) << "a segment lockstep does not own must not be removed";
+  EXPECT_TRUE(path_exists(path)) << "a segment lockstep does not own must not be removed";
   ::unlink(path.c_str());
 }
 
@@ -280,7 +276,7 @@ TEST(NodeSegment, ASquattersFileIsRefusedNamingItsOwner) {
                                              "owned by uid 65534 (nobody)");
   });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_TRUE(exists(path)) << "a segment lockstep does not own must not be removed";
+  EXPECT_TRUE(path_exists(path)) << "a segment lockstep does not own must not be removed";
   ::unlink(path.c_str());
 }
 
@@ -312,7 +308,7 @@ TEST(NodeSegment, ProcessesThatDisagreeOnTheShapeAreRefused) {
     }
   });
   EXPECT_EQ(failures(ends), "");
-  EXPECT_FALSE(exists(segment_path(id)));
+  EXPECT_FALSE(path_exists(segment_path(id)));
 }
 
 TEST(NodeSegment, TwoProcessesWithOneLocalRankAreRefused) {
@@ -400,7 +396,7 @@ TEST(NodeSegment, ProcessesThatLeaveAtOnceAreNotLost) {
                                  })),
               "")
         << "barrier, round " << round;
-    EXPECT_FALSE(exists(segment_path(id)));
+    EXPECT_FALSE(path_exists(segment_path(id)));
   }
 }
 
@@ -410,7 +406,7 @@ TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
   ASSERT_TRUE(running.joined());
   EXPECT_FALSE(lockstep::detail::remove_abandoned_segment(
       segment_name(lockstep::detail::job_identity(id), 0)));
-  EXPECT_TRUE(exists(segment_path(id)));
+  EXPECT_TRUE(path_exists(segment_path(id)));
   EXPECT_EQ(running.finish(), "");
 }
 

@@ -52,6 +52,10 @@ std::string RankEnd::describe() const {
   return who + " ended with wait status " + std::to_string(status);
 }
 
+bool path_exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
 std::string unique_job_id(const std::string& hint) {
   static std::atomic<int> counter{0};
   return "test-" + hint + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);

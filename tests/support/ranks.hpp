@@ -91,6 +91,9 @@ T* shared_array(std::size_t count) {
   return static_cast<T*>(shared_bytes(sizeof(T) * count));
 }
 
+// Whether something (a file, a segment, a folder) exists at `path`.
+bool path_exists(const std::string& path);
+
 // Whether `text` contains `part`.
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -92,8 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require(job.local_rank < job.local_size, "local rank outside the node");
     require(job.num_nodes >= 1 && job.node_index >= 0 && job.node_index < job.num_nodes,
             "node index");
-    require(job.num_nodes == 1 ||
-                (job.master_port >= 1 && job.master_port <= 65535 && !job.master_addr.empty()),
+    require(job.num_nodes == 1 || (job.rendezvous_port >= 1 && job.rendezvous_port <= 65535 &&
+                                   !job.master_addr.empty()),
             "a multi-node job without node 0's address");
     require(!job.identity.empty(), "an empty identity");
     require(job.join_timeout.count() > 0, "join timeout");

@@ -166,8 +166,8 @@ Server::Server(const sockaddr_storage& address, socklen_t length, const std::str
     fd_ = -1;
     if (error == EADDRINUSE) {
       throw ConfigError("lockstep: node 0 cannot listen on " + where +
-                        ": the port is in use (another job? Under torchrun, MASTER_PORT is "
-                        "torchrun's own: give lockstep another with LOCKSTEP_MASTER_PORT)");
+                        ": the port is in use (another job, or another service of this one: set "
+                        "LOCKSTEP_MASTER_PORT to a free port for lockstep)");
     }
     throw ConfigError("lockstep: node 0 cannot listen on " + where + " (" + error_text(error) +
                       "): MASTER_ADDR must be an address of node 0 that the other nodes reach");

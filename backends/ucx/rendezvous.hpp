@@ -1,4 +1,5 @@
-// The leaders' rendezvous on MASTER_ADDR:MASTER_PORT: lockstep's own small TCP exchange
+// The leaders' rendezvous on MASTER_ADDR and the port beside MASTER_PORT (or
+// LOCKSTEP_MASTER_PORT): lockstep's own small TCP exchange
 // (internal).
 //
 // Node 0's leader listens; every other leader connects, proves that it holds the job's secret

@@ -548,7 +548,7 @@ std::unique_ptr<Bootstrap> make_ucx_bootstrap(const LeaderConfig& config) {
 
 }  // namespace
 
-// Node 0's leader listens on config.job.master_addr:master_port (lockstep's own rendezvous,
+// Node 0's leader listens on config.job.master_addr:rendezvous_port (lockstep's own rendezvous,
 // rendezvous.hpp), the others connect to it, retrying until `config.deadline`, and present the
 // job's identity; node 0 answers with every leader's UCX worker address and a random job token,
 // and each leader then connects to every other directly.

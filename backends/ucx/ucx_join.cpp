@@ -22,17 +22,19 @@ namespace {
 constexpr std::size_t kMinWorkerAddress = 16;
 constexpr std::size_t kMaxWorkerAddress = 1u << 20;
 
+// Node 0's rendezvous address, with the variable its port came from.
 std::string where(const JobConfig& job) {
-  return job.master_addr + ":" + std::to_string(job.master_port);
+  return job.master_addr + ":" + std::to_string(job.rendezvous_port) + " (" +
+         job.rendezvous_port_source + ")";
 }
-// MASTER_ADDR:MASTER_PORT as a socket address (the first that resolves).
+// MASTER_ADDR and lockstep's port as a socket address (the first that resolves).
 sockaddr_storage master_address(const JobConfig& job, socklen_t& length) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  const std::string port = std::to_string(job.master_port);
+  const std::string port = std::to_string(job.rendezvous_port);
   if (int rc = ::getaddrinfo(job.master_addr.c_str(), port.c_str(), &hints, &found); rc != 0) {
     throw ConfigError("lockstep: MASTER_ADDR=" + job.master_addr +
                       ": cannot resolve the address of node 0: " + ::gai_strerror(rc));
@@ -249,8 +251,9 @@ void UcxBackend::connect() {
     }
     answer = wire::decode(*bytes);
   } catch (const wire::WireError& error) {
-    throw ConfigError("lockstep: what answers at " + where(job) + " is not lockstep's node 0 (" +
-                      error.what() + "): is MASTER_ADDR:MASTER_PORT another program's?");
+    throw ConfigError(
+        "lockstep: what answers at " + where(job) + " is not lockstep's node 0 (" + error.what() +
+        "): is that port another program's? Set LOCKSTEP_MASTER_PORT to lockstep's own");
   } catch (const rendezvous::AuthError& error) {
     throw ConfigError("lockstep: node " + std::to_string(me_) + " joining node 0 at " + where(job) +
                       ": " + error.what());

@@ -52,7 +52,8 @@ LeaderConfig leader(const std::string& backend, int node, int nodes, int port) {
   job.num_nodes = nodes;
   job.identity = "job=backend-test-" + std::to_string(port);
   job.master_addr = "127.0.0.1";
-  job.master_port = port;
+  job.rendezvous_port = port;
+  job.rendezvous_port_source = "test";
   job.backend = backend;
   // One leader per process (each node is a forked process): the waiter lives as long.
   static lockstep::detail::Waiter waiter(lockstep::WaitPolicy::adaptive,

@@ -290,7 +290,8 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       }
       ::close(fd);
       if (std::chrono::steady_clock::now() > until) {
-        ADD_FAILURE() << "node 0 did not listen on port " << port_ << " within 30 s";
+        ADD_FAILURE() << "node 0 did not listen on port "
+                      << lockstep::detail::rendezvous_port_for(port_) << " within 30 s";
         return -1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -346,11 +347,14 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
   }
 
   [[nodiscard]] bool netns() const { return std::string(GetParam()) == "netns"; }
-  // Node 0's rendezvous address.
+  // Node 0's rendezvous address: MASTER_ADDR, and the port after MASTER_PORT.
   [[nodiscard]] sockaddr_in node0_address() const {
+    return address_at(lockstep::detail::rendezvous_port_for(port_));
+  }
+  [[nodiscard]] sockaddr_in address_at(int port) const {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
     EXPECT_EQ(::inet_pton(AF_INET, host_.c_str(), &addr.sin_addr), 1);
     return addr;
   }
@@ -427,6 +431,65 @@ TEST_P(MultiNode, TheNextJobCanUseThePortAtOnce) {
       ASSERT_EQ(node.code(), 0) << "attempt " << attempt << "\n" << all_output();
     }
   }
+}
+
+// A listener on node 0's address that holds `port` (as torch.distributed's store holds
+// MASTER_PORT in a job that uses both), closed at the end of the scope; -1 if it cannot listen.
+class HeldPort {
+ public:
+  explicit HeldPort(const sockaddr_in& addr)
+      : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (::bind(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 16) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  ~HeldPort() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+  }
+  [[nodiscard]] bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+TEST_P(MultiNode, AStoreOnMasterPortLeavesLockstepItsOwnPort) {
+  // Issue 23: node 0 listened on MASTER_PORT itself, exactly where torch's store listens.
+  if (netns()) {
+    GTEST_SKIP() << "the store is played on loopback (node 0's address in the root namespace)";
+  }
+  HeldPort store(address_at(port_));
+  ASSERT_TRUE(store.held()) << "could not listen on MASTER_PORT " << port_;
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 1, {"rounds", shared_.string(), "200"});
+  }
+  wait_all();
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+}
+
+TEST_P(MultiNode, LockstepsPortHeldByAnotherIsNamedWithItsRule) {
+  if (netns()) {
+    GTEST_SKIP() << "the holder is played on loopback (node 0's address in the root namespace)";
+  }
+  HeldPort other(node0_address());
+  ASSERT_TRUE(other.held()) << "could not listen on port " << port_ + 1;
+  join_timeout_ = "5";
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 1, {"rounds", shared_.string(), "10"});
+  }
+  wait_all();
+  EXPECT_NE(nodes_[0].code(), 0) << all_output();
+  const std::string want = "node 0 cannot listen on " + host_ + ":" + std::to_string(port_ + 1) +
+                           " (MASTER_PORT=" + std::to_string(port_) + " + 1)";
+  EXPECT_NE(nodes_[0].output().find(want), std::string::npos) << all_output();
+  EXPECT_NE(nodes_[0].output().find("set LOCKSTEP_MASTER_PORT"), std::string::npos) << all_output();
 }
 
 TEST_P(MultiNode, ATimeoutNamesTheMissingNode) {

@@ -1,8 +1,12 @@
 #include "job/job_config.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -241,19 +245,66 @@ TEST(Environment, MultiNodeMasterAddressAndBackend) {
   vars["MASTER_PORT"] = "29500";
   auto config = read(vars);
   EXPECT_EQ(config.master_addr, "10.0.0.1");
-  EXPECT_EQ(config.master_port, 29500);
+  // lockstep's port is the one after MASTER_PORT: torch's store holds MASTER_PORT itself.
+  EXPECT_EQ(config.rendezvous_port, 29501);
+  EXPECT_EQ(config.rendezvous_port_source, "MASTER_PORT=29500 + 1");
   EXPECT_EQ(config.backend, "");
-  // lockstep's own variables win (torchrun's store holds MASTER_PORT).
+  vars["MASTER_PORT"] = "65535";  // no port after it: the one before
+  config = read(vars);
+  EXPECT_EQ(config.rendezvous_port, 65534);
+  EXPECT_EQ(config.rendezvous_port_source, "MASTER_PORT=65535 - 1");
+  // lockstep's own variables win, the port taken as it is.
   vars["LOCKSTEP_MASTER_ADDR"] = "10.0.0.2";
   vars["LOCKSTEP_MASTER_PORT"] = "29600";
   vars["LOCKSTEP_BACKEND"] = "ucx";
   config = read(vars);
   EXPECT_EQ(config.master_addr, "10.0.0.2");
-  EXPECT_EQ(config.master_port, 29600);
+  EXPECT_EQ(config.rendezvous_port, 29600);
+  EXPECT_EQ(config.rendezvous_port_source, "LOCKSTEP_MASTER_PORT=29600");
   EXPECT_EQ(config.backend, "ucx");
+  // A bad LOCKSTEP_MASTER_PORT is named, even beside a good MASTER_PORT.
+  vars["LOCKSTEP_MASTER_PORT"] = "70000";
+  auto refused = config_error(vars);
+  EXPECT_NE(refused.find("LOCKSTEP_MASTER_PORT=\"70000\""), std::string::npos) << refused;
+  vars["LOCKSTEP_MASTER_PORT"] = "29600";
   vars["LOCKSTEP_BACKEND"] = "mpi";
   auto message = config_error(vars);
   EXPECT_NE(message.find("LOCKSTEP_BACKEND=\"mpi\""), std::string::npos) << message;
+}
+
+// Binds 127.0.0.1:port and keeps it bound while the result lives (-1: could not).
+int hold_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    return fd;
+  }
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  return -1;
+}
+
+TEST(LaunchEnv, AFreePortLeavesLockstepsPortBesideItFree) {
+  // --standalone and the tests give the job MASTER_PORT = free_port(); lockstep listens on the
+  // port after it, which must be free too.
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const int port = free_port();
+    ASSERT_GT(port, 0);
+    const int master = hold_loopback(port);
+    const int own = hold_loopback(rendezvous_port_for(port));
+    EXPECT_GE(master, 0) << "MASTER_PORT " << port << " was not free";
+    EXPECT_GE(own, 0) << "lockstep's port " << rendezvous_port_for(port) << " was not free";
+    for (int fd : {master, own}) {
+      if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+  }
+  static_assert(rendezvous_port_for(29500) == 29501 && rendezvous_port_for(65535) == 65534);
 }
 
 // Found by fuzz/fuzz_env: with LOCAL_WORLD_SIZE absent (derived from GROUP_WORLD_SIZE), the
@@ -374,7 +425,7 @@ TEST(Environment, WhatALauncherWritesReadsBack) {
     EXPECT_EQ(config.backend, spec.backend);
     if (spec.num_nodes > 1) {
       EXPECT_EQ(config.master_addr, spec.master_addr);
-      EXPECT_EQ(config.master_port, spec.master_port);
+      EXPECT_EQ(config.rendezvous_port, lockstep::detail::rendezvous_port_for(spec.master_port));
     }
     if (!spec.wait_policy.empty()) {
       EXPECT_EQ(config.wait_policy, *lockstep::wait_policy_named(spec.wait_policy));

@@ -142,11 +142,13 @@ std::string fallback_identity() {
   return "parent=" + std::to_string(parent) + ":" + std::to_string(start.value_or(0));
 }
 
-// Where node 0's main process listens: LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT (the
-// lockstep ones exist for jobs whose MASTER_PORT another service holds, as torchrun's store does).
+// Where node 0's main process listens: LOCKSTEP_MASTER_ADDR, else MASTER_ADDR; and
+// LOCKSTEP_MASTER_PORT, else the port beside MASTER_PORT (rendezvous_port_for: torch's store
+// holds MASTER_PORT itself when a job uses both).
 void read_master(const EnvLookup& env, JobConfig& config) {
   auto addr = first_of(env, Names{"LOCKSTEP_MASTER_ADDR", "MASTER_ADDR"});
-  auto port = first_of(env, Names{"LOCKSTEP_MASTER_PORT", "MASTER_PORT"});
+  auto own_port = lookup(env, "LOCKSTEP_MASTER_PORT");
+  auto port = own_port.present() ? own_port : lookup(env, "MASTER_PORT");
   const std::string shape = "this job spans " + std::to_string(config.num_nodes) + " nodes";
   if (!addr.present()) {
     throw ConfigError("lockstep: " + shape +
@@ -158,14 +160,22 @@ void read_master(const EnvLookup& env, JobConfig& config) {
   }
   if (!port.present()) {
     throw ConfigError("lockstep: " + shape +
-                      " and needs a port on node 0: set MASTER_PORT (or LOCKSTEP_MASTER_PORT)");
+                      " and needs a port on node 0: set MASTER_PORT (lockstep listens on the port "
+                      "after it) or LOCKSTEP_MASTER_PORT (lockstep's port itself)");
   }
-  int number = integer(port, 1);
+  const int number = integer(port, 1);
   if (number > 65535) {
     bad(port, "is not a port number (1-65535)");
   }
   config.master_addr = *addr.value;
-  config.master_port = number;
+  if (own_port.present()) {
+    config.rendezvous_port = number;
+    config.rendezvous_port_source = "LOCKSTEP_MASTER_PORT=" + std::to_string(number);
+  } else {
+    config.rendezvous_port = rendezvous_port_for(number);
+    config.rendezvous_port_source =
+        "MASTER_PORT=" + std::to_string(number) + (number < 65535 ? " + 1" : " - 1");
+  }
 }
 
 // The shape variables a family gave (absent: not given), each checked against the sizes given

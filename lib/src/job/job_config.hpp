@@ -42,10 +42,13 @@ struct JobConfig {
   // it waits for, then again after twice as long each time.
   std::chrono::milliseconds stall_warning{60'000};
   // Cross-node jobs only (num_nodes > 1): where node 0's main process listens for the others
-  // (LOCKSTEP_MASTER_ADDR/PORT, else MASTER_ADDR/PORT), and the backend that connects the nodes
-  // (LOCKSTEP_BACKEND, one of known_backends(); empty: the first one built).
+  // (LOCKSTEP_MASTER_ADDR, else MASTER_ADDR; LOCKSTEP_MASTER_PORT, else the port beside
+  // MASTER_PORT: launch_env.hpp's rendezvous_port_for), which variable gave that port (for
+  // errors), and the backend that connects the nodes (LOCKSTEP_BACKEND, one of
+  // known_backends(); empty: the first one built).
   std::string master_addr;
-  int master_port = 0;
+  int rendezvous_port = 0;
+  std::string rendezvous_port_source;  // "LOCKSTEP_MASTER_PORT=N" or "MASTER_PORT=N + 1"
   std::string backend;
   // LOCKSTEP_GPU_BARRIER: "events" (the default) or "flags" (one node; see
   // gpu/stream_barrier.hpp); 0.2's "memops" is read as "flags". Across nodes: events. Flags

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "job/launcher_families.hpp"
 
@@ -78,21 +79,42 @@ std::string job_identity(const std::string& job_id) {
   return "job=" + job_id;
 }
 
-int free_port() {
+namespace {
+
+// Binds 127.0.0.1:port (0: any) and returns the bound port, or 0; the socket is closed again.
+int bind_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return 0;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
   socklen_t length = sizeof addr;
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+  int bound = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
-    port = ntohs(addr.sin_port);
+    bound = ntohs(addr.sin_port);
   }
-  if (fd >= 0) {
-    ::close(fd);
+  ::close(fd);
+  return bound;
+}
+
+}  // namespace
+
+int free_port() {
+  constexpr int kTries = 64;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    const int port = bind_loopback(0);
+    if (port == 0) {
+      return 0;
+    }
+    if (bind_loopback(rendezvous_port_for(port)) != 0) {
+      return port;
+    }
   }
-  return port;
+  return 0;
 }
 
 }  // namespace lockstep::detail

@@ -38,8 +38,17 @@ std::vector<std::pair<std::string, std::string>> job_environment(const LaunchSpe
 // clears before it sets its own.
 const std::vector<std::string>& job_variables();
 
-// A TCP port on 127.0.0.1 that nobody listens on this moment (0 if none could be found): for
-// the tests' and the bench's simulated nodes.
+// Where lockstep's rendezvous listens on node 0, given MASTER_PORT: the next port up
+// (MASTER_PORT + 1; MASTER_PORT - 1 for 65535), so that torch.distributed's store, which holds
+// MASTER_PORT itself, and lockstep never fight over one port in a job that uses both.
+// LOCKSTEP_MASTER_PORT, when set, names lockstep's port instead (job_config.cpp).
+constexpr int rendezvous_port_for(int master_port) {
+  return master_port < 65535 ? master_port + 1 : master_port - 1;
+}
+
+// A MASTER_PORT for a job on this machine (0 if none could be found): a TCP port on 127.0.0.1
+// that nobody listens on this moment, and whose rendezvous_port_for() is free too. For
+// lockstep-run --standalone, the tests' and the bench's simulated nodes.
 int free_port();
 
 // The identity of the job whose LOCKSTEP_JOB_ID is `job_id` (it names the job's segments).

@@ -19,164 +19,36 @@
 // summed over all processes; p50_us, p99_us, p999_us and max_us describe rank 0's sampled
 // episodes (one in 16). tools/bench-report runs these with and without busy processes beside
 // them (its load matrix).
-#include <netinet/in.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <boost/interprocess/managed_shared_memory.hpp>
-#include <boost/interprocess/sync/interprocess_condition.hpp>
-#include <boost/interprocess/sync/interprocess_mutex.hpp>
-#include <boost/interprocess/sync/scoped_lock.hpp>
 #include <chrono>
 #include <lockstep/lockstep.hpp>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "families.hpp"
 #include "harness.hpp"
 
 namespace {
 
-namespace bip = boost::interprocess;
+using lockstep::bench::BoostFamily;
+using lockstep::bench::fresh_id;
+using lockstep::bench::LockstepFamily;
+using lockstep::bench::PingPongFamily;
+using lockstep::bench::PthreadFamily;
 using lockstep::bench::run_episodes;
 using lockstep::bench::set_job_environment;
 
-std::string fresh_id(const char* family) {
-  static int counter = 0;
-  return std::string("bench-") + family + "-" + std::to_string(::getpid()) + "-" +
-         std::to_string(counter++);
-}
-
 template <lockstep::WaitPolicy Policy>
-class LockstepFamily {
+class LockstepPolicy : public LockstepFamily {
  public:
-  explicit LockstepFamily(int ranks) : ranks_(ranks), id_(fresh_id(wait_policy_name(Policy))) {}
-  void attach(int rank) {
-    set_job_environment(id_, rank, ranks_, Policy);
-    state_.emplace();
-  }
-  void wait(int /*rank*/) { state_->wait_for_everyone(); }
-  void detach(int /*rank*/) {}
-
- private:
-  int ranks_;
-  std::string id_;
-  std::optional<lockstep::State> state_;
+  explicit LockstepPolicy(int ranks) : LockstepFamily(ranks, Policy) {}
 };
 
 constexpr auto kAdaptive = lockstep::WaitPolicy::adaptive;
 constexpr auto kSpin = lockstep::WaitPolicy::spin;
 constexpr auto kBlock = lockstep::WaitPolicy::block;
-
-template <class T>
-T* shared_object() {
-  void* memory =
-      ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) {
-    throw std::runtime_error("mmap failed");
-  }
-  return static_cast<T*>(memory);
-}
-
-class PthreadFamily {
- public:
-  explicit PthreadFamily(int ranks) : barrier_(shared_object<pthread_barrier_t>()) {
-    pthread_barrierattr_t attr;
-    pthread_barrierattr_init(&attr);
-    pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    pthread_barrier_init(barrier_, &attr, static_cast<unsigned>(ranks));
-    pthread_barrierattr_destroy(&attr);
-  }
-  void attach(int /*rank*/) {}
-  void wait(int /*rank*/) { pthread_barrier_wait(barrier_); }
-  void detach(int /*rank*/) {}
-
- private:
-  pthread_barrier_t* barrier_;
-};
-
-// The barrier a Boost user writes (Boost 1.74 ships no interprocess barrier): a generation
-// count under an interprocess_mutex, waiters on an interprocess_condition.
-struct BoostBarrier {
-  explicit BoostBarrier(int n) : ranks(n) {}
-  void wait() {
-    bip::scoped_lock<bip::interprocess_mutex> lock(mutex);
-    const unsigned my_generation = generation;
-    if (++arrived == ranks) {
-      arrived = 0;
-      ++generation;
-      condition.notify_all();
-      return;
-    }
-    condition.wait(lock, [&] { return generation != my_generation; });
-  }
-  bip::interprocess_mutex mutex;
-  bip::interprocess_condition condition;
-  int ranks;
-  int arrived = 0;
-  unsigned generation = 0;
-};
-
-class BoostFamily {
- public:
-  explicit BoostFamily(int ranks) : name_(fresh_id("boost")) {
-    bip::permissions owner_only;
-    owner_only.set_permissions(0600);
-    segment_.emplace(bip::create_only, name_.c_str(), 65536, nullptr, owner_only);
-    barrier_ = segment_->construct<BoostBarrier>("barrier")(ranks);
-  }
-  ~BoostFamily() {
-    segment_.reset();
-    bip::shared_memory_object::remove(name_.c_str());
-  }
-  BoostFamily(const BoostFamily&) = delete;
-  BoostFamily& operator=(const BoostFamily&) = delete;
-  void attach(int /*rank*/) {}
-  void wait(int /*rank*/) { barrier_->wait(); }
-  void detach(int /*rank*/) {}
-
- private:
-  std::string name_;
-  std::optional<bip::managed_shared_memory> segment_;
-  BoostBarrier* barrier_ = nullptr;
-};
-
-// The hardware floor: rank 0 writes an odd value, rank 1 answers with the next even one.
-// One episode is one round trip of one cache line between two cores.
-class PingPongFamily {
- public:
-  explicit PingPongFamily(int /*ranks*/) : line_(shared_object<Line>()) {}
-  void attach(int /*rank*/) {}
-  void wait(int rank) {
-    // Acquire/release: each side reads what the other published; nothing else is shared.
-    if (rank == 0) {
-      std::uint64_t next = ++sent_ * 2 - 1;
-      line_->value.store(next, std::memory_order_release);
-      while (line_->value.load(std::memory_order_acquire) != next + 1) {
-        __builtin_ia32_pause();
-      }
-    } else {
-      std::uint64_t want = ++sent_ * 2 - 1;
-      while (line_->value.load(std::memory_order_acquire) != want) {
-        __builtin_ia32_pause();
-      }
-      line_->value.store(want + 1, std::memory_order_release);
-    }
-  }
-  void detach(int /*rank*/) {}
-
- private:
-  struct alignas(64) Line {
-    std::atomic<std::uint64_t> value;
-  };
-  Line* line_;
-  std::uint64_t sent_ = 0;
-};
 
 void ranks_arguments(benchmark::internal::Benchmark* bench) {
   bench->ArgName("ranks");
@@ -191,13 +63,13 @@ void BM_Family(benchmark::State& state) {
   run_episodes<Family>(state, static_cast<int>(state.range(0)));
 }
 
-BENCHMARK(BM_Family<LockstepFamily<kAdaptive>>)
+BENCHMARK(BM_Family<LockstepPolicy<kAdaptive>>)
     ->Name("BM_LockstepAdaptive")
     ->Apply(ranks_arguments);
-BENCHMARK(BM_Family<LockstepFamily<kBlock>>)->Name("BM_LockstepBlock")->Apply(ranks_arguments);
+BENCHMARK(BM_Family<LockstepPolicy<kBlock>>)->Name("BM_LockstepBlock")->Apply(ranks_arguments);
 // Spinning with more processes than cores costs whole scheduler ticks per episode: bench-report
 // runs it only where the machine has a CPU per process.
-BENCHMARK(BM_Family<LockstepFamily<kSpin>>)->Name("BM_LockstepSpin")->Apply(ranks_arguments);
+BENCHMARK(BM_Family<LockstepPolicy<kSpin>>)->Name("BM_LockstepSpin")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<PthreadFamily>)->Name("BM_PthreadBarrier")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<BoostFamily>)->Name("BM_BoostInterprocess")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<PingPongFamily>)
@@ -213,11 +85,11 @@ template <class Family>
 void BM_Training(benchmark::State& state) {
   lockstep::bench::run_training<Family>(state, static_cast<int>(state.range(0)), kTrainingMeanUs);
 }
-BENCHMARK(BM_Training<LockstepFamily<kAdaptive>>)
+BENCHMARK(BM_Training<LockstepPolicy<kAdaptive>>)
     ->Name("BM_TrainingAdaptive")
     ->Apply(ranks_arguments);
-BENCHMARK(BM_Training<LockstepFamily<kBlock>>)->Name("BM_TrainingBlock")->Apply(ranks_arguments);
-BENCHMARK(BM_Training<LockstepFamily<kSpin>>)->Name("BM_TrainingSpin")->Apply(ranks_arguments);
+BENCHMARK(BM_Training<LockstepPolicy<kBlock>>)->Name("BM_TrainingBlock")->Apply(ranks_arguments);
+BENCHMARK(BM_Training<LockstepPolicy<kSpin>>)->Name("BM_TrainingSpin")->Apply(ranks_arguments);
 BENCHMARK(BM_Training<PthreadFamily>)->Name("BM_TrainingPthread")->Apply(ranks_arguments);
 
 // Simulated nodes: M groups of P processes, each group its own node (its own segment), the

@@ -1,0 +1,365 @@
+// lockstep-bench: the barrier's latency on the machine it runs on, lockstep's wait policies and
+// the alternatives side by side, in the style of the OSU micro-benchmarks and nccl-tests:
+//
+//   lockstep-bench [--nproc 2,4,8] [--iterations 10000] [--warmup 1000]
+//                  [--families adaptive,block,spin,pthread,boost] [--format table|csv|json]
+//
+// For each N and family it forks N processes that loop on one barrier (bench/ranks.hpp, the
+// same ranks the Google Benchmark suite uses) and prints avg / p50 / p99 / max per episode and
+// the CPU time per episode. Installed beside lockstep-run; tools/bench-report is the full
+// comparison (MPI, gloo, the load matrix).
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <lockstep/lockstep.hpp>
+#include <lockstep/version.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "families.hpp"
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::bench::BoostFamily;
+using lockstep::bench::LockstepFamily;
+using lockstep::bench::PthreadFamily;
+using lockstep::bench::Report;
+
+struct Options {
+  std::string nproc = "2,4,8";
+  std::int64_t iterations = 10000;
+  std::int64_t warmup = 1000;
+  std::string families = "adaptive,block,spin,pthread,boost";
+  std::string format = "table";
+  bool spin_oversubscribed = false;
+  bool pin = false;
+};
+
+// A family as the user names it, and as the table shows it.
+struct FamilyName {
+  const char* key;
+  const char* label;
+};
+constexpr FamilyName kFamilies[] = {
+    {"adaptive", "lockstep adaptive"}, {"block", "lockstep block"},     {"spin", "lockstep spin"},
+    {"pthread", "pthread_barrier_t"},  {"boost", "Boost.Interprocess"},
+};
+constexpr int kMaxProcesses = static_cast<int>(sizeof(Report::cpu) / sizeof(Report::cpu[0]));
+
+struct Row {
+  int nproc = 0;
+  FamilyName family{};
+  double avg = 0, p50 = 0, p99 = 0, max = 0, cpu = 0;
+  std::string skipped;  // why the cell was not measured (empty: measured)
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  for (std::string part; std::getline(stream, part, ',');) {
+    parts.push_back(part);
+  }
+  return parts;
+}
+
+std::vector<int> parse_nproc(const std::string& text) {
+  std::vector<int> counts;
+  for (const std::string& part : split(text)) {
+    std::size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || n < 1 || n > kMaxProcesses) {
+      throw CLI::ValidationError("--nproc", "\"" + part + "\" in \"" + text +
+                                                "\" is not a process count (1-" +
+                                                std::to_string(kMaxProcesses) + ")");
+    }
+    counts.push_back(n);
+  }
+  if (counts.empty()) {
+    throw CLI::ValidationError("--nproc", "is empty: give process counts, e.g. 2,4,8");
+  }
+  return counts;
+}
+
+std::vector<FamilyName> parse_families(const std::string& text) {
+  std::vector<FamilyName> chosen;
+  for (const std::string& part : split(text)) {
+    bool known = false;
+    for (const FamilyName& family : kFamilies) {
+      if (part == family.key) {
+        chosen.push_back(family);
+        known = true;
+      }
+    }
+    if (!known) {
+      throw CLI::ValidationError("--families", "\"" + part +
+                                                   "\" is not a family: the families are "
+                                                   "adaptive, block, spin, pthread, boost");
+    }
+  }
+  if (chosen.empty()) {
+    throw CLI::ValidationError("--families", "is empty");
+  }
+  return chosen;
+}
+
+int usable_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  return ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+}
+
+// Runs one cell: `nproc` processes of `family`; nullopt if a rank failed.
+template <class Family>
+std::optional<Row> measure(Family& family, int nproc, const Options& options) {
+  Report* report = lockstep::bench::shared_report();
+  const bool ok =
+      lockstep::bench::run_ranks(family, nproc, options.iterations, options.warmup, *report);
+  std::optional<Row> row;
+  if (ok) {
+    const auto episodes = static_cast<double>(options.iterations);
+    row.emplace();
+    row->avg = report->elapsed * 1e6 / episodes;
+    row->p50 = lockstep::bench::sampled_quantile(*report, 0.5);
+    row->p99 = lockstep::bench::sampled_quantile(*report, 0.99);
+    row->max = lockstep::bench::sampled_quantile(*report, 1.0);
+    row->cpu = lockstep::bench::total_cpu(*report, nproc) * 1e6 / episodes;
+  }
+  ::munmap(report, sizeof(Report));
+  return row;
+}
+
+std::optional<Row> run_cell(const FamilyName& name, int nproc, const Options& options) {
+  const std::string key = name.key;
+  if (key == "pthread") {
+    PthreadFamily family(nproc);
+    return measure(family, nproc, options);
+  }
+  if (key == "boost") {
+    BoostFamily family(nproc);
+    return measure(family, nproc, options);
+  }
+  LockstepFamily family(nproc, *lockstep::wait_policy_named(key));
+  return measure(family, nproc, options);
+}
+
+std::string iso_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char text[32];
+  (void)std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+std::string first_line_after(const char* path, const std::string& prefix) {
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind(prefix, 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line
+                                        : line.substr(line.find_first_not_of(" ", colon + 1));
+    }
+  }
+  return "";
+}
+
+struct Machine {
+  int cpus = usable_cpus();
+  std::string model = first_line_after("/proc/cpuinfo", "model name");
+  std::string kernel;
+  std::string load;
+  std::string date = iso_date();
+  Machine() {
+    utsname name{};
+    kernel = ::uname(&name) == 0 ? std::string(name.sysname) + " " + name.release : "?";
+    std::string five, fifteen;
+    std::ifstream loadavg("/proc/loadavg");
+    loadavg >> load >> five >> fifteen;
+    load += " " + five + " " + fifteen;
+  }
+};
+
+void table_header(const Options& options, const Machine& machine) {
+  std::printf("# lockstep-bench %s: barrier latency, N processes looping on one barrier\n",
+              LOCKSTEP_VERSION_STRING);
+  std::printf("# %s, %d CPUs (%s), %s, load average %s\n", machine.date.c_str(), machine.cpus,
+              machine.model.c_str(), machine.kernel.c_str(), machine.load.c_str());
+  std::printf("# %lld iterations after %lld warm-up per cell; microseconds per episode:\n",
+              static_cast<long long>(options.iterations), static_cast<long long>(options.warmup));
+  std::printf(
+      "#   avg = rank 0's loop time / iterations; p50 p99 max = rank 0's episodes, one in "
+      "%lld timed;\n#   cpu = CPU time per episode summed over the processes (spinning "
+      "shows here, sleeping does not)\n#\n",
+      static_cast<long long>(lockstep::bench::kSampleEvery));
+  std::printf("# %5s  %-20s %11s %11s %11s %11s %11s\n", "nproc", "family", "avg", "p50", "p99",
+              "max", "cpu");
+}
+
+void table_row(const Row& row) {
+  if (!row.skipped.empty()) {
+    std::printf("  %5d  %-20s skipped: %s\n", row.nproc, row.family.label, row.skipped.c_str());
+  } else {
+    std::printf("  %5d  %-20s %11.3f %11.3f %11.3f %11.3f %11.3f\n", row.nproc, row.family.label,
+                row.avg, row.p50, row.p99, row.max, row.cpu);
+  }
+}
+
+constexpr const char* kCsvHeader =
+    "nproc,family,iterations,avg_us,p50_us,p99_us,max_us,cpu_us,skipped";
+
+void csv_row(const Row& row, const Options& options) {
+  if (!row.skipped.empty()) {
+    std::printf("%d,%s,%lld,,,,,,\"%s\"\n", row.nproc, row.family.key,
+                static_cast<long long>(options.iterations), row.skipped.c_str());
+  } else {
+    std::printf("%d,%s,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,\n", row.nproc, row.family.key,
+                static_cast<long long>(options.iterations), row.avg, row.p50, row.p99, row.max,
+                row.cpu);
+  }
+}
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      (void)std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+void print_json(const std::vector<Row>& rows, const Options& options, const Machine& machine) {
+  std::printf("{\"tool\": \"lockstep-bench\", \"version\": %s, \"date\": %s,\n",
+              json_string(LOCKSTEP_VERSION_STRING).c_str(), json_string(machine.date).c_str());
+  std::printf(" \"machine\": {\"cpus\": %d, \"model\": %s, \"kernel\": %s, \"loadavg\": %s},\n",
+              machine.cpus, json_string(machine.model).c_str(), json_string(machine.kernel).c_str(),
+              json_string(machine.load).c_str());
+  std::printf(
+      " \"iterations\": %lld, \"warmup\": %lld, \"sample_every\": %lld, \"unit\": \"us\",\n",
+      static_cast<long long>(options.iterations), static_cast<long long>(options.warmup),
+      static_cast<long long>(lockstep::bench::kSampleEvery));
+  std::printf(" \"results\": [");
+  const char* separator = "\n";
+  for (const Row& row : rows) {
+    std::printf("%s  {\"nproc\": %d, \"family\": %s, \"label\": %s", separator, row.nproc,
+                json_string(row.family.key).c_str(), json_string(row.family.label).c_str());
+    if (row.skipped.empty()) {
+      std::printf(
+          ", \"avg_us\": %.4f, \"p50_us\": %.4f, \"p99_us\": %.4f, \"max_us\": %.4f, "
+          "\"cpu_us\": %.4f}",
+          row.avg, row.p50, row.p99, row.max, row.cpu);
+    } else {
+      std::printf(", \"skipped\": %s}", json_string(row.skipped).c_str());
+    }
+    separator = ",\n";
+  }
+  std::printf("\n]}\n");
+}
+
+// Every cell, in order, each printed as it ends (a table or CSV; JSON at the end); false if a
+// cell failed (a rank that could not run).
+bool run_all(const Options& options) {
+  const Machine machine;
+  std::vector<Row> rows;
+  bool ok = true;
+  if (options.format == "table") {
+    table_header(options, machine);
+  } else if (options.format == "csv") {
+    std::printf("%s\n", kCsvHeader);
+  }
+  (void)std::fflush(stdout);
+  for (int nproc : parse_nproc(options.nproc)) {
+    for (const FamilyName& family : parse_families(options.families)) {
+      Row row;
+      row.nproc = nproc;
+      row.family = family;
+      if (std::string(family.key) == "spin" && nproc > machine.cpus &&
+          !options.spin_oversubscribed) {
+        row.skipped = "more processes than the " + std::to_string(machine.cpus) +
+                      " CPUs this process may use (spinning then measures the scheduler; "
+                      "--spin-oversubscribed runs it)";
+      } else if (auto measured = run_cell(family, nproc, options)) {
+        measured->nproc = nproc;
+        measured->family = family;
+        row = *measured;
+      } else {
+        row.skipped = "a process failed (see above)";
+        ok = false;
+      }
+      rows.push_back(row);
+      if (options.format == "table") {
+        table_row(row);
+      } else if (options.format == "csv") {
+        csv_row(row, options);
+      }
+      (void)std::fflush(stdout);
+    }
+  }
+  if (options.format == "json") {
+    print_json(rows, options, machine);
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app{
+      "lockstep-bench: barrier latency on this machine, lockstep's wait policies and the "
+      "alternatives side by side (N forked processes per cell)"};
+  app.add_option("--nproc,-n", options.nproc, "process counts, comma-separated")
+      ->capture_default_str();
+  app.add_option("--iterations,-i", options.iterations, "measured episodes per cell")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--warmup,-w", options.warmup, "episodes before the measured ones, per cell")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--families,-f", options.families,
+                 "adaptive, block, spin (lockstep's wait policies), pthread "
+                 "(pthread_barrier_t), boost (Boost.Interprocess mutex + condition)")
+      ->capture_default_str();
+  app.add_option("--format", options.format, "table, csv or json")
+      ->check(CLI::IsMember({"table", "csv", "json"}))
+      ->capture_default_str();
+  app.add_flag("--spin-oversubscribed", options.spin_oversubscribed,
+               "run the spin policy also where N exceeds the CPUs");
+  app.add_flag("--pin", options.pin, "pin rank r to CPU r mod CPUs");
+  try {
+    app.parse(argc, argv);
+    (void)parse_nproc(options.nproc);  // refuse bad input before any cell runs
+    (void)parse_families(options.families);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : 2;  // --help: 0; a bad flag: 2, as lockstep-run
+  }
+  if (options.pin) {
+    ::setenv("LOCKSTEP_BENCH_PIN", "1", 1);  // NOLINT(concurrency-mt-unsafe): no threads yet
+  }
+  try {
+    return run_all(options) ? 0 : 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "lockstep-bench: %s\n", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,215 @@
+// N forked processes that loop on a barrier, timed: the part of the bench's harness that needs
+// no Google Benchmark (bench/harness.hpp builds on it for the suites; lockstep-bench uses it
+// alone). Internal to bench/.
+//
+// Every rank is a child process; the parent only forks and reports. Rank 0 times the measured
+// loop (after a warm-up), every rank reports the CPU time its loop used. Each rank being a fresh
+// process lets the lockstep family use the public lockstep::State, as a user would.
+#pragma once
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <ctime>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "job/launch_env.hpp"  // lib/src: the job environment, written once for the launcher, tests and bench
+#include "lockstep/wait_policy.hpp"
+
+namespace lockstep::bench {
+
+// Sets the variables lockstep-run would set for `rank` of `ranks` on one node (and the wait
+// policy, when given). Runs in a freshly forked, single-threaded child.
+// NOLINTBEGIN(concurrency-mt-unsafe)
+inline void set_job_environment(const std::string& id, int rank, int ranks,
+                                std::optional<lockstep::WaitPolicy> policy = std::nullopt) {
+  lockstep::detail::LaunchSpec spec;
+  spec.rank = rank;
+  spec.world_size = ranks;
+  spec.local_rank = rank;
+  spec.local_size = ranks;
+  spec.job_id = id;
+  spec.wait_policy = policy ? lockstep::wait_policy_name(*policy) : "";
+  for (const auto& [name, value] : lockstep::detail::job_environment(spec)) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+}
+// NOLINTEND(concurrency-mt-unsafe)
+
+inline double cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+inline double wall_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Rank 0 times one episode in kSampleEvery (two clock reads, ~50 ns, on one episode in 16: about
+// 3 ns per episode on average, so that the recording does not dominate at 0.1 us), at most
+// kMaxSamples of them, for the distribution: p50, p99, p99.9, max.
+constexpr std::int64_t kSampleEvery = 16;
+constexpr std::size_t kMaxSamples = 1 << 16;
+
+// What the ranks report back, in memory shared with the parent.
+struct Report {
+  double elapsed;   // rank 0's wall time for the measured loop
+  double cpu[256];  // each rank's CPU time for it
+  std::size_t num_samples;
+  float samples[kMaxSamples];  // rank 0's sampled episodes, in microseconds
+};
+
+inline Report* shared_report() {
+  void* memory =
+      ::mmap(nullptr, sizeof(Report), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    std::perror("mmap");
+    std::abort();
+  }
+  return new (memory) Report{};
+}
+
+// With LOCKSTEP_BENCH_PIN=1, rank r runs on CPU r mod (usable CPUs) only (an option of the
+// suite: tools/bench-report --pin).
+inline void pin_if_asked(int rank) {
+  const char* pin = std::getenv("LOCKSTEP_BENCH_PIN");  // NOLINT(concurrency-mt-unsafe)
+  if (pin == nullptr || std::string(pin) != "1") {
+    return;
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    return;
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      cpus.push_back(cpu);
+    }
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[static_cast<std::size_t>(rank) % cpus.size()], &one);
+  ::sched_setaffinity(0, sizeof one, &one);
+}
+
+// A family: `Family f(ranks)` in the parent before fork (shared set-up); in each child,
+// `f.attach(rank)`, then `f.wait(rank)` per episode, then `f.detach(rank)`.
+constexpr std::int64_t kWarmup = 200;
+
+// Forks `ranks` processes; each runs `body(rank)`, then exits 0, or 1 (saying why) if it
+// threw. exit, not _exit: a lockstep rank leaves its job in static destructors. Returns whether
+// every rank exited 0.
+template <class Body>
+bool fork_ranks(int ranks, Body body) {
+  std::vector<pid_t> children;
+  bool ok = true;
+  (void)std::fflush(nullptr);
+  for (int rank = 0; rank < ranks && ok; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        body(rank);
+      } catch (const std::exception& error) {
+        (void)std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+        code = 1;
+      }
+      (void)std::fflush(nullptr);
+      std::exit(code);  // NOLINT(concurrency-mt-unsafe): a fresh single-threaded child
+    }
+    ok = pid > 0;
+    if (ok) {
+      children.push_back(pid);
+    }
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  return ok;
+}
+
+// A rank's start: pinned (if asked), attached, and through `warmup` episodes.
+template <class Family>
+void start_rank(Family& family, int rank, std::int64_t warmup = kWarmup) {
+  pin_if_asked(rank);
+  family.attach(rank);
+  for (std::int64_t i = 0; i < warmup; ++i) {
+    family.wait(rank);
+  }
+}
+
+// A rank's end of the measured loop: its CPU time, and rank 0's wall time.
+inline void report_rank(Report& report, int rank, double cpu0, double wall0, double wall1) {
+  report.cpu[rank] = cpu_seconds() - cpu0;
+  if (rank == 0) {
+    report.elapsed = wall1 - wall0;
+  }
+}
+
+// CPU seconds of the measured loop, summed over the ranks.
+inline double total_cpu(const Report& report, int ranks) {
+  double cpu = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    cpu += report.cpu[rank];
+  }
+  return cpu;
+}
+
+// Runs `episodes` episodes of `family` in `ranks` forked processes, after `warmup` more: rank 0
+// times the loop, and one episode in kSampleEvery, into `report`; every rank its CPU time.
+// Returns whether every rank exited 0.
+template <class Family>
+bool run_ranks(Family& family, int ranks, std::int64_t episodes, std::int64_t warmup,
+               Report& report) {
+  return fork_ranks(ranks, [&](int rank) {
+    start_rank(family, rank, warmup);
+    const double cpu0 = cpu_seconds();
+    const double wall0 = wall_seconds();
+    if (rank == 0) {
+      std::size_t taken = 0;
+      for (std::int64_t i = 0; i < episodes; ++i) {
+        if (i % kSampleEvery == 0 && taken < kMaxSamples) {
+          const double before = wall_seconds();
+          family.wait(rank);
+          report.samples[taken++] = static_cast<float>((wall_seconds() - before) * 1e6);
+        } else {
+          family.wait(rank);
+        }
+      }
+      report.num_samples = taken;
+    } else {
+      for (std::int64_t i = 0; i < episodes; ++i) {
+        family.wait(rank);
+      }
+    }
+    report_rank(report, rank, cpu0, wall0, wall_seconds());
+    family.detach(rank);
+  });
+}
+
+// Rank 0's sampled episodes, sorted in place: the episode at quantile q (microseconds).
+inline double sampled_quantile(Report& report, double q) {
+  const std::size_t n = std::min(report.num_samples, kMaxSamples);
+  if (n == 0) {
+    return 0;
+  }
+  std::sort(report.samples, report.samples + n);
+  return static_cast<double>(
+      report.samples[std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)))]);
+}
+
+}  // namespace lockstep::bench

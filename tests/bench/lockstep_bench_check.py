@@ -1,0 +1,86 @@
+"""lockstep-bench as a user runs it: the three formats, every family, and bad flags refused.
+
+    python3 lockstep_bench_check.py path/to/lockstep-bench
+"""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+BENCH = sys.argv[1]
+FAMILIES = ["adaptive", "block", "spin", "pthread", "boost"]
+CPUS = len(os.sched_getaffinity(0))
+
+
+def run(*args, code=0):
+    done = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=300)
+    if done.returncode != code:
+        sys.exit(f"lockstep-bench {' '.join(args)}: exit {done.returncode}, not {code}\n"
+                 f"{done.stdout}{done.stderr}")
+    return done
+
+
+def check_cell(row, nproc, family):
+    if family == "spin" and nproc > CPUS:
+        if "CPUs" not in row["skipped"]:
+            sys.exit(f"spin at N={nproc} on {CPUS} CPUs should be skipped, saying why: {row}")
+        return
+    values = {k: float(row[k]) for k in ("avg_us", "p50_us", "p99_us", "max_us", "cpu_us")}
+    if not (values["avg_us"] > 0 and 0 < values["p50_us"] <= values["p99_us"] <= values["max_us"]
+            and values["cpu_us"] > 0):
+        sys.exit(f"implausible cell N={nproc} {family}: {row}")
+
+
+def shm():
+    return set(os.listdir("/dev/shm"))
+
+
+before = shm()
+common = ["--nproc", "2,3", "--iterations", "400", "--warmup", "20"]
+
+out = run(*common, "--format", "csv").stdout
+rows = list(csv.DictReader(io.StringIO(out)))
+cells = [(int(r["nproc"]), r["family"]) for r in rows]
+if cells != [(n, f) for n in (2, 3) for f in FAMILIES]:
+    sys.exit(f"CSV cells: {cells}\n{out}")
+for row in rows:
+    check_cell(row, int(row["nproc"]), row["family"])
+
+document = json.loads(run(*common, "--families", "adaptive,pthread", "--format", "json").stdout)
+if document["tool"] != "lockstep-bench" or document["iterations"] != 400 or \
+        document["machine"]["cpus"] != CPUS:
+    sys.exit(f"JSON head: {document}")
+results = document["results"]
+if [(r["nproc"], r["family"]) for r in results] != [(2, "adaptive"), (2, "pthread"),
+                                                     (3, "adaptive"), (3, "pthread")]:
+    sys.exit(f"JSON cells: {results}")
+for r in results:
+    check_cell({k: str(v) for k, v in r.items()}, r["nproc"], r["family"])
+
+table = run("--nproc", "2", "--iterations", "200", "--warmup", "10").stdout
+for want in ("# lockstep-bench ", "avg", "p50", "p99", "max", "cpu", "lockstep adaptive",
+             "pthread_barrier_t", "Boost.Interprocess"):
+    if want not in table:
+        sys.exit(f"the table lacks {want!r}:\n{table}")
+
+# Bad input: exit 2, naming what was wrong, before anything runs.
+for args, words in ((["--nproc", "0"], '"0" in "0" is not a process count'),
+                    (["--nproc", "2,x"], '"x" in "2,x" is not a process count'),
+                    (["--nproc", "999"], "is not a process count (1-256)"),
+                    (["--families", "adaptive,mpi"], '"mpi" is not a family'),
+                    (["--iterations", "0"], "--iterations"),
+                    (["--format", "xml"], "--format"),
+                    (["--no-such-flag"], "--no-such-flag")):
+    done = run(*args, code=2)
+    if words not in done.stderr + done.stdout:
+        sys.exit(f"lockstep-bench {' '.join(args)} did not say {words!r}:\n{done.stderr}")
+    if "nproc  family" in done.stdout:
+        sys.exit(f"lockstep-bench {' '.join(args)} ran cells before refusing")
+
+left = shm() - before
+if left:
+    sys.exit(f"left in /dev/shm: {sorted(left)}")
+print(f"lockstep-bench: {len(rows)} CSV cells, {len(results)} JSON cells, the table and "
+      f"{7} refusals checked on {CPUS} CPUs")

@@ -227,7 +227,18 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
     static void block(std::chrono::nanoseconds limit) {
       std::this_thread::sleep_for(std::clamp<std::chrono::nanoseconds>(limit, {}, kPollSleep));
     }
-  } site{{}, *this, done, what};
+    void stalled(std::chrono::nanoseconds waited) const noexcept {
+      // NCCL does not say which rank it waits for: the line says what is waited on.
+      try {
+        say_stalled(
+            backend.config_.job.rank, what, waited,
+            std::string("the other machines, ") + doing + " (NCCL cannot tell which node is late)");
+      } catch (...) {
+        // Out of memory for a diagnostic: the wait goes on without it.
+      }
+    }
+    const char* doing;
+  } site{{}, *this, done, what, doing};
   const Waiter::End end = config_.waiter->wait(site, deadline, kPollSleep);
   if (end == Waiter::End::interrupted) {
     abort_communicator();

@@ -315,9 +315,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
   // A hello, welcome or refusal from a member after joining is dropped.
 }
 
-template <class Done, class OnDeadline>
+template <class Done, class OnDeadline, class Whom>
 void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
-                            OnDeadline on_deadline) {
+                            OnDeadline on_deadline, Whom whom) {
   // The backend as a place to wait: polling progresses the worker (and throws the job's failure
   // if a leader is gone); blocking sleeps on the worker's event fd. A message from another node
   // takes microseconds: the Waiter yields between polls (idle machine) and then sleeps.
@@ -352,7 +352,15 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
       pollfd fd{backend.event_fd_, POLLIN, 0};
       (void)::poll(&fd, 1, static_cast<int>(slice.count()));
     }
-  } site{{}, *this, done, what};
+    void stalled(std::chrono::nanoseconds waited) noexcept {
+      try {
+        say_stalled(backend.config_.job.rank, what, waited, whom());
+      } catch (...) {
+        // Out of memory for a diagnostic: the wait goes on without it.
+      }
+    }
+    Whom& whom;
+  } site{{}, *this, done, what, whom};
   switch (config_.waiter->wait(site, deadline, kSleepSlice)) {
     case Waiter::End::done:
       return;
@@ -443,35 +451,43 @@ void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* 
     wait_until(
         [&] { return slot.present; }, deadline, what,
         [&] {
-          // Every node that this one has heard of, directly or through others, has arrived.
-          std::vector<std::uint64_t> heard = known;
-          for (const RoundSlot& other : inbox_[episode & 1]) {
-            if (other.present && other.episode == episode) {
-              for (std::size_t w = 0; w < heard.size(); ++w) {
-                heard[w] |= other.known[w];
-              }
-            }
-          }
-          std::vector<int> missing_nodes;
-          for (int node = 0; node < num_nodes_; ++node) {
-            if ((heard[static_cast<std::size_t>(node) / 64] & (1ULL << (node % 64))) == 0) {
-              missing_nodes.push_back(node);
-            }
-          }
-          std::vector<int> missing = ranks_of_nodes(missing_nodes);
-          std::string message = "timed out waiting for node" +
-                                std::string(missing_nodes.size() == 1 ? " " : "s ") +
-                                comma_list(missing_nodes) + " (" + ranks_text(missing) + ")";
-          Failure failure{FailureKind::timeout, -1, missing, message};
+          const std::vector<int> missing_nodes = unheard_nodes(episode, known);
+          const std::string message = "timed out waiting for " + nodes_text(missing_nodes);
+          Failure failure{FailureKind::timeout, -1, ranks_of_nodes(missing_nodes), message};
           abort(failure);  // the episode cannot be taken back: the others must not wait for ever
           fail(failure, what);
-        });
+        },
+        [&] { return nodes_text(unheard_nodes(episode, known)) + " on the other machines"; });
     for (std::size_t w = 0; w < known.size(); ++w) {
       known[w] |= slot.known[w];
     }
     slot = RoundSlot{};
   }
   ++episode_;
+}
+
+std::vector<int> UcxBackend::unheard_nodes(std::uint64_t episode,
+                                           const std::vector<std::uint64_t>& known) const {
+  std::vector<std::uint64_t> heard = known;
+  for (const RoundSlot& other : inbox_[episode & 1]) {
+    if (other.present && other.episode == episode) {
+      for (std::size_t w = 0; w < heard.size(); ++w) {
+        heard[w] |= other.known[w];
+      }
+    }
+  }
+  std::vector<int> nodes;
+  for (int node = 0; node < num_nodes_; ++node) {
+    if ((heard[static_cast<std::size_t>(node) / 64] & (1ULL << (node % 64))) == 0) {
+      nodes.push_back(node);
+    }
+  }
+  return nodes;
+}
+
+std::string UcxBackend::nodes_text(const std::vector<int>& nodes) const {
+  return std::string(nodes.size() == 1 ? "node " : "nodes ") + comma_list(nodes) + " (" +
+         ranks_text(ranks_of_nodes(nodes)) + ")";
 }
 
 std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
@@ -498,7 +514,8 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
                                "timed out waiting for node 0's broadcast"};
                abort(failure);
                fail(failure, what);
-             });
+             },
+             [&] { return "node 0's broadcast (" + ranks_text(ranks_of_nodes({0})) + ")"; });
   auto data = std::move(blobs_[sequence]);
   blobs_.erase(sequence);
   ++blob_sequence_;

@@ -96,10 +96,17 @@ class UcxBackend final : public Backend, public Bootstrap {
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
-  // throws the job's failure, or calls on_deadline() when `deadline` passes.
-  template <class Done, class OnDeadline>
+  // throws the job's failure, or calls on_deadline() when `deadline` passes. whom() says what
+  // it still waits for, in the stall line of a wait that lasts (LOCKSTEP_STALL_WARNING).
+  template <class Done, class OnDeadline, class Whom>
   void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
-                  OnDeadline on_deadline);
+                  OnDeadline on_deadline, Whom whom);
+  // The nodes this leader has not heard of in `episode`'s barrier, directly or through the
+  // others, given what it knew (`known`, a bit per node) before the round it waits in.
+  [[nodiscard]] std::vector<int> unheard_nodes(std::uint64_t episode,
+                                               const std::vector<std::uint64_t>& known) const;
+  // "node 1 (processes 2, 3)", "nodes 1, 3 (processes 2, 3, 6, 7)".
+  [[nodiscard]] std::string nodes_text(const std::vector<int>& nodes) const;
   // Throws (and keeps) the job's failure, if a leader aborted or disconnected (or its link says
   // the network no longer reaches it: check_links).
   void check_members(const char* what);

@@ -258,6 +258,9 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
       if (!fault.empty()) {
         ::setenv("LOCKSTEP_FAULT_POINT", fault.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
       }
+      for (const auto& [name, value] : node_env_) {
+        ::setenv(name.c_str(), value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+      }
       if (auto secret = node_secret_.find(rank); secret != node_secret_.end()) {
         ::setenv("LOCKSTEP_SECRET", secret->second.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
       }
@@ -371,8 +374,9 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
   fs::path shared_;
   int port_ = 0;
   std::string job_;
-  std::map<int, std::string> node_secret_;  // LOCKSTEP_SECRET for a node, when set
-  std::string join_timeout_ = "30";         // LOCKSTEP_JOIN_TIMEOUT of the nodes started next
+  std::map<int, std::string> node_secret_;       // LOCKSTEP_SECRET for a node, when set
+  std::map<std::string, std::string> node_env_;  // more variables for every node started next
+  std::string join_timeout_ = "30";              // LOCKSTEP_JOIN_TIMEOUT of the nodes started next
   std::vector<Node> nodes_;
 };
 
@@ -490,6 +494,38 @@ TEST_P(MultiNode, LockstepsPortHeldByAnotherIsNamedWithItsRule) {
                            " (MASTER_PORT=" + std::to_string(port_) + " + 1)";
   EXPECT_NE(nodes_[0].output().find(want), std::string::npos) << all_output();
   EXPECT_NE(nodes_[0].output().find("set LOCKSTEP_MASTER_PORT"), std::string::npos) << all_output();
+}
+
+TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
+  // Issue 23: a leader waiting for the other machines was silent (the node barrier said its
+  // line, the backend's wait none).
+  node_env_["LOCKSTEP_STALL_WARNING"] = "0.3";
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"stall", shared_.string(), "1500"});
+  }
+  wait_all();
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+  const std::string& out = nodes_[0].output();
+  // Node 0's leader, in the backend: the node that has not arrived, and its processes.
+  EXPECT_NE(out.find(" rank 0] wait_for_everyone has waited 0.3 s for node 1 (processes 2, 3) "
+                     "on the other machines; still waiting"),
+            std::string::npos)
+      << all_output();
+  // Node 0's other process, in the node barrier: its main process is away.
+  EXPECT_NE(out.find(" rank 1] wait_for_everyone has waited 0.3 s for this machine's main "
+                     "process to come back from the other machines"),
+            std::string::npos)
+      << all_output();
+  // Growing intervals: at 0.3 s and 0.9 s of the 1.5 s; not one line per poll.
+  const std::string line = " rank 0] wait_for_everyone has waited ";
+  std::size_t lines = 0;
+  for (auto at = out.find(line); at != std::string::npos; at = out.find(line, at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 2U) << out;
+  EXPECT_LE(lines, 3U) << out;
 }
 
 TEST_P(MultiNode, ATimeoutNamesTheMissingNode) {

@@ -142,6 +142,14 @@ int main(int argc, char** argv) {
       std::cout << "RESULT passed" << std::endl;
       return 1;
     }
+    if (scenario == "stall") {  // node 1's processes come `arg` ms late to an untimed wait
+      if (state.node_index() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(arg));
+      }
+      state.wait_for_everyone();
+      std::cout << "RESULT passed" << std::endl;
+      return 0;
+    }
     if (scenario == "forever") {  // barriers until one fails
       for (;;) {
         state.wait_for_everyone();

@@ -20,7 +20,6 @@
 #include <thread>
 
 #include "base/fault_points.hpp"
-#include "base/log.hpp"
 #include "base/proc.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/version.hpp"
@@ -810,22 +809,17 @@ void NodeSegment::report_stall(const char* what, std::chrono::nanoseconds waited
                                const std::vector<int>& slots,
                                const std::string& instead) const noexcept {
   try {
-    char host[256] = "this machine";
-    (void)::gethostname(host, sizeof host - 1);
-    const double seconds = std::chrono::duration<double>(waited).count();
-    char amount[32];
-    (void)std::snprintf(amount, sizeof amount, seconds < 10 ? "%.1f" : "%.0f", seconds);
-    std::string text = std::string(what) + " has waited " + amount + " s for ";
-    if (slots.empty()) {
-      text += instead;
-    } else {
+    std::string whom = instead;
+    if (!slots.empty()) {
+      char host[256] = "this machine";
+      (void)::gethostname(host, sizeof host - 1);
+      whom.clear();
       for (std::size_t i = 0; i < slots.size(); ++i) {
-        text += (i == 0 ? "" : ", ") + describe(slots[i]);
+        whom += (i == 0 ? "" : ", ") + describe(slots[i]);
       }
-      text += " on " + std::string(host);
+      whom += " on " + std::string(host);
     }
-    const int rank = slots_[my_slot_].rank.load(std::memory_order_relaxed);
-    log_line(rank, text + "; still waiting (LOCKSTEP_STALL_WARNING sets when this is said)");
+    say_stalled(slots_[my_slot_].rank.load(std::memory_order_relaxed), what, waited, whom);
   } catch (...) {
     // Out of memory for a diagnostic: the wait goes on without it.
   }

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 
+#include "base/log.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -79,6 +81,19 @@ std::chrono::nanoseconds set_stall_warning(std::chrono::nanoseconds after) noexc
 
 std::chrono::nanoseconds stall_warning() noexcept {
   return std::chrono::nanoseconds(stall_after_ns.load(std::memory_order_relaxed));
+}
+
+void say_stalled(int rank, const char* what, std::chrono::nanoseconds waited,
+                 const std::string& whom) noexcept {
+  try {
+    const double seconds = std::chrono::duration<double>(waited).count();
+    char amount[32];
+    (void)std::snprintf(amount, sizeof amount, seconds < 10 ? "%.1f" : "%.0f", seconds);
+    log_line(rank, std::string(what) + " has waited " + amount + " s for " + whom +
+                       "; still waiting (LOCKSTEP_STALL_WARNING sets when this is said)");
+  } catch (...) {
+    // Out of memory for a diagnostic: the wait goes on without it.
+  }
 }
 
 int set_interrupt_fd(int fd) noexcept {

@@ -88,6 +88,11 @@ void check_interrupt(const std::string& what);
 // stalled(), which names what it waits for. Returns the previous setting.
 std::chrono::nanoseconds set_stall_warning(std::chrono::nanoseconds after) noexcept;
 [[nodiscard]] std::chrono::nanoseconds stall_warning() noexcept;
+// The stall line every site says, one wording for the node barrier, the join and the backends:
+// "<what> has waited <s> s for <whom>; still waiting (LOCKSTEP_STALL_WARNING ...)", on stderr
+// with the process's rank (base/log.hpp). Never throws: a wait goes on without its diagnostic.
+void say_stalled(int rank, const char* what, std::chrono::nanoseconds waited,
+                 const std::string& whom) noexcept;
 
 // The tuned numbers, each with where it came from.
 namespace wait_tuning {

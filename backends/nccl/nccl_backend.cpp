@@ -84,6 +84,17 @@ class NcclBackend final : public Backend {
     return bootstrap_->nodes();
   }
   void barrier(std::optional<Clock::time_point> deadline, const char* what) override;
+  // Through the bootstrap (NCCL is not needed for a few bytes from node 0).
+  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
+                                   std::optional<Clock::time_point> deadline,
+                                   const char* what) override {
+    try {
+      return bootstrap_->broadcast(blob, deadline, what);
+    } catch (const Error&) {
+      abort_communicator();
+      throw;
+    }
+  }
   void abort(const Failure& failure) noexcept override;
 
  private:

@@ -23,6 +23,7 @@ import ctypes
 import functools
 import math
 import os
+import pickle
 import signal
 import threading
 import time
@@ -30,7 +31,9 @@ import time
 from . import _library, _where
 
 __all__ = ["PartialState", "Error", "ConfigError", "TimeoutError", "PeerLostError",
-           "SystemError", "split_range", "__version__"]
+           "SystemError", "split_range", "broadcast_object_list", "MAX_BROADCAST", "__version__"]
+
+MAX_BROADCAST = 32768  # bytes of a pickled object that broadcast_object carries (the C API's)
 
 
 class Error(RuntimeError):
@@ -115,6 +118,17 @@ def _blocking(call, *args, arguments=None):
         if status != _library.INTERRUPTED:
             return status
         time.sleep(0)  # a point where Python runs the pending handlers, even without a bytecode
+
+
+def broadcast_object_list(object_list, from_process=0):
+    """Accelerate's accelerate.utils.broadcast_object_list: replaces the list's items, on every
+    process, with the main process's (in place), and returns the list. lockstep broadcasts from
+    the main process only: another from_process is refused with ValueError."""
+    if from_process != 0:
+        raise ValueError(f"lockstep: broadcast_object_list(from_process={from_process!r}): "
+                         "lockstep broadcasts from the main process (0) only")
+    object_list[:] = PartialState().broadcast_object(list(object_list))
+    return object_list
 
 
 def available_backends():
@@ -306,6 +320,23 @@ class PartialState:
             remaining = max(0, math.ceil((deadline - time.monotonic()) * 1000.0))
             return PartialState._handle, min(remaining, 2**62)
         _check(_blocking(_lib.lockstep_wait_for_everyone_for, arguments=left))
+
+    def broadcast_object(self, obj=None):
+        """Main computes, everyone uses: returns, on every process, the object the main process
+        passed (the others' is ignored), pickled on the way; at most MAX_BROADCAST bytes pickled
+        (more: lockstep.Error on every process). Every process must call it, as
+        wait_for_everyone(), which it implies. Not interrupted by signal handlers: a Ctrl-C
+        takes effect when it returns."""
+        data = pickle.dumps(obj) if self.is_main_process else b""
+        out = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        _check(_lib.lockstep_broadcast(PartialState._handle, data, len(data), ctypes.byref(out),
+                                       ctypes.byref(size)))
+        try:
+            received = ctypes.string_at(out, size.value) if out.value else b""
+        finally:
+            _lib.lockstep_free(out)
+        return pickle.loads(received)
 
     # Running a function on some processes only: each decorator (Accelerate's) returns a function
     # that runs the original where it applies and returns None elsewhere.

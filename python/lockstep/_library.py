@@ -46,6 +46,12 @@ def load():
     lib.lockstep_wait_for_everyone.restype = ctypes.c_int
     lib.lockstep_wait_for_everyone_for.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.lockstep_wait_for_everyone_for.restype = ctypes.c_int
+    lib.lockstep_broadcast.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                       ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(ctypes.c_size_t)]
+    lib.lockstep_broadcast.restype = ctypes.c_int
+    lib.lockstep_free.argtypes = [ctypes.c_void_p]
+    lib.lockstep_free.restype = None
     for name in ("main_process_first_begin", "main_process_first_end",
                  "local_main_process_first_begin", "local_main_process_first_end"):
         function = getattr(lib, "lockstep_" + name)

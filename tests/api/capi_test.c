@@ -35,6 +35,19 @@ int main(void) {
   CHECK(lockstep_wait_for_everyone_for(state, -5) == LOCKSTEP_INVALID_ARGUMENT);
   CHECK(strstr(lockstep_last_error(), "-5 is negative") != NULL);
   CHECK(strcmp(lockstep_status_name(LOCKSTEP_PEER_LOST), "LOCKSTEP_PEER_LOST") == 0);
+  {
+    /* Main computes, everyone uses: the main process's bytes on every process. */
+    const char seed[] = "seed=42";
+    void* got = NULL;
+    size_t size = 0;
+    CHECK(lockstep_broadcast(state, NULL, 3, &got, &size) == LOCKSTEP_INVALID_ARGUMENT);
+    CHECK(lockstep_broadcast(state, rank == 0 ? seed : "other", rank == 0 ? sizeof seed : 5, &got,
+                             &size) == LOCKSTEP_OK);
+    CHECK(size == sizeof seed && got != NULL && memcmp(got, seed, sizeof seed) == 0);
+    lockstep_free(got);
+    CHECK(lockstep_broadcast(state, NULL, 0, &got, &size) == LOCKSTEP_OK);
+    CHECK(size == 0 && got == NULL);
+  }
   CHECK(strlen(lockstep_version()) > 0);
 
   /* What the job is: the launcher, the policy, the backends. */

@@ -178,6 +178,44 @@ TEST_P(StateTest, WaitForEveryoneHoldsEveryoneUntilTheLastArrives) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Issue 23: main computes, everyone uses. Many rounds of every size up to the limit, the main
+// process late in some, the others in others; each round's bytes differ, so a process that read
+// the area before the main process wrote it, or after the next round's write, gets the wrong
+// bytes.
+TEST_P(StateTest, BroadcastGivesEveryProcessTheMainProcesssBytes) {
+  const int n = GetParam();
+  auto ends = run_ranks(job(), [n](int rank) {
+    lockstep::State state;
+    for (int round = 0; round < 60; ++round) {
+      const std::size_t size =
+          round % 3 == 0 ? 0 : (round * 977U) % (lockstep::State::kMaxBroadcast + 1);
+      std::string text(size, '\0');
+      for (std::size_t i = 0; i < size; ++i) {
+        text[i] = static_cast<char>('a' + (i + static_cast<std::size_t>(round)) % 26);
+      }
+      const std::string mine = rank == 0 ? text : "not this: process " + std::to_string(rank);
+      if (rank == round % n) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(round % 4));  // the late one
+      }
+      RANK_CHECK(state.broadcast(mine) == text);
+    }
+    const std::string full(lockstep::State::kMaxBroadcast, 'z');
+    RANK_CHECK(state.broadcast(rank == 0 ? full : std::string()) == full);
+    // One byte too many: Error on every process, naming the size; the job goes on.
+    try {
+      (void)state.broadcast(std::string(rank == 0 ? lockstep::State::kMaxBroadcast + 1 : 0, 'y'));
+      RANK_CHECK(false);
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(std::string(error.what())
+                     .find("the main process gave 32769 bytes; a broadcast "
+                           "carries at most 32768") != std::string::npos);
+    }
+    RANK_CHECK(state.broadcast(rank == 0 ? "after" : "") == "after");
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Processes, StateTest, ::testing::Values(1, 2, 4, 8),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 

@@ -496,6 +496,22 @@ TEST_P(MultiNode, LockstepsPortHeldByAnotherIsNamedWithItsRule) {
   EXPECT_NE(nodes_[0].output().find("set LOCKSTEP_MASTER_PORT"), std::string::npos) << all_output();
 }
 
+TEST_P(MultiNode, BroadcastCarriesTheMainProcesssBytesToEveryNode) {
+  // Issue 23: main computes, everyone uses, across machines (in chunks through the backend).
+  for (int node = 0; node < 3; ++node) {
+    start(node, 3, 2, {"broadcast", shared_.string(), "40"});
+  }
+  wait_all();
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 6U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "done") << "rank " << rank << "\n" << all_output();
+  }
+}
+
 TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
   // Issue 23: a leader waiting for the other machines was silent (the node barrier said its
   // line, the backend's wait none).

@@ -30,6 +30,25 @@ def main():
     state.on_last_process(lambda: ran.append(True))()
     expect("on_last_process ran", bool(ran), state.process_index == 1)
     state.wait_for_everyone()
+    # Main computes, everyone uses.
+    config = {"run": "run-42", "seed": 7}
+    expect("broadcast_object", state.broadcast_object(config if state.is_main_process else "x"),
+           config)
+    items = [f"mine-{state.process_index}", 3]
+    expect("broadcast_object_list", lockstep.broadcast_object_list(items), ["mine-0", 3])
+    expect("the list, in place", items, ["mine-0", 3])
+    try:
+        lockstep.broadcast_object_list(items, from_process=1)
+        sys.exit("partial_state: broadcast_object_list from process 1 was accepted")
+    except ValueError as error:
+        expect("the refusal of from_process=1", "main process (0) only" in str(error), True)
+    try:  # too large: refused on every process, naming the size
+        state.broadcast_object(b"x" * 40000)
+        sys.exit("partial_state: a broadcast of 40000 bytes was accepted")
+    except lockstep.Error as error:
+        expect("the refusal of a large broadcast", "a broadcast carries at most 32768" in
+               str(error), True)
+    expect("a broadcast after the refusal", state.broadcast_object(state.process_index), 0)
     if state.process_index == 1:
         state.destroy_process_group()
         expect("initialized after leaving", state.initialized, False)

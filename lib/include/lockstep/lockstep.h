@@ -4,6 +4,7 @@
 #ifndef LOCKSTEP_LOCKSTEP_H
 #define LOCKSTEP_LOCKSTEP_H
 
+#include <stddef.h> /* NOLINT(modernize-deprecated-headers): a C header */
 #include <stdint.h> /* NOLINT(modernize-deprecated-headers): a C header */
 
 #if defined(LOCKSTEP_BUILDING) || defined(LOCKSTEP_STATIC)
@@ -65,6 +66,19 @@ LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone(lockstep_state* state)
  * beyond a century means none. */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state,
                                                               int64_t timeout_ms);
+
+/* The most bytes lockstep_broadcast carries (State::kMaxBroadcast). */
+#define LOCKSTEP_MAX_BROADCAST 32768
+/* Main computes, everyone uses (State::broadcast): process 0 passes `data` (`size` bytes, at most
+ * LOCKSTEP_MAX_BROADCAST); every process receives a copy of those bytes in `*out` (allocated by
+ * lockstep, freed with lockstep_free; null when there are none) and their number in `*out_size`.
+ * The others' `data` is ignored (null with size 0 will do). Every process must call it, as
+ * lockstep_wait_for_everyone, which it implies. More than the limit: LOCKSTEP_ERROR on every
+ * process, naming the size. */
+LOCKSTEP_C_API lockstep_status lockstep_broadcast(lockstep_state* state, const void* data,
+                                                  size_t size, void** out, size_t* out_size);
+/* Frees what lockstep_broadcast returned (null: nothing). */
+LOCKSTEP_C_API void lockstep_free(void* buffer);
 
 /* Stream-ordered (see State::wait_for_everyone(cudaStream_t)): `cuda_stream` is a cudaStream_t
  * (null: the legacy default stream). LOCKSTEP_CONFIG_ERROR when lockstep was built without CUDA. */

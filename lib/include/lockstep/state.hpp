@@ -12,6 +12,7 @@
 #include <ranges>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -175,6 +176,16 @@ class LOCKSTEP_API State {
   // timed out tells the others, and every process of every node gets the error (this episode
   // and every later call); none of them completes the episode once its node has learned of it.
   void wait_for_everyone(std::chrono::milliseconds timeout);
+
+  // Main computes, everyone uses (Accelerate's broadcast_object_list, for bytes): returns, on
+  // every process, the `data` the main process (process 0) passed; the others' `data` is
+  // ignored. For a run directory's name, a seed, a small config: at most kMaxBroadcast bytes
+  // (more: Error on every process, naming the size). Every process must call it, as
+  // wait_for_everyone(), which it implies: two episodes of the barrier, whatever the outcome,
+  // and what wait_for_everyone() throws. Across machines the bytes travel through the backend.
+  static constexpr std::size_t kMaxBroadcast = 32768;
+  std::vector<std::byte> broadcast(std::span<const std::byte> data);
+  std::string broadcast(std::string_view text);
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling
   // thread does not wait for the GPU (on one node; across nodes each process first waits for its

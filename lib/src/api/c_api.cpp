@@ -1,7 +1,10 @@
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "lockstep/lockstep.h"
@@ -135,6 +138,33 @@ lockstep_status lockstep_wait_for_everyone(lockstep_state* state) {
 lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t timeout_ms) {
   return timed(state, timeout_ms, "lockstep_wait_for_everyone_for",
                [&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
+}
+
+lockstep_status lockstep_broadcast(lockstep_state* state, const void* data, size_t size, void** out,
+                                   size_t* out_size) {
+  if (state == nullptr || out == nullptr || out_size == nullptr || (data == nullptr && size != 0)) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_broadcast: state, out and out_size must not be null, nor data when size "
+                "is not 0");
+  }
+  *out = nullptr;
+  *out_size = 0;
+  return guarded([&] {
+    const auto bytes = state->state.broadcast(std::span(static_cast<const std::byte*>(data), size));
+    if (!bytes.empty()) {
+      void* copy = std::malloc(bytes.size());  // NOLINT(cppcoreguidelines-no-malloc): C frees it
+      if (copy == nullptr) {
+        throw std::bad_alloc();
+      }
+      std::memcpy(copy, bytes.data(), bytes.size());
+      *out = copy;
+    }
+    *out_size = bytes.size();
+  });
+}
+
+void lockstep_free(void* buffer) {
+  std::free(buffer);  // NOLINT(cppcoreguidelines-no-malloc): lockstep_broadcast's malloc
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {

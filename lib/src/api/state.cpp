@@ -71,6 +71,21 @@ void State::wait_for_everyone(std::chrono::milliseconds timeout) {
   context_->wait(timeout, what.c_str());
 }
 
+static_assert(State::kMaxBroadcast == detail::kMaxBroadcast, "one limit (engine/layout.hpp)");
+
+std::vector<std::byte> State::broadcast(std::span<const std::byte> data) {
+  return context_->broadcast(data, "broadcast");
+}
+
+std::string State::broadcast(std::string_view text) {
+  const auto bytes =
+      context_->broadcast(std::as_bytes(std::span(text.data(), text.size())), "broadcast");
+  std::string out(bytes.size(), '\0');
+  std::transform(bytes.begin(), bytes.end(), out.begin(),
+                 [](std::byte b) { return static_cast<char>(b); });
+  return out;
+}
+
 void State::wait_for_everyone(CUstream_st* stream) {
   context_->wait_stream(stream, std::nullopt, "wait_for_everyone(stream)");
 }

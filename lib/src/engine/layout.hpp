@@ -17,7 +17,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 9;
+inline constexpr std::uint32_t kLayoutVersion = 10;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -154,37 +154,50 @@ struct alignas(kCacheLine) GpuFlag {
   std::atomic<std::uint64_t> passed;   // the last episode whose waits the owner's stream passed
 };
 
+// State::broadcast's area: what the main process gives, on its node; a leader of another node
+// writes there what it received from node 0. Written before the writer's arrival at the
+// broadcast's first episode, read after that episode, free again after the second (the barrier
+// orders it: no atomics here).
+inline constexpr std::size_t kMaxBroadcast = 32768;  // lockstep/state.hpp's limit
+struct alignas(kCacheLine) BroadcastArea {
+  std::uint64_t size;    // the bytes given (more than kMaxBroadcast when refused)
+  std::uint32_t status;  // 0: data holds `size` bytes; 1: refused, too large
+  unsigned char data[kMaxBroadcast];
+};
+
 static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuSlot>, "GpuSlot lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuFlag>, "GpuFlag lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuAreaHeader>, "GpuAreaHeader lives in shared memory");
 static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in shared memory");
+static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 9, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 10, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 9, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 10, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 1984 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
-                  sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64,
-              "layout 9: sizes");
+                  sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
+                  sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12,
+              "layout 10: sizes");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
                   offsetof(SegmentHeader, lost) == 704 && offsetof(SegmentHeader, episode) == 768 &&
                   offsetof(SegmentHeader, sleepers) == 832 &&
                   offsetof(SegmentHeader, failure) == 896,
-              "layout 9: the header's fields");
+              "layout 10: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 9: a slot's fields");
+              "layout 10: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
                   offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8,
-              "layout 9: a GPU slot's fields");
+              "layout 10: a GPU slot's fields");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&
@@ -195,7 +208,7 @@ inline constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) 
   return (bytes + alignment - 1) / alignment * alignment;
 }
 // The header, then the slots, then one GpuSlot per slot; then, at a page boundary, the GPU area:
-// its header and one GpuFlag per slot, padded to a page.
+// its header and one GpuFlag per slot, padded to a page; then the broadcast area.
 inline constexpr std::size_t gpu_area_offset(std::uint32_t num_slots) {
   return align_up(sizeof(SegmentHeader) + num_slots * (sizeof(Slot) + sizeof(GpuSlot)),
                   kGpuAreaAlign);
@@ -203,8 +216,11 @@ inline constexpr std::size_t gpu_area_offset(std::uint32_t num_slots) {
 inline constexpr std::size_t gpu_area_size(std::uint32_t num_slots) {
   return align_up(sizeof(GpuAreaHeader) + num_slots * sizeof(GpuFlag), kGpuAreaAlign);
 }
-inline constexpr std::size_t segment_size(std::uint32_t num_slots) {
+inline constexpr std::size_t broadcast_area_offset(std::uint32_t num_slots) {
   return gpu_area_offset(num_slots) + gpu_area_size(num_slots);
+}
+inline constexpr std::size_t segment_size(std::uint32_t num_slots) {
+  return broadcast_area_offset(num_slots) + sizeof(BroadcastArea);
 }
 
 }  // namespace lockstep::detail

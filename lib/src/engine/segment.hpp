@@ -74,6 +74,11 @@ class NodeSegment {
   [[nodiscard]] Slot& slot(int index) const noexcept { return slots_[index]; }
   [[nodiscard]] GpuSlot& gpu_slot(int index) const noexcept { return gpu_slots_[index]; }
   [[nodiscard]] int num_slots() const noexcept { return num_slots_; }
+  // State::broadcast's area (layout.hpp).
+  [[nodiscard]] BroadcastArea& broadcast_area() const noexcept {
+    return *reinterpret_cast<BroadcastArea*>(reinterpret_cast<unsigned char*>(header_) +
+                                             broadcast_area_offset(header_->num_slots));
+  }
   // The GPU area (layout.hpp): page-aligned, gpu_area_size(num_slots()) bytes.
   [[nodiscard]] void* gpu_area() const noexcept { return gpu_area_; }
   [[nodiscard]] std::size_t gpu_area_bytes() const noexcept {

@@ -1,6 +1,7 @@
 #include "membership/backend.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "base/text.hpp"
 #include "lockstep/error.hpp"
@@ -25,6 +26,53 @@ void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* wha
   }
   try {
     backend_->barrier(deadline, what);
+  } catch (const std::exception& error) {
+    broken_ = failure_of(error, what);
+    throw;
+  }
+}
+
+std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from_node0,
+                                      std::optional<Clock::time_point> deadline, const char* what) {
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  constexpr std::size_t kChunk = Bootstrap::kMaxBlob;
+  constexpr std::size_t kLength = 8;
+  try {
+    if (from_node0) {
+      if (data.size() > kMaxShare) {
+        throw Error(std::string(what) + ": at most " + std::to_string(kMaxShare) +
+                    " bytes travel between machines, not " + std::to_string(data.size()));
+      }
+      std::vector<std::byte> framed(kLength + data.size());
+      for (std::size_t i = 0; i < kLength; ++i) {
+        framed[i] = static_cast<std::byte>((data.size() >> (8 * i)) & 0xff);
+      }
+      std::copy(data.begin(), data.end(), framed.begin() + kLength);
+      for (std::size_t at = 0; at < framed.size(); at += kChunk) {
+        const std::size_t n = std::min(kChunk, framed.size() - at);
+        (void)backend_->broadcast(std::span(framed).subspan(at, n), deadline, what);
+      }
+      return {data.begin(), data.end()};
+    }
+    std::vector<std::byte> framed = backend_->broadcast({}, deadline, what);
+    std::uint64_t length = 0;
+    for (std::size_t i = 0; i < kLength && i < framed.size(); ++i) {
+      length |= static_cast<std::uint64_t>(framed[i]) << (8 * i);
+    }
+    if (framed.size() < kLength || length > kMaxShare) {
+      throw Error(std::string(what) + ": node 0 sent a broadcast that is not lockstep's (" +
+                  std::to_string(framed.size()) + " bytes, length " + std::to_string(length) + ")");
+    }
+    while (framed.size() < kLength + length) {
+      std::vector<std::byte> more = backend_->broadcast({}, deadline, what);
+      if (more.empty() || framed.size() + more.size() > kLength + length) {
+        throw Error(std::string(what) + ": node 0's broadcast came in pieces that do not add up");
+      }
+      framed.insert(framed.end(), more.begin(), more.end());
+    }
+    return {framed.begin() + kLength, framed.end()};
   } catch (const std::exception& error) {
     broken_ = failure_of(error, what);
     throw;

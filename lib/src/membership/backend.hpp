@@ -54,6 +54,11 @@ class Backend {
   // naming the processes of the nodes not heard from when `deadline` passes (and tells the
   // others), PeerLostError when a leader is gone, Error when a leader aborted.
   virtual void barrier(std::optional<Clock::time_point> deadline, const char* what) = 0;
+  // Node 0's leader passes `blob` (at most Bootstrap::kMaxBlob bytes) and returns at once; every
+  // other leader waits for it and returns it (State::broadcast, in chunks: Leaders::share).
+  virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
+                                           std::optional<Clock::time_point> deadline,
+                                           const char* what) = 0;
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws.
   virtual void abort(const Failure& failure) noexcept = 0;
@@ -113,6 +118,12 @@ class Leaders {
   [[nodiscard]] const char* name() const noexcept { return backend_->name(); }
   [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept { return backend_->nodes(); }
   void barrier(std::optional<Clock::time_point> deadline, const char* what);
+  // Node 0's leader passes `data` (at most kMaxShare bytes) and returns at once; every other
+  // leader returns what node 0's passed. In chunks of Bootstrap::kMaxBlob bytes, the first
+  // led by the length (8 bytes, little-endian).
+  static constexpr std::size_t kMaxShare = 48 * 1024;
+  std::vector<std::byte> share(std::span<const std::byte> data, bool from_node0,
+                               std::optional<Clock::time_point> deadline, const char* what);
   // Best effort, never throws; broken afterwards.
   void abort(const Failure& failure) noexcept;
 
@@ -120,6 +131,10 @@ class Leaders {
   std::unique_ptr<Backend> backend_;
   std::optional<Failure> broken_;
 };
+// Leaders::share's chunks, the length's 8 bytes included, all fit the window of broadcasts a
+// leader keeps before it asks for them.
+static_assert((8 + Leaders::kMaxShare + Bootstrap::kMaxBlob - 1) / Bootstrap::kMaxBlob <=
+              static_cast<std::size_t>(Bootstrap::kMaxAhead));
 
 // The backends this build has, in order of preference (their names: built_backends(),
 // job/job_config.hpp).

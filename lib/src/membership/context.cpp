@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -308,6 +310,11 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   if (timeout = bounded(timeout); timeout) {
     deadline = std::chrono::steady_clock::now() + *timeout;
   }
+  arrive(deadline, what);
+}
+
+void Context::arrive(std::optional<std::chrono::steady_clock::time_point> deadline,
+                     const char* what) {
   try {
     barrier_->arrive_and_wait(deadline, what);
   } catch (...) {
@@ -318,12 +325,113 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
       try {
         throw;
       } catch (const std::exception& error) {
-        log_line(config_.rank, std::string("wait_for_everyone failed: ") + error.what());
+        log_line(config_.rank, std::string(what) + " failed: " + error.what());
       } catch (...) {  // NOLINT(bugprone-empty-catch): only the log line is given up
       }
     }
     throw;
   }
+}
+
+namespace {
+
+// A broadcast as it travels between machines: the status (4 bytes), the size (8), the data.
+constexpr std::size_t kBroadcastHead = 12;
+
+std::vector<std::byte> encode_broadcast(const BroadcastArea& area) {
+  const std::size_t n = area.status == 0 ? area.size : 0;
+  std::vector<std::byte> out(kBroadcastHead + n);
+  for (std::size_t i = 0; i < 4; ++i) {
+    out[i] = static_cast<std::byte>((area.status >> (8 * i)) & 0xff);
+  }
+  for (std::size_t i = 0; i < 8; ++i) {
+    out[4 + i] = static_cast<std::byte>((area.size >> (8 * i)) & 0xff);
+  }
+  std::memcpy(out.data() + kBroadcastHead, area.data, n);
+  return out;
+}
+
+void decode_broadcast(const std::vector<std::byte>& in, BroadcastArea& area, const char* what) {
+  std::uint32_t status = 0;
+  std::uint64_t size = 0;
+  for (std::size_t i = 0; i < 4 && i < in.size(); ++i) {
+    status |= static_cast<std::uint32_t>(in[i]) << (8 * i);
+  }
+  for (std::size_t i = 0; i < 8 && 4 + i < in.size(); ++i) {
+    size |= static_cast<std::uint64_t>(in[4 + i]) << (8 * i);
+  }
+  const std::size_t n = in.size() < kBroadcastHead ? 0 : in.size() - kBroadcastHead;
+  if (in.size() < kBroadcastHead || status > 2 ||
+      (status == 0 && (size != n || n > kMaxBroadcast))) {
+    throw Error(std::string(what) + ": node 0's broadcast is not lockstep's (" +
+                std::to_string(in.size()) + " bytes)");
+  }
+  area.status = status;
+  area.size = size;
+  std::memcpy(area.data, in.data() + kBroadcastHead, status == 0 ? n : 0);
+}
+
+}  // namespace
+
+std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what) {
+  check_usable(what);
+  std::vector<std::byte> mine(data.begin(), data.end());
+  if (!barrier_) {  // a job of one
+    if (data.size() > kMaxBroadcast) {
+      throw_too_large(data.size(), what);
+    }
+    return mine;
+  }
+  BusyGuard busy(busy_, what);
+  if (left_.load(std::memory_order_seq_cst)) {
+    throw_left(what);
+  }
+  // The writer of this node's area: the main process on a machine of its own; across machines
+  // node 0's leader, which must be the main process (every launcher places it so), and every
+  // other leader with what node 0's sent. Written before the first episode, read after it; the
+  // second episode frees the area for the next broadcast.
+  BroadcastArea& area = segment_->broadcast_area();
+  const bool main_leads_node0 = config_.node_index == 0 && local_index_ == 0;
+  if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {
+    area.size = data.size();
+    area.status = data.size() > kMaxBroadcast ? 1 : 0;
+    if (area.status == 0) {
+      std::memcpy(area.data, data.data(), data.size());
+    }
+  }
+  if (backend_) {
+    if (config_.node_index == 0) {
+      if (config_.rank != 0) {
+        area.status = 2;  // the main process is not here: say so everywhere
+        area.size = 0;
+      }
+      (void)backend_->share(encode_broadcast(area), true, std::nullopt, what);
+    } else {
+      decode_broadcast(backend_->share({}, false, std::nullopt, what), area, what);
+    }
+  }
+  arrive(std::nullopt, what);
+  if (area.status == 1) {
+    const std::uint64_t size = area.size;
+    arrive(std::nullopt, what);  // everyone has read the refusal
+    throw_too_large(size, what);
+  }
+  if (area.status == 2) {
+    arrive(std::nullopt, what);
+    throw ConfigError("lockstep: " + std::string(what) +
+                      ": the main process (process 0) must lead machine 0 (be its local process "
+                      "0) for a broadcast across machines; this job places it elsewhere");
+  }
+  std::vector<std::byte> out(area.size);
+  std::memcpy(out.data(), area.data, out.size());
+  arrive(std::nullopt, what);
+  return out;
+}
+
+void Context::throw_too_large(std::uint64_t size, const char* what) {
+  throw Error("lockstep: " + std::string(what) + ": the main process gave " + std::to_string(size) +
+              " bytes; a broadcast carries at most " + std::to_string(kMaxBroadcast) +
+              " (write larger data to a file and broadcast its name)");
 }
 
 void Context::check_intact(const char* what) {

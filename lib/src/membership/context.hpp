@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "engine/node_barrier.hpp"
 #include "engine/segment.hpp"
@@ -35,6 +37,9 @@ class Context {
 
   // The job-wide barrier; `what` names the caller in messages.
   void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  // State::broadcast: the main process's `data` (at most kMaxBroadcast bytes), on every process;
+  // two episodes of the barrier, on every process, whatever the outcome.
+  std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what);
   // The stream-ordered barrier (see gpu/stream_barrier.hpp); `timeout`: State's rule.
   void wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
                    const char* what);
@@ -60,6 +65,9 @@ class Context {
   // Joins the job (the constructor's work), and says what was joined (LOCKSTEP_LOG).
   void join();
   void describe(std::chrono::steady_clock::duration joining) const;
+  // One arrival at the barrier, and what a failed one does (the log, parking while exiting).
+  void arrive(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
+  [[noreturn]] static void throw_too_large(std::uint64_t size, const char* what);
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
   [[noreturn]] void throw_left(const char* what) const;

@@ -183,6 +183,7 @@ class LOCKSTEP_API State {
   // (more: Error on every process, naming the size). Every process must call it, as
   // wait_for_everyone(), which it implies: two episodes of the barrier, whatever the outcome,
   // and what wait_for_everyone() throws. Across machines the bytes travel through the backend.
+  // Not interrupted by lockstep_set_interrupt_fd's descriptor (it could not be retried).
   static constexpr std::size_t kMaxBroadcast = 32768;
   std::vector<std::byte> broadcast(std::span<const std::byte> data);
   std::string broadcast(std::string_view text);

@@ -390,6 +390,16 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
   // node 0's leader, which must be the main process (every launcher places it so), and every
   // other leader with what node 0's sent. Written before the first episode, read after it; the
   // second episode frees the area for the next broadcast.
+  // Not interruptible (lockstep_set_interrupt_fd): an interrupted broadcast could be neither
+  // taken back nor retried (its two episodes and the backend's chunks are under way). One
+  // thread waits at a time (BusyGuard), so the process-wide setting is this call's meanwhile.
+  struct NoInterrupts {
+    int saved = set_interrupt_fd(-1);
+    NoInterrupts() = default;
+    NoInterrupts(const NoInterrupts&) = delete;
+    NoInterrupts& operator=(const NoInterrupts&) = delete;
+    ~NoInterrupts() { (void)set_interrupt_fd(saved); }
+  } no_interrupts;
   BroadcastArea& area = segment_->broadcast_area();
   const bool main_leads_node0 = config_.node_index == 0 && local_index_ == 0;
   if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {

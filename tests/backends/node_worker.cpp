@@ -104,6 +104,35 @@ int rounds(lockstep::State& state, Shared& shared, int rounds) {
   return 0;
 }
 
+// `rounds` broadcasts of the main process's bytes, up to the limit, then one over it.
+int broadcast_rounds(lockstep::State& state, int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    const std::size_t size =
+        (static_cast<std::size_t>(round) * 7919U) % (lockstep::State::kMaxBroadcast + 1);
+    std::string text(size, '\0');
+    for (std::size_t i = 0; i < size; ++i) {
+      text[i] = static_cast<char>('a' + (i + static_cast<std::size_t>(round)) % 26);
+    }
+    if (state.broadcast(state.is_main_process() ? text : "not this") != text) {
+      std::cout << "RESULT wrong bytes in round " << round << std::endl;
+      return 1;
+    }
+  }
+  try {
+    (void)state.broadcast(
+        std::string(state.is_main_process() ? lockstep::State::kMaxBroadcast + 1 : 0, 'y'));
+    std::cout << "RESULT a broadcast over the limit passed" << std::endl;
+    return 1;
+  } catch (const lockstep::Error& error) {
+    if (std::string(error.what()).find("carries at most 32768") == std::string::npos) {
+      std::cout << "RESULT refused with " << error.what() << std::endl;
+      return 1;
+    }
+  }
+  std::cout << "RESULT " << state.broadcast(state.is_main_process() ? "done" : "") << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,32 +171,8 @@ int main(int argc, char** argv) {
       std::cout << "RESULT passed" << std::endl;
       return 1;
     }
-    if (scenario == "broadcast") {  // `arg` rounds of the main process's bytes, up to the limit
-      for (int round = 0; round < arg; ++round) {
-        const std::size_t size =
-            (static_cast<std::size_t>(round) * 7919U) % (lockstep::State::kMaxBroadcast + 1);
-        std::string text(size, '\0');
-        for (std::size_t i = 0; i < size; ++i) {
-          text[i] = static_cast<char>('a' + (i + static_cast<std::size_t>(round)) % 26);
-        }
-        if (state.broadcast(state.is_main_process() ? text : "not this") != text) {
-          std::cout << "RESULT wrong bytes in round " << round << std::endl;
-          return 1;
-        }
-      }
-      try {
-        (void)state.broadcast(
-            std::string(state.is_main_process() ? lockstep::State::kMaxBroadcast + 1 : 0, 'y'));
-        std::cout << "RESULT a broadcast over the limit passed" << std::endl;
-        return 1;
-      } catch (const lockstep::Error& error) {
-        if (std::string(error.what()).find("carries at most 32768") == std::string::npos) {
-          std::cout << "RESULT refused with " << error.what() << std::endl;
-          return 1;
-        }
-      }
-      std::cout << "RESULT " << state.broadcast(state.is_main_process() ? "done" : "") << std::endl;
-      return 0;
+    if (scenario == "broadcast") {
+      return broadcast_rounds(state, arg);
     }
     if (scenario == "stall") {  // node 1's processes come `arg` ms late to an untimed wait
       if (state.node_index() == 1) {

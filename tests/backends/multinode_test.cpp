@@ -301,6 +301,18 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
     }
   }
 
+  // Runs a job of `nnodes` nodes of `per_node` processes running node_worker `args`, every node
+  // started at once, and expects every node to end with 0.
+  void run_job(int nnodes, int per_node, const std::vector<std::string>& args) {
+    for (int node = 0; node < nnodes; ++node) {
+      start(node, nnodes, per_node, args);
+    }
+    wait_all();
+    for (const auto& node : nodes_) {
+      EXPECT_EQ(node.code(), 0) << all_output();
+    }
+  }
+
   // Waits for every node's launcher to end, at most `limit`; a hang is a failure.
   void wait_all(std::chrono::seconds limit = std::chrono::seconds(60)) {
     const auto until = Clock::now() + limit;
@@ -381,13 +393,7 @@ class MultiNode : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(MultiNode, TwoNodesAgreeOverManyRounds) {
-  for (int node = 0; node < 2; ++node) {
-    start(node, 2, 2, {"rounds", shared_.string(), "3000"});
-  }
-  wait_all();
-  for (const auto& node : nodes_) {
-    EXPECT_EQ(node.code(), 0) << all_output();
-  }
+  run_job(2, 2, {"rounds", shared_.string(), "3000"});
   // State::print: once per machine, as Accelerate's (issue 23: it printed once per job).
   for (int node = 0; node < 2; ++node) {
     const std::string line = "PRINTED once by node " + std::to_string(node) + "\n";
@@ -469,13 +475,7 @@ TEST_P(MultiNode, AStoreOnMasterPortLeavesLockstepItsOwnPort) {
   }
   HeldPort store(address_at(port_));
   ASSERT_TRUE(store.held()) << "could not listen on MASTER_PORT " << port_;
-  for (int node = 0; node < 2; ++node) {
-    start(node, 2, 1, {"rounds", shared_.string(), "200"});
-  }
-  wait_all();
-  for (const auto& node : nodes_) {
-    EXPECT_EQ(node.code(), 0) << all_output();
-  }
+  run_job(2, 1, {"rounds", shared_.string(), "200"});
 }
 
 TEST_P(MultiNode, LockstepsPortHeldByAnotherIsNamedWithItsRule) {
@@ -498,13 +498,7 @@ TEST_P(MultiNode, LockstepsPortHeldByAnotherIsNamedWithItsRule) {
 
 TEST_P(MultiNode, BroadcastCarriesTheMainProcesssBytesToEveryNode) {
   // Issue 23: main computes, everyone uses, across machines (in chunks through the backend).
-  for (int node = 0; node < 3; ++node) {
-    start(node, 3, 2, {"broadcast", shared_.string(), "40"});
-  }
-  wait_all();
-  for (const auto& node : nodes_) {
-    EXPECT_EQ(node.code(), 0) << all_output();
-  }
+  run_job(3, 2, {"broadcast", shared_.string(), "40"});
   auto ends = results();
   ASSERT_EQ(ends.size(), 6U) << all_output();
   for (const auto& [rank, text] : ends) {
@@ -516,13 +510,7 @@ TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
   // Issue 23: a leader waiting for the other machines was silent (the node barrier said its
   // line, the backend's wait none).
   node_env_["LOCKSTEP_STALL_WARNING"] = "0.3";
-  for (int node = 0; node < 2; ++node) {
-    start(node, 2, 2, {"stall", shared_.string(), "1500"});
-  }
-  wait_all();
-  for (const auto& node : nodes_) {
-    EXPECT_EQ(node.code(), 0) << all_output();
-  }
+  run_job(2, 2, {"stall", shared_.string(), "1500"});
   const std::string& out = nodes_[0].output();
   // Node 0's leader, in the backend: the node that has not arrived, and its processes.
   EXPECT_NE(out.find(" rank 0] wait_for_everyone has waited 0.3 s for node 1 (processes 2, 3) "

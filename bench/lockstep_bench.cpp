@@ -81,9 +81,14 @@ std::vector<int> parse_nproc(const std::string& text) {
       used = 0;
     }
     if (part.empty() || used != part.size() || n < 1 || n > kMaxProcesses) {
-      throw CLI::ValidationError("--nproc", "\"" + part + "\" in \"" + text +
-                                                "\" is not a process count (1-" +
-                                                std::to_string(kMaxProcesses) + ")");
+      std::string why = "\"";
+      why += part;
+      why += "\" in \"";
+      why += text;
+      why += "\" is not a process count (1-";
+      why += std::to_string(kMaxProcesses);
+      why += ")";
+      throw CLI::ValidationError("--nproc", why);
     }
     counts.push_back(n);
   }
@@ -170,7 +175,7 @@ std::string first_line_after(const char* path, const std::string& prefix) {
     if (line.rfind(prefix, 0) == 0) {
       const auto colon = line.find(':');
       return colon == std::string::npos ? line
-                                        : line.substr(line.find_first_not_of(" ", colon + 1));
+                                        : line.substr(line.find_first_not_of(' ', colon + 1));
     }
   }
   return "";
@@ -261,7 +266,7 @@ void print_json(const std::vector<Row>& rows, const Options& options, const Mach
   std::printf(" \"results\": [");
   const char* separator = "\n";
   for (const Row& row : rows) {
-    std::printf("%s  {\"nproc\": %d, \"family\": %s, \"label\": %s", separator, row.nproc,
+    std::printf(R"(%s  {"nproc": %d, "family": %s, "label": %s)", separator, row.nproc,
                 json_string(row.family.key).c_str(), json_string(row.family.label).c_str());
     if (row.skipped.empty()) {
       std::printf(
@@ -359,7 +364,7 @@ int main(int argc, char** argv) {
   try {
     return run_all(options) ? 0 : 1;
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "lockstep-bench: %s\n", error.what());
+    (void)std::fprintf(stderr, "lockstep-bench: %s\n", error.what());
     return 1;
   }
 }

@@ -187,8 +187,9 @@ TEST_P(StateTest, BroadcastGivesEveryProcessTheMainProcesssBytes) {
   auto ends = run_ranks(job(), [n](int rank) {
     lockstep::State state;
     for (int round = 0; round < 60; ++round) {
-      const std::size_t size =
-          round % 3 == 0 ? 0 : (round * 977U) % (lockstep::State::kMaxBroadcast + 1);
+      const std::size_t size = round % 3 == 0 ? 0
+                                              : (static_cast<std::size_t>(round) * 977U) %
+                                                    (lockstep::State::kMaxBroadcast + 1);
       std::string text(size, '\0');
       for (std::size_t i = 0; i < size; ++i) {
         text[i] = static_cast<char>('a' + (i + static_cast<std::size_t>(round)) % 26);

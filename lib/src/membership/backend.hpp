@@ -121,7 +121,7 @@ class Leaders {
   // Node 0's leader passes `data` (at most kMaxShare bytes) and returns at once; every other
   // leader returns what node 0's passed. In chunks of Bootstrap::kMaxBlob bytes, the first
   // led by the length (8 bytes, little-endian).
-  static constexpr std::size_t kMaxShare = 48 * 1024;
+  static constexpr std::size_t kMaxShare = std::size_t{48} * 1024;
   std::vector<std::byte> share(std::span<const std::byte> data, bool from_node0,
                                std::optional<Clock::time_point> deadline, const char* what);
   // Best effort, never throws; broken afterwards.

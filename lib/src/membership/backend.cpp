@@ -1,7 +1,6 @@
 #include "membership/backend.hpp"
 
 #include <algorithm>
-#include <cstdint>
 
 #include "base/text.hpp"
 #include "lockstep/error.hpp"
@@ -46,9 +45,7 @@ std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from
                     " bytes travel between machines, not " + std::to_string(data.size()));
       }
       std::vector<std::byte> framed(kLength + data.size());
-      for (std::size_t i = 0; i < kLength; ++i) {
-        framed[i] = static_cast<std::byte>((data.size() >> (8 * i)) & 0xff);
-      }
+      put_le(framed.data(), data.size(), kLength);
       std::copy(data.begin(), data.end(), framed.begin() + kLength);
       for (std::size_t at = 0; at < framed.size(); at += kChunk) {
         const std::size_t n = std::min(kChunk, framed.size() - at);
@@ -57,10 +54,7 @@ std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from
       return {data.begin(), data.end()};
     }
     std::vector<std::byte> framed = backend_->broadcast({}, deadline, what);
-    std::uint64_t length = 0;
-    for (std::size_t i = 0; i < kLength && i < framed.size(); ++i) {
-      length |= static_cast<std::uint64_t>(framed[i]) << (8 * i);
-    }
+    const std::uint64_t length = get_le(framed.data(), std::min(kLength, framed.size()));
     if (framed.size() < kLength || length > kMaxShare) {
       throw Error(std::string(what) + ": node 0 sent a broadcast that is not lockstep's (" +
                   std::to_string(framed.size()) + " bytes, length " + std::to_string(length) + ")");

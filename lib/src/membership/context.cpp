@@ -341,30 +341,25 @@ constexpr std::size_t kBroadcastHead = 12;
 std::vector<std::byte> encode_broadcast(const BroadcastArea& area) {
   const std::size_t n = area.status == 0 ? area.size : 0;
   std::vector<std::byte> out(kBroadcastHead + n);
-  for (std::size_t i = 0; i < 4; ++i) {
-    out[i] = static_cast<std::byte>((area.status >> (8 * i)) & 0xff);
-  }
-  for (std::size_t i = 0; i < 8; ++i) {
-    out[4 + i] = static_cast<std::byte>((area.size >> (8 * i)) & 0xff);
-  }
+  put_le(out.data(), area.status, 4);
+  put_le(out.data() + 4, area.size, 8);
   std::memcpy(out.data() + kBroadcastHead, area.data, n);
   return out;
 }
 
 void decode_broadcast(const std::vector<std::byte>& in, BroadcastArea& area, const char* what) {
-  std::uint32_t status = 0;
-  std::uint64_t size = 0;
-  for (std::size_t i = 0; i < 4 && i < in.size(); ++i) {
-    status |= static_cast<std::uint32_t>(in[i]) << (8 * i);
-  }
-  for (std::size_t i = 0; i < 8 && 4 + i < in.size(); ++i) {
-    size |= static_cast<std::uint64_t>(in[4 + i]) << (8 * i);
-  }
-  const std::size_t n = in.size() < kBroadcastHead ? 0 : in.size() - kBroadcastHead;
-  if (in.size() < kBroadcastHead || status > 2 ||
-      (status == 0 && (size != n || n > kMaxBroadcast))) {
+  const auto refuse = [&] {
     throw Error(std::string(what) + ": node 0's broadcast is not lockstep's (" +
                 std::to_string(in.size()) + " bytes)");
+  };
+  if (in.size() < kBroadcastHead) {
+    refuse();
+  }
+  const auto status = static_cast<std::uint32_t>(get_le(in.data(), 4));
+  const std::uint64_t size = get_le(in.data() + 4, 8);
+  const std::size_t n = in.size() - kBroadcastHead;
+  if (status > 2 || (status == 0 && (size != n || n > kMaxBroadcast))) {
+    refuse();
   }
   area.status = status;
   area.size = size;
@@ -375,12 +370,11 @@ void decode_broadcast(const std::vector<std::byte>& in, BroadcastArea& area, con
 
 std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what) {
   check_usable(what);
-  std::vector<std::byte> mine(data.begin(), data.end());
   if (!barrier_) {  // a job of one
     if (data.size() > kMaxBroadcast) {
       throw_too_large(data.size(), what);
     }
-    return mine;
+    return {data.begin(), data.end()};
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {

@@ -4,6 +4,7 @@
 // episode before every process has arrived at it (many rounds, more processes than CPUs, random
 // delays, every policy), and a process that dies before it arrives is reported, not waited for.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,7 +13,9 @@
 #include <string>
 #include <thread>
 
+#include "base/proc.hpp"
 #include "engine/node_barrier.hpp"
+#include "engine/peer_watch.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
 #include "ranks.hpp"
@@ -25,6 +28,7 @@ using lockstep::detail::CrossNodeStep;
 using lockstep::detail::JobConfig;
 using lockstep::detail::NodeBarrier;
 using lockstep::detail::NodeSegment;
+using lockstep::detail::PeerWatch;
 using lockstep::detail::Waiter;
 using lockstep::detail::WaitShape;
 using lockstep::testing::failures;
@@ -104,6 +108,85 @@ TEST_P(NodeEngine, AProcessThatDiesBeforeItArrivesIsReported) {
     }
   });
   EXPECT_EQ(failures(ends), "");
+}
+
+TEST_P(NodeEngine, WatchedSleepsHaveNoTimeoutYetMissNoEpisodeAndNoDeath) {
+  // Issue 24: with a watch of the peers (engine/peer_watch.hpp), a wait without a deadline
+  // sleeps without a timeout. A lost wake-up would now hang for ever (the job's limit fails
+  // it), and so would a death that the watch does not announce: one process dies without
+  // arriving at round kDeath, and every other must hear of it.
+  const WaitPolicy policy = GetParam();
+  const int processes = 2 * static_cast<int>(std::thread::hardware_concurrency()) + 1;
+  const int victim = processes - 1;
+  constexpr int kRounds = 400;
+  constexpr int kDeath = 300;
+  auto* arrived = shared_array<std::atomic<int>>(kRounds);
+  auto* early = shared_array<std::atomic<int>>(1);
+  auto* untimed = shared_array<std::atomic<long>>(1);
+  const std::string id = fresh_id();
+  Job job = Job::of(processes);
+  job.plain = true;
+  job.limit = std::chrono::seconds(40);
+  auto ends = run_ranks(job, [&](int rank) {
+    auto segment = NodeSegment::join(node_job(rank, processes, id, policy));
+    auto watch = PeerWatch::start(*segment);
+    RANK_CHECK(watch != nullptr && !watch->alarmed());
+    Waiter waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false});
+    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false, watch.get());
+    std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 3U);
+    for (int round = 0; round < kRounds; ++round) {
+      if (random() % 4 == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(random() % 300));
+      }
+      if (rank == victim && round == kDeath) {
+        ::kill(::getpid(), SIGKILL);  // dies without leaving or arriving
+      }
+      arrived[round].fetch_add(1);
+      try {
+        barrier.arrive_and_wait(std::nullopt, "node test");
+      } catch (const lockstep::PeerLostError& error) {
+        RANK_CHECK(round == kDeath && error.process_index() == victim);
+        untimed->fetch_add(static_cast<long>(waiter.stats().untimed_blocks));
+        return;
+      }
+      if (arrived[round].load() != processes) {
+        early->fetch_add(1);
+      }
+    }
+    RANK_CHECK(false);  // past the round where a peer died
+  });
+  EXPECT_EQ(failures(ends, victim), "");
+  EXPECT_EQ(early->load(), 0) << "returns from an episode before every process had arrived";
+  if (policy == WaitPolicy::block) {
+    EXPECT_GT(untimed->load(), 0) << "no sleep went without a timeout: the watch was not used";
+  }
+}
+
+TEST(PeerWatch, APeerThatExitedBeforeTheWatchStartedAlarmsIt) {
+  // The watch opens each peer's pidfd after the rendezvous; a peer gone by then (its pid may
+  // be another process's already) must not be taken as watched.
+  const std::string id = fresh_id();
+  Job job = Job::of(2);
+  job.plain = true;
+  auto* joined = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job, [&](int rank) {
+    auto segment = NodeSegment::join(node_job(rank, 2, id, WaitPolicy::block));
+    if (rank == 1) {
+      ::kill(::getpid(), SIGKILL);
+    }
+    while (::kill(::getppid(), 0) == 0 && joined->load() == 0) {
+      // Until the peer is a zombie: its pid no longer runs it.
+      if (lockstep::detail::process_liveness(static_cast<pid_t>(segment->slot(1).pid.load()),
+                                             segment->slot(1).start_time.load()) ==
+          lockstep::detail::Liveness::dead) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    auto watch = PeerWatch::start(*segment);
+    RANK_CHECK(watch == nullptr || watch->alarmed());
+  });
+  EXPECT_EQ(failures(ends, 1), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, NodeEngine,

@@ -6,9 +6,12 @@
  * on the futex word `generation` with the value it read before announcing; the arrival that
  * completes an episode changes `generation` and wakes everyone only if it sees a sleeper. A
  * waiter that times out takes its arrival back with a CAS while the episode is incomplete, and
- * arrives again later. A process may die at any step (-DDEATHS); waiters then notice through
- * their periodic poll (the futex wait's timeout), modelled as a futex wait that may return at
- * any time.
+ * arrives again later. A process may die after any arrival (-DDEATHS; one death per run). Then, as in the code since
+ * issue 24 (lib/src/engine/peer_watch.hpp): a waiter sleeps WITHOUT a timeout while its
+ * process's watch is quiet; each surviving process's watch sees the death, raises its alarm,
+ * increments `generation` and wakes everyone; a sleeper reads `generation`, then the alarm, and
+ * once the alarm is up sleeps with a timeout (its periodic poll, a futex wait that may return at
+ * any time) and looks for the dead peer. Every change to `generation` is an increment.
  *
  * Checked: (safety) no process passes episode e before every process has arrived at e and none
  * has taken its arrival back; generations never mix (a process passes e only once the counter
@@ -17,14 +20,18 @@
  * the episode complete (a lost wake-up).
  *
  * -DBUG_NO_RECHECK removes the waiter's re-read of the counter after announcing its sleep: spin
- * must then find the lost wake-up (tests/model/check-model expects it to).
+ * must then find the lost wake-up (tests/model/check-model expects it to). -DBUG_ALARM_AFTER_WAKE
+ * makes the watch raise its alarm after changing the word and waking: a sleeper can then read
+ * the new word and the old alarm, and sleep for ever beside a dead peer (spin must find it).
  *
  * Abstracted away: memory ordering (spin is sequentially consistent; the code's Dekker pair,
  * the arrival and the sleepers count, is seq_cst, and the rest is acquire/release that the
  * counter's release sequence covers); the spin and yield phases (a waiter may go to sleep at
  * any time, so every choice of lib/src/waiting/waiter.hpp's policy, from load or from history, is a path
- * checked here; the per-slot `asleep_until` it reads is a hint outside the protocol); the 32-bit wrap of the futex word (modelled mod 4); the multi-node release; pid
- * liveness checks (modelled as the `dead` flags).
+ * checked here; the per-slot `asleep_until` it reads is a hint outside the protocol); the 32-bit wrap of the futex word (2^32 increments while one
+ * waiter reads it and sleeps); the multi-node release; a peer that leaves (its leave marks the
+ * segment and increments the word as the watch does); the watch's stall-line wakes (they only
+ * wake); pid liveness checks (modelled as the `dead` flags).
  */
 
 #ifndef N
@@ -35,11 +42,13 @@
 #endif
 
 byte arrivals = 0;      /* the monotonic arrival counter */
-byte generation = 0;    /* the futex word (mod 4) */
+byte generation = 0;    /* the futex word: only ever incremented */
 byte sleepers = 0;      /* waiters that announced a sleep */
 bool asleep[N];         /* blocked in futex_wait */
 byte arrived[N];        /* episodes each process has arrived at (and not taken back) */
 bool dead[N];
+byte deaths = 0;
+bool alarmed[N];          /* the process's watch saw a peer exit: its waits poll */
 byte passed[N];         /* episodes each process has completed */
 
 inline futex_wake_all(i) {
@@ -60,13 +69,14 @@ retry:
     /* arrive: one fetch_add */
     atomic { ticket = arrivals; arrivals++; arrived[me]++ }
 #ifdef DEATHS
-    if :: true -> dead[me] = true; goto gone :: true -> skip fi;
+    /* one death per run: a second changes nothing the first has not (each watch acts once) */
+    if :: atomic { deaths == 0 -> dead[me] = true; deaths++ }; goto gone :: true -> skip fi;
 #endif
     if
     :: ticket + 1 == (e + 1) * N ->
       /* the completer wakes sleepers only if it sees one (seq_cst load after the arrival) */
       if
-      :: sleepers != 0 -> generation = (generation + 1) % 4; futex_wake_all(q)
+      :: sleepers != 0 -> generation++; futex_wake_all(q)
       :: else -> skip
       fi;
       goto pass
@@ -85,11 +95,19 @@ wait:
 #else
       :: arrivals < (e + 1) * N ->
 #endif
-        atomic { if :: generation == seen -> asleep[me] = true :: else -> skip fi };
 #ifdef DEATHS
-        /* the wait's timeout (the 100 ms poll) can end it at any time */
-        if :: !asleep[me] -> skip :: asleep[me] -> asleep[me] = false fi;
+        if
+        :: alarmed[me] ->
+          /* a peer exited: a timed sleep (the 100 ms poll), which can end at any time */
+          atomic { if :: generation == seen -> asleep[me] = true :: else -> skip fi };
+          if :: !asleep[me] -> skip :: asleep[me] -> asleep[me] = false fi
+        :: else ->
+          /* the watch is quiet: no timeout; a sleeper nobody wakes is an invalid end state */
+          atomic { if :: generation == seen -> asleep[me] = true :: else -> skip fi };
+          !asleep[me]
+        fi;
 #else
+        atomic { if :: generation == seen -> asleep[me] = true :: else -> skip fi };
         !asleep[me];   /* blocks until woken: a lost wake-up is an invalid end state here */
 #endif
       :: else -> skip
@@ -141,9 +159,32 @@ done:
   skip
 }
 
+#ifdef DEATHS
+/* A process's watch (its thread): sleeps until another process exits, then raises the alarm,
+ * changes the word and wakes every sleeper, once. It dies with its process. */
+proctype Watch(byte me) {
+  byte q;
+end_watch:
+  /* (the increment and the wake are one step here: a sleeper between them finds the word
+   * changed, as it would be woken) */
+#ifdef BUG_ALARM_AFTER_WAKE
+  atomic { !dead[me] && deaths > 0 -> generation++; futex_wake_all(q) };
+  alarmed[me] = true
+#else
+  atomic { !dead[me] && deaths > 0 -> alarmed[me] = true };
+  atomic { generation++; futex_wake_all(q) }
+#endif
+}
+#endif
+
 init {
   byte p;
   atomic {
-    for (p : 0 .. N - 1) { run Process(p) }
+    for (p : 0 .. N - 1) {
+      run Process(p);
+#ifdef DEATHS
+      run Watch(p)
+#endif
+    }
   }
 }

@@ -17,7 +17,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 10;
+inline constexpr std::uint32_t kLayoutVersion = 11;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -101,11 +101,13 @@ struct SegmentHeader {
   Line<std::uint32_t> lost;    // 0, or lost_word() of the first peer found dead or gone mid-wait
   // The barrier's hot line. `arrivals` is the monotonic count of arrivals: episode e is complete
   // once it reaches (e + 1) * num_slots; waiters spin on it. `generation` is the futex word of
-  // sleeping waiters, changed (to the completed episode's number mod 2^32) only when someone
-  // sleeps. One cache line on purpose: the arrival that completes an episode publishes it by
-  // arriving, and a waiter's next arrival finds the line already fetched, so consecutive
-  // episodes cost one line transfer instead of two (bench/barrier_bench, N=2: see README's
-  // Performance section).
+  // sleeping waiters, incremented (never stored: a sleeper must never see an old value come back)
+  // when an episode completes while someone sleeps, and when a waiter must look (a peer left,
+  // was lost or exited: NodeSegment::wake_waiters). Layout 11: in 10 the completer stored the
+  // episode's number, and some sleepers sleep without a timeout now. One cache line on purpose: the
+  // arrival that completes an episode publishes it by arriving, and a waiter's next arrival finds
+  // the line already fetched, so consecutive episodes cost one line transfer instead of two
+  // (bench/barrier_bench, N=2: see README's Performance section).
   struct alignas(kCacheLine) Episode {
     std::atomic<std::uint64_t> arrivals;
     std::atomic<std::uint32_t> generation;
@@ -173,31 +175,31 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 10, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 11, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 10, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 11, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 1984 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
                   sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12,
-              "layout 10: sizes");
+              "layout 11: sizes");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
                   offsetof(SegmentHeader, lost) == 704 && offsetof(SegmentHeader, episode) == 768 &&
                   offsetof(SegmentHeader, sleepers) == 832 &&
                   offsetof(SegmentHeader, failure) == 896,
-              "layout 10: the header's fields");
+              "layout 11: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 10: a slot's fields");
+              "layout 11: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
                   offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8,
-              "layout 10: a GPU slot's fields");
+              "layout 11: a GPU slot's fields");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&

@@ -209,9 +209,9 @@ void NodeBarrier::wake_sleepers() noexcept {
   // complete and does not sleep. With nobody asleep, completing an episode is the arrival
   // alone: one atomic read-modify-write.
   if (header.sleepers.value.load(std::memory_order_seq_cst) != 0) {
-    // Any new value wakes a futex_wait on the old one; the sleeper then reads the counter.
-    header.episode.generation.store(static_cast<std::uint32_t>(episode_ + 1),
-                                    std::memory_order_release);
+    // Any new value wakes a futex_wait on the old one; the sleeper then reads the counter. An
+    // increment, as every change to the word (see NodeSegment::wake_waiters).
+    header.episode.generation.fetch_add(1, std::memory_order_release);
     futex_wake_all(header.episode.generation);
   }
 }
@@ -222,9 +222,14 @@ class NodeBarrier::Site : public WaitSite {
   Site(NodeBarrier& barrier, std::uint64_t target, const char* what) noexcept
       : barrier_(barrier), target_(target), what_(what) {}
   [[nodiscard]] bool done() const noexcept { return barrier_.reached(target_); }
-  void block(std::chrono::nanoseconds limit) noexcept { barrier_.sleep(target_, limit); }
+  void block(std::chrono::nanoseconds limit) noexcept { barrier_.sleep(target_, limit, stall_); }
   [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
+  // A lost peer wakes this site's sleepers (the watch), so they need no periodic check.
+  [[nodiscard]] bool watched() const noexcept {
+    return barrier_.watch_ != nullptr && !barrier_.watch_->alarmed();
+  }
+  void wake_me_at(std::chrono::steady_clock::time_point when) noexcept { stall_ = when; }
   void stalled(std::chrono::nanoseconds waited) const noexcept {
     barrier_.report_stall(what_, waited);
   }
@@ -233,6 +238,7 @@ class NodeBarrier::Site : public WaitSite {
   NodeBarrier& barrier_;
   std::uint64_t target_;
   const char* what_;
+  std::chrono::steady_clock::time_point stall_ = std::chrono::steady_clock::time_point::max();
 };
 
 NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
@@ -250,17 +256,37 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
   return Outcome::interrupted;
 }
 
-void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit) noexcept {
+bool NodeBarrier::quiet() const noexcept {
+  const SegmentHeader& header = segment_.header();
+  // seq_cst: after the futex word's read, as NodeSegment::wake_waiters orders its writes.
+  return watch_ != nullptr && !watch_->alarmed() &&
+         header.lost.value.load(std::memory_order_seq_cst) == 0 &&
+         header.left.value.load(std::memory_order_seq_cst) == 0;
+}
+
+void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit,
+                        std::chrono::steady_clock::time_point stall) noexcept {
   SegmentHeader& header = segment_.header();
   Slot& me = segment_.slot(segment_.my_slot());
   // Read the futex word before announcing the sleep: a completer that sees the announcement
-  // changes the word, so the futex call below cannot miss it.
+  // changes the word, so the futex call below cannot miss it. The same for whatever else must
+  // end an untimed sleep (quiet(): a peer left, lost or exited): its writer changes the word
+  // after it (NodeSegment::wake_waiters).
   const std::uint32_t seen = header.episode.generation.load(std::memory_order_acquire);
   // Relaxed: a hint for the peers' load samples (peers_asleep), never needed for correctness.
   me.asleep_until.store(target, std::memory_order_relaxed);
   header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
   if (header.episode.arrivals.load(std::memory_order_seq_cst) < target) {
+    const bool untimed = limit == std::chrono::nanoseconds::max() && quiet();
+    if (untimed) {
+      watch_->wake_me_at(stall);
+    } else {
+      limit = std::min<std::chrono::nanoseconds>(limit, kPollInterval);
+    }
     futex_wait(header.episode.generation, seen, limit);
+    if (untimed) {
+      watch_->clear_wake();
+    }
   }
   // Relaxed: the count only decides whether a completer calls futex_wake; a stale high value
   // costs one needless wake.

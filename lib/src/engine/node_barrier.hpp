@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/failure_record.hpp"
+#include "engine/peer_watch.hpp"
 #include "engine/segment.hpp"
 #include "waiting/waiter.hpp"
 
@@ -40,10 +41,14 @@ class NodeBarrier {
   // `waiter`: how this process waits (it outlives the barrier).
   // `cross`: the leader's step across nodes, for the node's leader in a multi-node job (else
   // empty). `hierarchical`: whether the job spans nodes (true on every process of such a job).
-  NodeBarrier(NodeSegment& segment, Waiter& waiter, CrossNodeStep cross, bool hierarchical) noexcept
+  // `watch`: this process's watch of its peers (it outlives the barrier), if it has one: then a
+  // wait without a deadline sleeps without a timeout until the watch raises its alarm.
+  NodeBarrier(NodeSegment& segment, Waiter& waiter, CrossNodeStep cross, bool hierarchical,
+              PeerWatch* watch = nullptr) noexcept
       : segment_(segment),
         waiter_(waiter),
         cross_(std::move(cross)),
+        watch_(watch),
         hierarchical_(hierarchical),
         leader_(segment.my_slot() == segment.leader_slot()),
         tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)) {}
@@ -85,8 +90,14 @@ class NodeBarrier {
   [[nodiscard]] bool came(int slot) const noexcept;
   // Whether a peer that has not arrived was last seen on this process's CPU.
   [[nodiscard]] bool late_peer_here() const noexcept;
-  // Sleeps on the futex until the count may have reached `target`, at most `limit`.
-  void sleep(std::uint64_t target, std::chrono::nanoseconds limit) noexcept;
+  // Sleeps on the futex until the count may have reached `target`, at most `limit`
+  // (nanoseconds::max(): until woken, if the watch is quiet, and then to be woken at `stall`;
+  // else kPollInterval).
+  void sleep(std::uint64_t target, std::chrono::nanoseconds limit,
+             std::chrono::steady_clock::time_point stall) noexcept;
+  // Whether a sleeper may sleep until woken: the watch is quiet, and nobody has left or been
+  // lost (read after the futex word: see NodeSegment::wake_waiters).
+  [[nodiscard]] bool quiet() const noexcept;
   // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
   void wake_sleepers() noexcept;
   [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
@@ -99,6 +110,7 @@ class NodeBarrier {
   NodeSegment& segment_;
   Waiter& waiter_;
   CrossNodeStep cross_;
+  PeerWatch* watch_;
   bool hierarchical_;
   bool leader_;
   std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)

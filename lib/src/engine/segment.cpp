@@ -780,8 +780,7 @@ void NodeSegment::leave_mapped() noexcept {
   }
   slots_[my_slot_].status.store(static_cast<std::uint32_t>(SlotStatus::left));
   header_->left.value.fetch_add(1);
-  futex_wake_all(header_->episode.generation);
-  futex_wake_all(header_->joined.value);
+  wake_waiters();
   fault_point("leave.marked");
   struct stat st {};
   if (lock && !any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
@@ -839,9 +838,18 @@ LostPeer NodeSegment::mark_lost(LostPeer peer) noexcept {
                                                    std::memory_order_acq_rel)) {
     peer = LostPeer{lost_slot(seen), lost_how(seen)};
   }
+  wake_waiters();
+  return peer;
+}
+
+void NodeSegment::wake_waiters() noexcept {
+  // seq_cst, after what the waiters must see (a left or lost mark, a watch's alarm): a sleeper
+  // reads the word (acquire) before it looks at those, so either it reads this new value and
+  // then sees the mark, or its futex_wait finds the word changed, or this wake finds it asleep.
+  // Every change to the word is an increment: a sleeper never sees an old value come back.
+  header_->episode.generation.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(header_->episode.generation);
   futex_wake_all(header_->joined.value);
-  return peer;
 }
 
 std::vector<int> NodeSegment::ranks() const {

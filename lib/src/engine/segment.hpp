@@ -111,6 +111,9 @@ class NodeSegment {
   // Marks the job on this node broken by `peer` (the first mark wins), and wakes every waiter
   // to see it. Returns the peer that the segment records.
   LostPeer mark_lost(LostPeer peer) noexcept;
+  // Wakes every waiter of the node (the barrier's and the join's), after a change they must see:
+  // changes the barrier's futex word, then wakes both words.
+  void wake_waiters() noexcept;
   // The peer recorded by mark_lost, if any.
   [[nodiscard]] std::optional<LostPeer> recorded_lost() const noexcept;
   // The leader's record of why it gave up on a cross-node barrier: the node's other processes

@@ -168,13 +168,14 @@ void Context::join() {
   (void)set_stall_warning(config_.stall_warning);  // the join's waits, then every barrier's
   segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
+  watch_ = PeerWatch::start(*segment_);  // every slot is claimed: the peers' pids are there
   waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical,
                                                  processes_on_this_machine(config_)});
   // The barrier comes later across nodes (after the leader's backend has joined, through the
   // same waiter): until then no peer is counted asleep.
   waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
   if (!hierarchical) {
-    barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false);
+    barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false, watch_.get());
     return;
   }
   // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
@@ -194,7 +195,7 @@ void Context::join() {
                            const char* what) { backend->barrier(deadline, what); };
     cross.abort = [backend](const Failure& failure) { backend->abort(failure); };
   }
-  barrier_.emplace(*segment_, *waiter_, std::move(cross), true);
+  barrier_.emplace(*segment_, *waiter_, std::move(cross), true, watch_.get());
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
                             "lockstep: joining the job");
@@ -231,6 +232,7 @@ bool Context::leave() noexcept {
   }
   stream_barrier_.reset();
   barrier_.reset();
+  watch_.reset();  // stops its thread (a forked child's copy forgets it)
   if (::getpid() == owner_) {
     backend_.reset();
   } else {

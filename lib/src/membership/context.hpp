@@ -77,6 +77,7 @@ class Context {
   pid_t owner_;               // the process that joined; a forked child must not leave for it
   std::uint32_t fork_epoch_;  // forks seen when joining
   std::unique_ptr<NodeSegment> segment_;
+  std::unique_ptr<PeerWatch> watch_;  // the node's other processes' exits (before the barrier)
   std::optional<Waiter> waiter_;      // every wait of this process: the barrier's, the backend's
   std::unique_ptr<Leaders> backend_;  // the node's leader in a multi-node job
   std::optional<NodeBarrier> barrier_;

@@ -26,10 +26,14 @@ FutexResult futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t exp
   if (timeout.count() <= 0) {
     return FutexResult::timed_out;
   }
+  // Untimed when it may be: a timed FUTEX_WAIT costs an episode of a loaded machine's barrier
+  // 12-15% more than an untimed one (docs/performance.md, "What a sleep costs").
   timespec relative{};
+  const bool untimed = timeout == std::chrono::nanoseconds::max();
   relative.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
   relative.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
-  long rc = ::syscall(SYS_futex, address(word), FUTEX_WAIT, expected, &relative, nullptr, 0);
+  long rc = ::syscall(SYS_futex, address(word), FUTEX_WAIT, expected, untimed ? nullptr : &relative,
+                      nullptr, 0);
   if (rc == 0) {
     return FutexResult::woken;
   }

@@ -14,8 +14,9 @@ enum class FutexResult {
   interrupted,    // a signal handler ran
 };
 
-// Sleeps while `*word == expected`, at most `timeout`. Never FUTEX_PRIVATE_FLAG: the waker is
-// another process. (std::atomic::wait uses private futexes and would never be woken.)
+// Sleeps while `*word == expected`, at most `timeout` (nanoseconds::max(): without a timeout, until
+// woken). Never FUTEX_PRIVATE_FLAG: the waker is another process. (std::atomic::wait uses private
+// futexes and would never be woken.)
 FutexResult futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
                        std::chrono::nanoseconds timeout) noexcept;
 

@@ -110,6 +110,10 @@ bool interrupt_pending() noexcept {
   return ::poll(&entry, 1, 0) > 0 && (entry.revents & POLLIN) != 0;
 }
 
+bool interrupt_armed() noexcept {
+  return interrupt_fd.load(std::memory_order_relaxed) >= 0;
+}
+
 void check_interrupt(const std::string& what) {
   if (interrupt_pending()) {
     throw InterruptedError(what + ": interrupted by a signal");

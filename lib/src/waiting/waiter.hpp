@@ -82,6 +82,9 @@ int set_interrupt_fd(int fd) noexcept;
 bool interrupt_pending() noexcept;
 // Throws InterruptedError ("<what>: interrupted by a signal") if interrupt_pending().
 void check_interrupt(const std::string& what);
+// Whether an interrupt descriptor is set: then an interruptible wait never sleeps without a
+// timeout (the signal may be handled on another thread, and not end its sleep).
+bool interrupt_armed() noexcept;
 
 // A wait that lasts says so (LOCKSTEP_STALL_WARNING, set by the context when it joins): after
 // `after` (zero: never), then again after twice as long each time, a wait calls its site's
@@ -178,10 +181,17 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
 //   bool late_peer_here()       whether a peer this wait waits for may need this CPU
 //   void stalled(nanoseconds)   the wait has lasted this long (see set_stall_warning): says
 //                               what it still waits for (one line on stderr); must not throw
+//   bool watched()              whether whatever would make check() throw also wakes a
+//                               sleeper (engine/peer_watch.hpp): then a wait without a deadline
+//                               blocks with nanoseconds::max() (no timeout), checks when woken
+//                               without being done, and asks first to be woken when its stall
+//                               line is due: wake_me_at(time_point; max(): never)
 struct WaitSite {
   static bool check() { return false; }
   static bool late_peer_here() noexcept { return true; }
   static void stalled(std::chrono::nanoseconds /*waited*/) noexcept {}
+  static bool watched() noexcept { return false; }
+  static void wake_me_at(WaitClock::time_point /*when*/) noexcept {}
 };
 
 // One process's waiting. Not thread-safe: a process waits in one place at a time (Context
@@ -231,6 +241,7 @@ class Waiter {
     std::uint64_t timed_waits = 0;  // waits that outlasted the quick spins
     std::uint64_t yields = 0;
     std::uint64_t blocks = 0;
+    std::uint64_t untimed_blocks = 0;  // of those, blocks without a timeout (a watched site)
     std::uint64_t samples = 0;
     std::uint64_t became_loaded = 0;
   };
@@ -336,21 +347,32 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
         yield_end = now;  // the yield went to work that is not the job's: sleep instead
       }
     } else {
-      auto limit = next_check - now;
+      // A watched site is woken by whatever check() would find: it sleeps without a timeout,
+      // which a loaded machine's sleeps pay for (see engine/peer_watch.hpp), unless a deadline
+      // or an interrupt descriptor wants it back.
+      const bool untimed = !deadline && site.watched() && !(interruptible && interrupt_armed());
+      auto limit = untimed ? std::chrono::nanoseconds::max() : next_check - now;
       if (deadline) {
         limit = std::min(limit, *deadline - now);
       }
       if (interrupted()) {
         return End::interrupted;
       }
+      if (untimed) {
+        site.wake_me_at(next_stall);
+      }
       site.block(limit);
       ++stats_.blocks;
+      stats_.untimed_blocks += untimed ? 1 : 0;
       now = signals_.now();
       if (site.done()) {
         return finish();
       }
       if (interrupted()) {
         return End::interrupted;
+      }
+      if (untimed) {
+        next_check = now;  // woken, not done: a peer may be lost, or the stall line due
       }
     }
     if (now >= next_check || (deadline && now >= *deadline)) {

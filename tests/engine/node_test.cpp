@@ -4,8 +4,8 @@
 // episode before every process has arrived at it (many rounds, more processes than CPUs, random
 // delays, every policy), and a process that dies before it arrives is reported, not waited for.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <atomic>
 #include <chrono>

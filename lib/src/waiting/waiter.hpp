@@ -182,10 +182,10 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
 //   void stalled(nanoseconds)   the wait has lasted this long (see set_stall_warning): says
 //                               what it still waits for (one line on stderr); must not throw
 //   bool watched()              whether whatever would make check() throw also wakes a
-//                               sleeper (engine/peer_watch.hpp): then a wait without a deadline
-//                               blocks with nanoseconds::max() (no timeout), checks when woken
-//                               without being done, and asks first to be woken when its stall
-//                               line is due: wake_me_at(time_point; max(): never)
+//                               sleeper (engine/peer_watch.hpp): then a wait checks whenever a
+//                               block ends without it being done, and one without a deadline
+//                               blocks with nanoseconds::max() (no timeout), asking first to be
+//                               woken when its stall line is due: wake_me_at(time_point)
 struct WaitSite {
   static bool check() { return false; }
   static bool late_peer_here() noexcept { return true; }
@@ -350,7 +350,8 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       // A watched site is woken by whatever check() would find: it sleeps without a timeout,
       // which a loaded machine's sleeps pay for (see engine/peer_watch.hpp), unless a deadline
       // or an interrupt descriptor wants it back.
-      const bool untimed = !deadline && site.watched() && !(interruptible && interrupt_armed());
+      const bool watched = site.watched();
+      const bool untimed = !deadline && watched && !(interruptible && interrupt_armed());
       auto limit = untimed ? std::chrono::nanoseconds::max() : next_check - now;
       if (deadline) {
         limit = std::min(limit, *deadline - now);
@@ -371,7 +372,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       if (interrupted()) {
         return End::interrupted;
       }
-      if (untimed) {
+      if (watched) {
         next_check = now;  // woken, not done: a peer may be lost, or the stall line due
       }
     }

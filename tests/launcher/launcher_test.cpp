@@ -366,7 +366,9 @@ TEST(Launcher, DebugLinesSayWhatEachProcessDetected) {
         << info.err;
   }
   EXPECT_EQ(count(info.err, "; segment /dev/shm/lockstep-u"), 3) << info.err;
-  EXPECT_EQ(count(info.err, "; wait policy block; joined in "), 3) << info.err;
+  // How a dead peer is noticed (issue 24): each process watches the others' pidfds.
+  EXPECT_EQ(count(info.err, "; wait policy block; peers watched (pidfds); joined in "), 3)
+      << info.err;
   EXPECT_EQ(count(info.err, "leaving the job"), 0) << info.err;
   auto debug = run({"/usr/bin/env", "LOCKSTEP_LOG=debug", tool("LOCKSTEP_RUN"), "--nproc-per-node",
                     "2", tool("LOCKSTEP_EXAMPLE"), result_file});

@@ -142,6 +142,10 @@ void Context::describe(std::chrono::steady_clock::duration joining) const {
   }
   text += segment_ ? "; segment /dev/shm/" + segment_->name() : "; a job of one (no segment)";
   text += std::string("; wait policy ") + wait_policy_name(job.wait_policy);
+  if (segment_ && segment_->num_slots() > 1) {
+    text +=
+        watch_ ? "; peers watched (pidfds)" : "; peers polled every 100 ms (pidfds unavailable)";
+  }
   if (job.num_nodes > 1) {
     text += backend_ ? std::string("; backend ") + backend_->name() + " (this process leads node " +
                            std::to_string(job.node_index) + ")"

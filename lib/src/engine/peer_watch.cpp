@@ -101,22 +101,29 @@ std::unique_ptr<PeerWatch> PeerWatch::start(NodeSegment& segment) noexcept {
 PeerWatch::PeerWatch(NodeSegment& segment, std::vector<int> pidfds, int stop) noexcept
     : segment_(segment), pidfds_(std::move(pidfds)), stop_(stop), owner_(::getpid()) {}
 
-PeerWatch::~PeerWatch() {
-  if (thread_.joinable()) {
-    if (::getpid() == owner_) {
-      const std::uint64_t one = 1;
-      // An eventfd write of 1 cannot fail short of a full counter (2^64 - 2 stops).
-      [[maybe_unused]] const ssize_t written = ::write(stop_, &one, sizeof one);
+void PeerWatch::stop() noexcept {
+  if (thread_.joinable() && ::getpid() == owner_) {
+    const std::uint64_t one = 1;
+    // An eventfd write of 1 cannot fail short of a full counter (2^64 - 2 stops).
+    [[maybe_unused]] const ssize_t written = ::write(stop_, &one, sizeof one);
+    try {
       thread_.join();
-    } else {
-      // A forked child's copy names its parent's thread: forgotten, never joined. Kept where a
-      // leak checker sees it reachable.
-      static auto* kept = new std::vector<std::thread>();  // NOLINT: never freed
-      try {
-        kept->push_back(std::move(thread_));
-      } catch (...) {
-        (void)new std::thread(std::move(thread_));  // NOLINT: never freed
-      }
+    } catch (...) {
+      // (a join that fails: the thread is this one, or gone) nothing to wait for
+    }
+  }
+}
+
+PeerWatch::~PeerWatch() {
+  stop();
+  if (thread_.joinable()) {
+    // A forked child's copy names its parent's thread: forgotten, never joined. Kept where a
+    // leak checker sees it reachable.
+    static auto* kept = new std::vector<std::thread>();  // NOLINT: never freed
+    try {
+      kept->push_back(std::move(thread_));
+    } catch (...) {
+      (void)new std::thread(std::move(thread_));  // NOLINT: never freed
     }
   }
   close_all(pidfds_);

@@ -33,7 +33,10 @@ class PeerWatch {
   // Nothing when the node has one process, or pidfds are not to be had. Never throws.
   static std::unique_ptr<PeerWatch> start(NodeSegment& segment) noexcept;
 
-  // Stops and joins the thread; in a forked child (which has no such thread), forgets it.
+  // Stops and joins the thread (once; its process leaves, or exits while another of its threads
+  // waits); in a forked child, which has no such thread, does nothing.
+  void stop() noexcept;
+  // stop(); in a forked child, forgets the thread (never joined).
   ~PeerWatch();
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;

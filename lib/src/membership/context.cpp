@@ -222,6 +222,9 @@ bool Context::leave() noexcept {
     if (segment_) {
       segment_->leave_mapped();
     }
+    if (watch_) {
+      watch_->stop();  // the exit ends the waiting thread's wait; nothing is left to watch for
+    }
     return false;
   }
   // The GPU barrier's destructor stops its watchdog and makes no CUDA call (at exit the driver

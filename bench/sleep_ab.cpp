@@ -28,9 +28,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/text.hpp"  // lib/src: parse_integer
 #include "families.hpp"
 #include "ranks.hpp"
 
@@ -115,14 +117,13 @@ class Minimal {
 };
 
 int number(const char* text, const char* what) {
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < 1 || value > 1'000'000) {
+  const std::optional<long long> value = lockstep::detail::parse_integer(text);
+  if (!value || *value < 1 || *value > 1'000'000) {
     (void)std::fprintf(stderr, "sleep-ab: %s must be a number from 1 to 1000000, not '%s'\n", what,
                        text);
     std::exit(2);  // NOLINT(concurrency-mt-unsafe): single-threaded, before any fork
   }
-  return static_cast<int>(value);
+  return static_cast<int>(*value);
 }
 
 }  // namespace

@@ -226,9 +226,7 @@ class NodeBarrier::Site : public WaitSite {
   [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
   // A lost peer wakes this site's sleepers (the watch), so they need no periodic check.
-  [[nodiscard]] bool watched() const noexcept {
-    return barrier_.watch_ != nullptr && !barrier_.watch_->alarmed();
-  }
+  [[nodiscard]] bool watched() const noexcept { return barrier_.watched(); }
   void wake_me_at(std::chrono::steady_clock::time_point when) noexcept { stall_ = when; }
   void stalled(std::chrono::nanoseconds waited) const noexcept {
     barrier_.report_stall(what_, waited);
@@ -259,8 +257,7 @@ NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
 bool NodeBarrier::quiet() const noexcept {
   const SegmentHeader& header = segment_.header();
   // seq_cst: after the futex word's read, as NodeSegment::wake_waiters orders its writes.
-  return watch_ != nullptr && !watch_->alarmed() &&
-         header.lost.value.load(std::memory_order_seq_cst) == 0 &&
+  return watched() && header.lost.value.load(std::memory_order_seq_cst) == 0 &&
          header.left.value.load(std::memory_order_seq_cst) == 0;
 }
 

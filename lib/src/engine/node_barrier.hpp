@@ -95,8 +95,11 @@ class NodeBarrier {
   // else kPollInterval).
   void sleep(std::uint64_t target, std::chrono::nanoseconds limit,
              std::chrono::steady_clock::time_point stall) noexcept;
-  // Whether a sleeper may sleep until woken: the watch is quiet, and nobody has left or been
-  // lost (read after the futex word: see NodeSegment::wake_waiters).
+  // Whether this process's watch would wake a sleeper that a lost peer leaves waiting: there is
+  // one, and it has not raised its alarm.
+  [[nodiscard]] bool watched() const noexcept { return watch_ != nullptr && !watch_->alarmed(); }
+  // Whether a sleeper may sleep until woken: watched(), and nobody has left or been lost (read
+  // after the futex word: see NodeSegment::wake_waiters).
   [[nodiscard]] bool quiet() const noexcept;
   // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
   void wake_sleepers() noexcept;

@@ -3,20 +3,32 @@
 // block in ONE job, so that every variant sees the same load phases (a load matrix's cells run
 // seconds apart, and bursty loads move more than the differences sought here).
 //
-//   sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK
+//   sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS]
 //
-// Every variant: one fetch_add per arrival, a futex word changed and woken by the completer;
-// the waiters re-check the counter after reading the word, then sleep at once (no spin):
+// VARIANTS, comma-separated (default futex,futex+timeout,waitv1,waitvN,block; pthread, the
+// reference, always runs). The minimal ones: one fetch_add per arrival, a futex word changed and
+// woken by the completer; the waiters re-check the counter after reading the word, then sleep at
+// once (no spin):
 //   futex            FUTEX_WAIT without a timeout (what pthread_barrier_t does)
 //   futex+timeout    FUTEX_WAIT with a 100 ms timeout (lockstep's periodic check before 0.3)
-//   waitv(1)         futex_waitv on the word alone, untimed
-//   waitv(N)         futex_waitv on the word and N - 1 other words (one per peer), untimed
+//   waitv1           futex_waitv on the word alone, untimed
+//   waitvN           futex_waitv on the word and N - 1 other words (one per peer), untimed
+//   counted          futex, the sleep announced in a sleepers count (as the node barrier's) and
+//                    the completer's wake skipped when nobody sleeps
+//   clock            counted, and two reads of the steady clock (CLOCK_MONOTONIC), before the
+//                    sleep and after it, as a wait that reads the time does
+//   coarse           counted, the two reads of CLOCK_MONOTONIC_COARSE instead
+//   waiter           counted, the wait driven by lockstep's Waiter (block policy, a watched site:
+//                    untimed) as the node barrier's is, without the engine or the context
+// and the real ones:
 //   pthread          pthread_barrier_t, process-shared
-//   lockstep block   lockstep::State::wait_for_everyone() with LOCKSTEP_WAIT_POLICY=block
-// Rank 0 times each block; each variant's block is compared with the pthread block of the same
-// cycle. Prints, per variant, the median block (us per episode) and the median, p25 and p75 of
-// those ratios. Run it beside the load to study (tools/bench-report's loads; docs/performance.md,
-// "What a sleep costs").
+//   block            lockstep::State::wait_for_everyone() with LOCKSTEP_WAIT_POLICY=block
+//   adaptive         the same with the adaptive policy (the default)
+// Steps from futex to block split block's cost over pthread between the waiting module and the
+// engine and context around it. Rank 0 times each block; each variant's block is compared with
+// the pthread block of the same cycle. Prints, per variant, the median block (us per episode) and
+// the median, p25 and p75 of those ratios. Run it beside the load to study (tools/bench-report's
+// loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,17 +36,23 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/text.hpp"  // lib/src: parse_integer
 #include "families.hpp"
 #include "ranks.hpp"
+#include "waiting/futex.hpp"   // lib/src
+#include "waiting/waiter.hpp"  // lib/src
 
 namespace {
 
@@ -45,10 +63,11 @@ constexpr int kMaxWords = 64;
 struct Shared {
   alignas(64) std::atomic<std::uint64_t> arrivals{0};
   alignas(64) std::atomic<std::uint32_t> word{0};
+  alignas(64) std::atomic<std::uint32_t> sleepers{0};
   alignas(64) std::array<std::atomic<std::uint32_t>, kMaxWords> others{};
 };
 
-enum class Sleep { futex, futex_timeout, waitv_one, waitv_all };
+enum class Sleep { futex, futex_timeout, waitv_one, waitv_all, counted, clock, coarse, waiter };
 
 long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op, value, timeout, nullptr,
@@ -66,28 +85,92 @@ futex_waitv entry(std::atomic<std::uint32_t>& word, std::uint32_t value) {
 class Minimal {
  public:
   Minimal(int ranks, Sleep sleep)
-      : ranks_(ranks), sleep_(sleep), shared_(new (shared_object<Shared>()) Shared()) {}
+      : ranks_(ranks),
+        sleep_(sleep),
+        shared_(new (shared_object<Shared>()) Shared()),
+        waiter_(lockstep::WaitPolicy::block,
+                lockstep::detail::WaitShape{ranks, lockstep::detail::usable_cpus(), false, 0}) {}
 
   void wait() {
     const std::uint64_t full = ++episode_ * static_cast<std::uint64_t>(ranks_);
     if (shared_->arrivals.fetch_add(1, std::memory_order_seq_cst) + 1 == full) {
+      if (counted()) {
+        if (shared_->sleepers.load(std::memory_order_seq_cst) == 0) {
+          return;
+        }
+      }
       shared_->word.fetch_add(1, std::memory_order_release);
       futex(shared_->word, FUTEX_WAKE, INT_MAX, nullptr);
       return;
     }
+    if (sleep_ == Sleep::waiter) {
+      Site site(*shared_, full);
+      (void)waiter_.wait(site, std::nullopt, std::chrono::milliseconds(100));
+      return;
+    }
+    read_clock();  // as a wait that does not end at once reads it before sleeping
     while (shared_->arrivals.load(std::memory_order_acquire) < full) {
       const std::uint32_t seen = shared_->word.load(std::memory_order_acquire);
-      if (shared_->arrivals.load(std::memory_order_seq_cst) >= full) {
-        break;
+      if (counted()) {
+        shared_->sleepers.fetch_add(1, std::memory_order_seq_cst);
       }
-      sleep(seen);
+      if (shared_->arrivals.load(std::memory_order_seq_cst) < full) {
+        sleep(seen);
+      }
+      if (counted()) {
+        shared_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    read_clock();  // and after
+  }
+
+  [[nodiscard]] std::int64_t clock_sum() const noexcept { return clock_sum_; }
+
+ private:
+  // The counted sleep as a place for the Waiter: watched (nothing here can be lost), so it
+  // blocks without a timeout, as the node barrier's untimed sleeps do.
+  class Site : public lockstep::detail::WaitSite {
+   public:
+    Site(Shared& shared, std::uint64_t full) noexcept : shared_(shared), full_(full) {}
+    [[nodiscard]] bool done() const noexcept {
+      return shared_.arrivals.load(std::memory_order_acquire) >= full_;
+    }
+    void block(std::chrono::nanoseconds limit) noexcept {
+      const std::uint32_t seen = shared_.word.load(std::memory_order_acquire);
+      shared_.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      if (shared_.arrivals.load(std::memory_order_seq_cst) < full_) {
+        (void)lockstep::detail::futex_wait(shared_.word, seen, limit);
+      }
+      shared_.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    }
+    static bool watched() noexcept { return true; }
+
+   private:
+    Shared& shared_;
+    std::uint64_t full_;
+  };
+
+  [[nodiscard]] bool counted() const noexcept {
+    return sleep_ == Sleep::counted || sleep_ == Sleep::clock || sleep_ == Sleep::coarse ||
+           sleep_ == Sleep::waiter;
+  }
+
+  void read_clock() noexcept {
+    if (sleep_ == Sleep::clock || sleep_ == Sleep::coarse) {
+      timespec now{};
+      (void)::clock_gettime(sleep_ == Sleep::clock ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE,
+                            &now);
+      clock_sum_ += now.tv_nsec;  // kept, so that the read is not optimized away
     }
   }
 
- private:
   void sleep(std::uint32_t seen) {
     switch (sleep_) {
       case Sleep::futex:
+      case Sleep::counted:
+      case Sleep::clock:
+      case Sleep::coarse:
+      case Sleep::waiter:
         futex(shared_->word, FUTEX_WAIT, seen, nullptr);
         return;
       case Sleep::futex_timeout: {
@@ -113,7 +196,9 @@ class Minimal {
   int ranks_;
   Sleep sleep_;
   Shared* shared_;
+  lockstep::detail::Waiter waiter_;  // Sleep::waiter's, one per process after the fork
   std::uint64_t episode_ = 0;
+  std::int64_t clock_sum_ = 0;
 };
 
 int number(const char* text, const char* what) {
@@ -126,30 +211,80 @@ int number(const char* text, const char* what) {
   return static_cast<int>(*value);
 }
 
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  for (;;) {
+    const std::size_t at = text.find(separator);
+    parts.emplace_back(text.substr(0, at));
+    if (at == std::string_view::npos) {
+      return parts;
+    }
+    text.remove_prefix(at + 1);
+  }
+}
+
+struct Variant {
+  std::string name;
+  std::function<void(int rank)> wait;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    (void)std::fprintf(stderr, "usage: sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK\n");
+  if (argc != 4 && argc != 5) {
+    (void)std::fprintf(stderr, "usage: sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS]\n");
     return 2;
   }
   const int ranks = number(argv[1], "NPROC");
   const int blocks = number(argv[2], "BLOCKS");
   const int per_block = number(argv[3], "EPISODES_PER_BLOCK");
-  const std::array<const char*, 6> names = {"futex",    "futex+timeout", "waitv(1)",
-                                            "waitv(N)", "pthread",       "lockstep block"};
-  constexpr int kVariants = 6;
-  constexpr int kPthread = 4;
-  if (blocks < 2 * kVariants) {
-    (void)std::fprintf(stderr, "sleep-ab: BLOCKS must be at least %d\n", 2 * kVariants);
+  const std::vector<std::string> wanted =
+      split(argc == 5 ? argv[4] : "futex,futex+timeout,waitv1,waitvN,block", ',');
+  const std::array<std::pair<const char*, Sleep>, 8> minimal = {
+      {{"futex", Sleep::futex},
+       {"futex+timeout", Sleep::futex_timeout},
+       {"waitv1", Sleep::waitv_one},
+       {"waitvN", Sleep::waitv_all},
+       {"counted", Sleep::counted},
+       {"clock", Sleep::clock},
+       {"coarse", Sleep::coarse},
+       {"waiter", Sleep::waiter}}};
+  PthreadFamily pthread(ranks);
+  std::optional<LockstepFamily> block;
+  std::optional<LockstepFamily> adaptive;
+  std::vector<std::unique_ptr<Minimal>> barriers;
+  std::vector<Variant> variants;
+  variants.push_back({"pthread", [&](int rank) { pthread.wait(rank); }});
+  for (const std::string& name : wanted) {
+    if (name == "pthread") {
+      continue;  // always there
+    }
+    if (name == "block" || name == "adaptive") {
+      auto& family = name == "block" ? block : adaptive;
+      family.emplace(
+          ranks, name == "block" ? lockstep::WaitPolicy::block : lockstep::WaitPolicy::adaptive);
+      variants.push_back({name, [&family](int rank) { family->wait(rank); }});
+      continue;
+    }
+    const auto* known = std::find_if(minimal.begin(), minimal.end(),
+                                     [&](const auto& entry) { return name == entry.first; });
+    if (known == minimal.end()) {
+      (void)std::fprintf(stderr,
+                         "sleep-ab: unknown variant '%s' (futex, futex+timeout, waitv1, waitvN, "
+                         "counted, clock, coarse, waiter, pthread, block, adaptive)\n",
+                         name.c_str());
+      return 2;
+    }
+    barriers.push_back(std::make_unique<Minimal>(ranks, known->second));
+    Minimal& barrier = *barriers.back();
+    variants.push_back({name, [&barrier](int /*rank*/) { barrier.wait(); }});
+  }
+  const int count = static_cast<int>(variants.size());
+  if (blocks < 2 * count) {
+    (void)std::fprintf(stderr, "sleep-ab: BLOCKS must be at least %d for %d variants\n", 2 * count,
+                       count);
     return 2;
   }
-  Minimal plain(ranks, Sleep::futex);
-  Minimal timed(ranks, Sleep::futex_timeout);
-  Minimal one(ranks, Sleep::waitv_one);
-  Minimal all(ranks, Sleep::waitv_all);
-  PthreadFamily pthread(ranks);
-  LockstepFamily block(ranks, lockstep::WaitPolicy::block);
   auto* times =
       static_cast<double*>(::mmap(nullptr, sizeof(double) * static_cast<std::size_t>(blocks),
                                   PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
@@ -158,38 +293,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto episode = [&](int variant, int rank) {
-    switch (variant) {
-      case 0:
-        plain.wait();
-        break;
-      case 1:
-        timed.wait();
-        break;
-      case 2:
-        one.wait();
-        break;
-      case 3:
-        all.wait();
-        break;
-      case 4:
-        pthread.wait(rank);
-        break;
-      default:
-        block.wait(rank);
-        break;
-    }
+    variants[static_cast<std::size_t>(variant)].wait(rank);
   };
   const bool ok = fork_ranks(ranks, [&](int rank) {
-    block.attach(rank);
+    for (auto* family : {&block, &adaptive}) {
+      if (*family) {
+        (*family)->attach(rank);
+      }
+    }
     for (int i = 0; i < 100; ++i) {
-      for (int variant = 0; variant < kVariants; ++variant) {
+      for (int variant = 0; variant < count; ++variant) {
         episode(variant, rank);
       }
     }
     for (int b = 0; b < blocks; ++b) {
       const double start = wall_seconds();
       for (int i = 0; i < per_block; ++i) {
-        episode(b % kVariants, rank);
+        episode(b % count, rank);
       }
       if (rank == 0) {
         times[b] = (wall_seconds() - start) * 1e6 / per_block;
@@ -203,21 +323,19 @@ int main(int argc, char** argv) {
       "# sleep-ab: N=%d, %d blocks of %d episodes, interleaved; us per episode, and the\n"
       "# ratio to the pthread block of the same cycle (median, p25, p75)\n",
       ranks, blocks, per_block);
-  for (int variant = 0; variant < kVariants; ++variant) {
+  for (int variant = 0; variant < count; ++variant) {
     std::vector<double> micros;
     std::vector<double> ratios;
-    for (int cycle = 0; cycle + kVariants <= blocks; cycle += kVariants) {
+    for (int cycle = 0; cycle + count <= blocks; cycle += count) {
       micros.push_back(times[cycle + variant]);
-      ratios.push_back(times[cycle + variant] / times[cycle + kPthread]);
-    }
-    if (micros.empty()) {
-      continue;
+      ratios.push_back(times[cycle + variant] / times[cycle]);
     }
     std::sort(micros.begin(), micros.end());
     std::sort(ratios.begin(), ratios.end());
     const std::size_t n = ratios.size();
-    std::printf("%-15s %9.2f us   %.2fx (%.2f-%.2f)\n", names[static_cast<std::size_t>(variant)],
-                micros[micros.size() / 2], ratios[n / 2], ratios[n / 4], ratios[3 * n / 4]);
+    std::printf("%-15s %9.2f us   %.2fx (%.2f-%.2f)\n",
+                variants[static_cast<std::size_t>(variant)].name.c_str(), micros[micros.size() / 2],
+                ratios[n / 2], ratios[n / 4], ratios[3 * n / 4]);
   }
   return 0;
 }

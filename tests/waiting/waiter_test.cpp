@@ -37,7 +37,12 @@ namespace tuning = lockstep::detail::wait_tuning;
 class FakeMachine : public WaitSignals {
  public:
   Time now() noexcept override {
+    ++precise_reads;
     clock += read_cost;
+    return clock;
+  }
+  Time coarse_now() noexcept override {
+    ++coarse_reads;
     return clock;
   }
   int runnable_tasks() noexcept override {
@@ -59,6 +64,8 @@ class FakeMachine : public WaitSignals {
   int noise_tasks = 1;
   int samples = 0;
   int yields = 0;
+  int precise_reads = 0;
+  int coarse_reads = 0;
 };
 
 // What is awaited becomes true at `ready_at`; blocking sleeps until then or the limit.
@@ -387,6 +394,31 @@ TEST(Waiter, BlockPolicySleepsAtOnce) {
   EXPECT_EQ(machine.samples, 0);
 }
 
+// A wait that sleeps at once keeps times of the periodic check's scale only: the coarse clock
+// serves it. One that spins, yields or has a deadline reads the precise one.
+TEST(Waiter, OnlyAWaitThatSleepsAtOnceWithoutADeadlineReadsTheCoarseClock) {
+  FakeMachine machine;
+  Waiter block(WaitPolicy::block, {2, 2, false}, machine);
+  const FakeSite undated = wait_once(block, machine, milliseconds(250));
+  EXPECT_EQ(undated.blocks, 3) << "two periodic checks on the way";
+  EXPECT_EQ(undated.checks, 2);
+  EXPECT_EQ(machine.precise_reads, 0);
+  EXPECT_GE(machine.coarse_reads, 3);
+
+  machine.coarse_reads = 0;
+  const FakeSite dated =
+      wait_once(block, machine, milliseconds(250), machine.clock + milliseconds(500));
+  EXPECT_EQ(dated.blocks, 3);
+  EXPECT_GE(machine.precise_reads, 3) << "a deadline is kept to the precise clock";
+  EXPECT_EQ(machine.coarse_reads, 0);
+
+  machine.precise_reads = 0;
+  Waiter adaptive(WaitPolicy::adaptive, {2, 2, false}, machine);
+  (void)wait_once(adaptive, machine, microseconds(30));
+  EXPECT_GT(machine.precise_reads, 0) << "a spin is timed to the microsecond";
+  EXPECT_EQ(machine.coarse_reads, 0);
+}
+
 TEST(Waiter, AcrossNodesYieldsFromTheStartWhenIdle) {
   FakeMachine machine;
   Waiter waiter(WaitPolicy::adaptive, {2, 2, true}, machine);
@@ -457,6 +489,18 @@ TEST(Waiter, OversubscribedSpinsInsteadOfYieldingWhileNoLatePeerIsHere) {
   site.ready_at = machine.clock + microseconds(30);
   EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
   EXPECT_GT(machine.yields, 0);
+}
+
+// The real machine's coarse clock is the steady clock as of a tick ago at most: never ahead of
+// it, never behind by more than a tick (1-10 ms; 50 ms allows for a preemption between reads).
+TEST(SystemSignals, TheCoarseClockIsTheSteadyClockLessATickAtMost) {
+  WaitSignals& machine = lockstep::detail::system_signals();
+  for (int i = 0; i < 1000; ++i) {
+    const Time coarse = machine.coarse_now();
+    const Time precise = machine.now();
+    ASSERT_LE(coarse, precise);
+    ASSERT_LT(precise - coarse, milliseconds(50));
+  }
 }
 
 // The real machine: /proc/loadavg read as the waiter reads it, with busy processes made here.

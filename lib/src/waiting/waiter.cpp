@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <new>
 
 #include "base/log.hpp"
@@ -32,6 +33,17 @@ class SystemSignals final : public WaitSignals {
   SystemSignals& operator=(const SystemSignals&) = delete;
 
   WaitClock::time_point now() noexcept override { return WaitClock::now(); }
+
+  // steady_clock is CLOCK_MONOTONIC (libstdc++ and libc++ on Linux): the coarse clock counts
+  // from the same origin.
+  WaitClock::time_point coarse_now() noexcept override {
+    timespec now{};
+    if (::clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) {
+      return WaitClock::now();
+    }
+    return WaitClock::time_point(std::chrono::seconds(now.tv_sec) +
+                                 std::chrono::nanoseconds(now.tv_nsec));
+  }
 
   // "0.43 0.83 0.41 4/80 4080": the numerator of the fourth field. pread at offset 0 makes the
   // kernel write the line anew, so the file is opened once (a fork inherits it: pread keeps no

@@ -57,6 +57,10 @@ class WaitSignals {
   WaitSignals& operator=(const WaitSignals&) = delete;
 
   [[nodiscard]] virtual WaitClock::time_point now() noexcept = 0;
+  // The same clock read cheaply, as of the last scheduler tick (CLOCK_MONOTONIC_COARSE: never
+  // ahead of now(), behind it by a tick at most, 1-10 ms). For the times a wait that sleeps at
+  // once keeps, whose scale is the periodic check's and the stall line's (see Waiter::wait).
+  [[nodiscard]] virtual WaitClock::time_point coarse_now() noexcept { return now(); }
   // Tasks runnable on the machine at this instant, the caller included (the numerator of
   // /proc/loadavg's fourth field), or -1 when it cannot be read.
   [[nodiscard]] virtual int runnable_tasks() noexcept = 0;
@@ -284,7 +288,14 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
     cpu_relax();
   }
   const auto forever = WaitClock::time_point::max();
-  const auto start = signals_.now();
+  // A wait that sleeps at once and has no deadline keeps times of 100 ms and more only (the
+  // periodic check, the stall line): the coarse clock serves, at a fifth of the cost. A precise
+  // read costs ~30 ns warm, and after a sleep, on a loaded machine, enough to be 2-3% of a
+  // barrier episode each (bench/sleep-ab's "clock" steps, docs/performance.md).
+  const bool coarse =
+      options.spin.count() == 0 && options.yield.count() == 0 && options.sleep && !deadline;
+  auto clock = [&] { return coarse ? signals_.coarse_now() : signals_.now(); };
+  const auto start = clock();
   ++stats_.timed_waits;
   auto now = start;
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
@@ -365,7 +376,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       site.block(limit);
       ++stats_.blocks;
       stats_.untimed_blocks += untimed ? 1 : 0;
-      now = signals_.now();
+      now = clock();
       if (site.done()) {
         return finish();
       }

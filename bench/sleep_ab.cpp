@@ -3,7 +3,7 @@
 // block in ONE job, so that every variant sees the same load phases (a load matrix's cells run
 // seconds apart, and bursty loads move more than the differences sought here).
 //
-//   sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS]
+//   sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]
 //
 // VARIANTS, comma-separated (default futex,futex+timeout,waitv1,waitvN,block; pthread, the
 // reference, always runs). The minimal ones: one fetch_add per arrival, a futex word changed and
@@ -27,8 +27,8 @@
 // Steps from futex to block split block's cost over pthread between the waiting module and the
 // engine and context around it. Rank 0 times each block; each variant's block is compared with
 // the pthread block of the same cycle. Prints, per variant, the median block (us per episode) and
-// the median, p25 and p75 of those ratios. Run it beside the load to study (tools/bench-report's
-// loads; docs/performance.md, "What a sleep costs").
+// the median, p25 and p75 of those ratios; RAW_JSON, if given, gets every cycle's blocks. Run it
+// beside the load to study (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -228,18 +228,46 @@ struct Variant {
   std::function<void(int rank)> wait;
 };
 
+// RAW_JSON: {"variants": [names], "cycles": [[us per episode of each variant], ...]}, one row
+// per complete cycle (pthread first), for tools/bench-report's paired ratios.
+bool write_raw(const char* path, const std::vector<Variant>& variants, const double* times,
+               int blocks) {
+  std::FILE* out = std::fopen(path, "w");
+  if (out == nullptr) {
+    (void)std::fprintf(stderr, "sleep-ab: cannot write %s\n", path);
+    return false;
+  }
+  const int count = static_cast<int>(variants.size());
+  (void)std::fputs("{\"variants\": [", out);
+  for (int v = 0; v < count; ++v) {
+    (void)std::fprintf(out, "%s\"%s\"", v == 0 ? "" : ", ",
+                       variants[static_cast<std::size_t>(v)].name.c_str());
+  }
+  (void)std::fputs("],\n \"cycles\": [", out);
+  for (int cycle = 0; cycle + count <= blocks; cycle += count) {
+    (void)std::fputs(cycle == 0 ? "[" : ",\n  [", out);
+    for (int v = 0; v < count; ++v) {
+      (void)std::fprintf(out, "%s%.4f", v == 0 ? "" : ", ", times[cycle + v]);
+    }
+    (void)std::fputs("]", out);
+  }
+  (void)std::fputs("]}\n", out);
+  return std::fclose(out) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4 && argc != 5) {
-    (void)std::fprintf(stderr, "usage: sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS]\n");
+  if (argc < 4 || argc > 6) {
+    (void)std::fprintf(stderr,
+                       "usage: sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]\n");
     return 2;
   }
   const int ranks = number(argv[1], "NPROC");
   const int blocks = number(argv[2], "BLOCKS");
   const int per_block = number(argv[3], "EPISODES_PER_BLOCK");
   const std::vector<std::string> wanted =
-      split(argc == 5 ? argv[4] : "futex,futex+timeout,waitv1,waitvN,block", ',');
+      split(argc >= 5 ? argv[4] : "futex,futex+timeout,waitv1,waitvN,block", ',');
   const std::array<std::pair<const char*, Sleep>, 8> minimal = {
       {{"futex", Sleep::futex},
        {"futex+timeout", Sleep::futex_timeout},
@@ -336,6 +364,9 @@ int main(int argc, char** argv) {
     std::printf("%-15s %9.2f us   %.2fx (%.2f-%.2f)\n",
                 variants[static_cast<std::size_t>(variant)].name.c_str(), micros[micros.size() / 2],
                 ratios[n / 2], ratios[n / 4], ratios[3 * n / 4]);
+  }
+  if (argc == 6 && !write_raw(argv[5], variants, times, blocks)) {
+    return 1;
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <lockstep/lockstep.hpp>
 #include <string>
@@ -43,6 +44,12 @@ TEST_P(Injected, SurvivorsGetAnErrorAndTheNextJobStartsCleanly) {
   const std::string id = lockstep::testing::unique_job_id("injected");
   auto* outcome = shared_array<int>(kProcesses);
   auto* seconds = shared_array<double>(kProcesses);
+  // The message of an unexpected error, per rank, for the failure's line.
+  constexpr std::size_t kMessage = 512;
+  auto* messages = shared_array<char>(kProcesses * kMessage);
+  auto keep = [&](int rank, const char* what) {
+    (void)std::snprintf(messages + static_cast<std::size_t>(rank) * kMessage, kMessage, "%s", what);
+  };
   Job job = Job::of(kProcesses, id);
   // NAME@RANK[:N]
   std::string spec = point.spec;
@@ -61,11 +68,14 @@ TEST_P(Injected, SurvivorsGetAnErrorAndTheNextJobStartsCleanly) {
       outcome[rank] = kPassed;
     } catch (const lockstep::PeerLostError& error) {
       outcome[rank] = error.process_index() == kVictim ? kLost : kOther;
+      keep(rank, error.what());
     } catch (const lockstep::TimeoutError& error) {
       // The victim died before claiming a slot: only the join timeout can tell.
       outcome[rank] = contains(error.what(), "never joined") ? kTimedOut : kOther;
+      keep(rank, error.what());
     } catch (const lockstep::Error& error) {
       outcome[rank] = kOther;
+      keep(rank, error.what());
     }
     seconds[rank] = std::chrono::duration<double>(Clock::now() - start).count();
   });
@@ -76,7 +86,8 @@ TEST_P(Injected, SurvivorsGetAnErrorAndTheNextJobStartsCleanly) {
     }
     EXPECT_TRUE(outcome[rank] == kLost || outcome[rank] == kTimedOut ||
                 (point.may_pass && outcome[rank] == kPassed))
-        << point.spec << ": rank " << rank << " ended with outcome " << outcome[rank];
+        << point.spec << ": rank " << rank << " ended with outcome " << outcome[rank] << " ("
+        << messages + static_cast<std::size_t>(rank) * kMessage << ")";
     // Detection bound: 0.1 s polls; 3 s where only the join timeout can tell.
     EXPECT_LT(seconds[rank], 5.0) << point.spec << ": rank " << rank;
   }

@@ -124,8 +124,6 @@ class Minimal {
     read_clock();  // and after
   }
 
-  [[nodiscard]] std::int64_t clock_sum() const noexcept { return clock_sum_; }
-
  private:
   // The counted sleep as a place for the Waiter: watched (nothing here can be lost), so it
   // blocks without a timeout, as the node barrier's untimed sleeps do.

@@ -22,12 +22,18 @@
 //                    untimed) as the node barrier's is, without the engine or the context
 // and the real ones:
 //   pthread          pthread_barrier_t, process-shared
-//   block            lockstep::State::wait_for_everyone() with LOCKSTEP_WAIT_POLICY=block
+//   block            lockstep's barrier with LOCKSTEP_WAIT_POLICY=block, as
+//                    State::wait_for_everyone() runs it
 //   adaptive         the same with the adaptive policy (the default)
+// (block and adaptive are two jobs that every rank process joins, each with its own context:
+// see ContextFamily.)
 // Steps from futex to block split block's cost over pthread between the waiting module and the
 // engine and context around it. Rank 0 times each block; each variant's block is compared with
 // the pthread block of the same cycle. Prints, per variant, the median block (us per episode) and
-// the median, p25 and p75 of those ratios; RAW_JSON, if given, gets every cycle's blocks. Run it
+// the median, p25 and p75 of those ratios. Rank 0 also times every episode (one clock read each,
+// the same for every variant): the tails, p99 and p99.9 of each variant's episodes over the whole
+// run, and their ratios to pthread's, paired as the blocks are (every variant's episodes come from
+// the same load phases). RAW_JSON, if given, gets every cycle's blocks and the tails. Run it
 // beside the load to study (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -50,6 +56,8 @@
 
 #include "base/text.hpp"  // lib/src: parse_integer
 #include "families.hpp"
+#include "job/job_config.hpp"      // lib/src: read_job_config
+#include "membership/context.hpp"  // lib/src: Context
 #include "ranks.hpp"
 #include "waiting/futex.hpp"   // lib/src
 #include "waiting/waiter.hpp"  // lib/src
@@ -199,6 +207,37 @@ class Minimal {
   std::int64_t clock_sum_ = 0;
 };
 
+// lockstep's barrier under one wait policy, the path State::wait_for_everyone() takes (the
+// context's wait). Not a State: a process has one State context (Context::instance(), which the
+// first State joins and every later one shares), and the block and adaptive variants of one run
+// both live in every rank process, so each joins its own job with a context of its own. (Until
+// 2026-12-01 both were States: the second shared the first's context, and "adaptive" beside
+// "block" measured block.)
+class ContextFamily {
+ public:
+  ContextFamily(int ranks, lockstep::WaitPolicy policy)
+      : ranks_(ranks), policy_(policy), id_(fresh_id(lockstep::wait_policy_name(policy))) {}
+  void attach(int rank) {
+    set_job_environment(id_, rank, ranks_, policy_);
+    context_ = std::make_shared<lockstep::detail::Context>(lockstep::detail::read_job_config(
+        lockstep::detail::process_environment(), lockstep::WaitPolicy::adaptive));
+    if (context_->config().wait_policy != policy_) {
+      throw std::runtime_error(std::string("sleep-ab: the ") + lockstep::wait_policy_name(policy_) +
+                               " variant joined with the " +
+                               lockstep::wait_policy_name(context_->config().wait_policy) +
+                               " policy");
+    }
+  }
+  void wait() { context_->wait(std::nullopt, "wait_for_everyone"); }
+  void detach() noexcept { context_.reset(); }  // leaves the job
+
+ private:
+  int ranks_;
+  lockstep::WaitPolicy policy_;
+  std::string id_;
+  std::shared_ptr<lockstep::detail::Context> context_;
+};
+
 int number(const char* text, const char* what) {
   const std::optional<long long> value = lockstep::detail::parse_integer(text);
   if (!value || *value < 1 || *value > 1'000'000) {
@@ -226,10 +265,39 @@ struct Variant {
   std::function<void(int rank)> wait;
 };
 
-// RAW_JSON: {"variants": [names], "cycles": [[us per episode of each variant], ...]}, one row
-// per complete cycle (pthread first), for tools/bench-report's paired ratios.
+// Episodes timed one by one at most (a float each, in memory shared with rank 0): 64 MiB.
+constexpr std::size_t kMaxTimedEpisodes = std::size_t{1} << 24;
+
+// One variant's episodes as rank 0 saw them (microseconds), pooled over the run.
+struct Tails {
+  double p50 = 0;
+  double p99 = 0;
+  double p999 = 0;
+  std::size_t episodes = 0;
+};
+
+// `episodes` holds every block's episodes in block order; variant v's blocks are v, v + count...
+Tails tails_of(const float* episodes, int variant, int count, int blocks, int per_block) {
+  std::vector<float> mine;
+  for (int b = variant; b < blocks; b += count) {
+    const float* block =
+        episodes + static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block);
+    mine.insert(mine.end(), block, block + per_block);
+  }
+  std::sort(mine.begin(), mine.end());
+  const auto at = [&](double q) {
+    return static_cast<double>(mine[std::min(
+        mine.size() - 1, static_cast<std::size_t>(q * static_cast<double>(mine.size())))]);
+  };
+  return Tails{at(0.5), at(0.99), at(0.999), mine.size()};
+}
+
+// RAW_JSON: {"variants": [names], "cycles": [[us per episode of each variant], ...], "tails":
+// {name: {"p50": us, "p99": us, "p999": us, "episodes": n}, ...}}, one row per complete cycle
+// (pthread first), for tools/bench-report's paired ratios; "tails" is {} when the run had more
+// episodes than are timed one by one.
 bool write_raw(const char* path, const std::vector<Variant>& variants, const double* times,
-               int blocks) {
+               int blocks, const std::vector<Tails>& tails) {
   std::FILE* out = std::fopen(path, "w");
   if (out == nullptr) {
     (void)std::fprintf(stderr, "sleep-ab: cannot write %s\n", path);
@@ -249,7 +317,14 @@ bool write_raw(const char* path, const std::vector<Variant>& variants, const dou
     }
     (void)std::fputs("]", out);
   }
-  (void)std::fputs("]}\n", out);
+  (void)std::fputs("],\n \"tails\": {", out);
+  for (std::size_t v = 0; v < tails.size(); ++v) {
+    (void)std::fprintf(
+        out, "%s\"%s\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, \"episodes\": %zu}",
+        v == 0 ? "" : ", ", variants[v].name.c_str(), tails[v].p50, tails[v].p99, tails[v].p999,
+        tails[v].episodes);
+  }
+  (void)std::fputs("}}\n", out);
   return std::fclose(out) == 0;
 }
 
@@ -276,8 +351,8 @@ int main(int argc, char** argv) {
        {"coarse", Sleep::coarse},
        {"waiter", Sleep::waiter}}};
   PthreadFamily pthread(ranks);
-  std::optional<LockstepFamily> block;
-  std::optional<LockstepFamily> adaptive;
+  std::optional<ContextFamily> block;
+  std::optional<ContextFamily> adaptive;
   std::vector<std::unique_ptr<Minimal>> barriers;
   std::vector<Variant> variants;
   variants.push_back({"pthread", [&](int rank) { pthread.wait(rank); }});
@@ -289,7 +364,7 @@ int main(int argc, char** argv) {
       auto& family = name == "block" ? block : adaptive;
       family.emplace(
           ranks, name == "block" ? lockstep::WaitPolicy::block : lockstep::WaitPolicy::adaptive);
-      variants.push_back({name, [&family](int rank) { family->wait(rank); }});
+      variants.push_back({name, [&family](int /*rank*/) { family->wait(); }});
       continue;
     }
     const auto* known = std::find_if(minimal.begin(), minimal.end(),
@@ -318,10 +393,33 @@ int main(int argc, char** argv) {
     (void)std::fprintf(stderr, "sleep-ab: mmap failed\n");
     return 1;
   }
+  const std::size_t total = static_cast<std::size_t>(blocks) * static_cast<std::size_t>(per_block);
+  float* episodes = nullptr;  // each episode as rank 0 saw it (us), when the run is not too long
+  if (total <= kMaxTimedEpisodes) {
+    void* memory = ::mmap(nullptr, sizeof(float) * total, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) {
+      (void)std::fprintf(stderr, "sleep-ab: mmap failed\n");
+      return 1;
+    }
+    episodes = static_cast<float*>(memory);
+  }
   const auto episode = [&](int variant, int rank) {
     variants[static_cast<std::size_t>(variant)].wait(rank);
   };
   const bool ok = fork_ranks(ranks, [&](int rank) {
+    // Leaves both jobs however the body ends (fork_ranks's std::exit destroys no local).
+    struct Leave {
+      std::optional<ContextFamily>& block;
+      std::optional<ContextFamily>& adaptive;
+      ~Leave() {
+        for (auto* family : {&block, &adaptive}) {
+          if (*family) {
+            (*family)->detach();
+          }
+        }
+      }
+    } leave{block, adaptive};
     for (auto* family : {&block, &adaptive}) {
       if (*family) {
         (*family)->attach(rank);
@@ -332,10 +430,18 @@ int main(int argc, char** argv) {
         episode(variant, rank);
       }
     }
+    const bool timed = rank == 0 && episodes != nullptr;
     for (int b = 0; b < blocks; ++b) {
       const double start = wall_seconds();
+      double last = start;
       for (int i = 0; i < per_block; ++i) {
         episode(b % count, rank);
+        if (timed) {
+          const double now = wall_seconds();
+          episodes[static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block) +
+                   static_cast<std::size_t>(i)] = static_cast<float>((now - last) * 1e6);
+          last = now;
+        }
       }
       if (rank == 0) {
         times[b] = (wall_seconds() - start) * 1e6 / per_block;
@@ -345,10 +451,18 @@ int main(int argc, char** argv) {
   if (!ok) {
     return 1;
   }
+  std::vector<Tails> tails;
+  if (episodes != nullptr) {
+    for (int variant = 0; variant < count; ++variant) {
+      tails.push_back(tails_of(episodes, variant, count, blocks, per_block));
+    }
+  }
   std::printf(
       "# sleep-ab: N=%d, %d blocks of %d episodes, interleaved; us per episode, and the\n"
-      "# ratio to the pthread block of the same cycle (median, p25, p75)\n",
-      ranks, blocks, per_block);
+      "# ratio to the pthread block of the same cycle (median, p25, p75); %s\n",
+      ranks, blocks, per_block,
+      tails.empty() ? "tails not timed (more episodes than sleep-ab times one by one)"
+                    : "rank 0's episodes' p99 and p99.9 (us), and their ratio to pthread's");
   for (int variant = 0; variant < count; ++variant) {
     std::vector<double> micros;
     std::vector<double> ratios;
@@ -359,11 +473,17 @@ int main(int argc, char** argv) {
     std::sort(micros.begin(), micros.end());
     std::sort(ratios.begin(), ratios.end());
     const std::size_t n = ratios.size();
-    std::printf("%-15s %9.2f us   %.2fx (%.2f-%.2f)\n",
+    std::printf("%-15s %9.2f us   %.2fx (%.2f-%.2f)",
                 variants[static_cast<std::size_t>(variant)].name.c_str(), micros[micros.size() / 2],
                 ratios[n / 2], ratios[n / 4], ratios[3 * n / 4]);
+    if (!tails.empty()) {
+      const Tails& mine = tails[static_cast<std::size_t>(variant)];
+      std::printf("   p99 %8.1f us %.2fx   p99.9 %8.1f us %.2fx", mine.p99, mine.p99 / tails[0].p99,
+                  mine.p999, mine.p999 / tails[0].p999);
+    }
+    std::printf("\n");
   }
-  if (argc == 6 && !write_raw(argv[5], variants, times, blocks)) {
+  if (argc == 6 && !write_raw(argv[5], variants, times, blocks, tails)) {
     return 1;
   }
   return 0;

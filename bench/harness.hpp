@@ -66,45 +66,6 @@ void run_episodes(benchmark::State& state, int ranks) {
 // real work would; each rank records how long its compute took. The result is the barrier's
 // overhead per episode: rank 0's wall time less, episode by episode, the slowest rank's compute
 // (counter overhead_us; the benchmark's time is the whole episode).
-inline std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Units of work per microsecond on this machine: the fastest of several timed runs, so that a
-// run that lost its CPU (a loaded machine) does not count.
-inline double work_per_us() {
-  static const double rate = [] {
-    double best = 0;
-    for (int trial = 0; trial < 50; ++trial) {
-      constexpr std::uint64_t kUnits = 20000;
-      volatile std::uint64_t sink = 0;
-      const double start = wall_seconds();
-      auto x = static_cast<std::uint64_t>(trial);
-      for (std::uint64_t i = 0; i < kUnits; ++i) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-      }
-      sink = x;
-      (void)sink;
-      best = std::max(best, static_cast<double>(kUnits) / ((wall_seconds() - start) * 1e6));
-    }
-    return best;
-  }();
-  return rate;
-}
-
-inline void compute(std::uint64_t units) {
-  volatile std::uint64_t sink = 0;
-  std::uint64_t x = units;
-  for (std::uint64_t i = 0; i < units; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-  }
-  sink = x;
-  (void)sink;
-}
-
 template <class Family>
 void run_training(benchmark::State& state, int ranks, double mean_us) {
   const std::int64_t episodes = state.max_iterations;
@@ -125,10 +86,8 @@ void run_training(benchmark::State& state, int ranks, double mean_us) {
     const double cpu0 = cpu_seconds();
     const double wall0 = wall_seconds();
     for (std::int64_t e = 0; e < episodes; ++e) {
-      const std::uint64_t draw = mix(static_cast<std::uint64_t>(e) * 1024 + rank);
-      const double us = 2 * mean_us * static_cast<double>(draw >> 11) * 0x1.0p-53;
       const double start = wall_seconds();
-      compute(static_cast<std::uint64_t>(us * rate));
+      compute(work_units(e, rank, mean_us, rate));
       computed[static_cast<std::size_t>(e) * ranks + rank] =
           static_cast<float>((wall_seconds() - start) * 1e6);
       family.wait(rank);

@@ -56,6 +56,55 @@ inline double wall_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// The training-like loop's compute (bench/harness.hpp's run_training, sleep-ab --compute).
+inline std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Units of work per microsecond on this machine: the fastest of several timed runs, so that a
+// run that lost its CPU (a loaded machine) does not count.
+inline double work_per_us() {
+  static const double rate = [] {
+    double best = 0;
+    for (int trial = 0; trial < 50; ++trial) {
+      constexpr std::uint64_t kUnits = 20000;
+      volatile std::uint64_t sink = 0;
+      const double start = wall_seconds();
+      auto x = static_cast<std::uint64_t>(trial);
+      for (std::uint64_t i = 0; i < kUnits; ++i) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      }
+      sink = x;
+      (void)sink;
+      best = std::max(best, static_cast<double>(kUnits) / ((wall_seconds() - start) * 1e6));
+    }
+    return best;
+  }();
+  return rate;
+}
+
+inline void compute(std::uint64_t units) {
+  volatile std::uint64_t sink = 0;
+  std::uint64_t x = units;
+  for (std::uint64_t i = 0; i < units; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+  sink = x;
+  (void)sink;
+}
+
+// Episode `episode`'s compute for `rank`: a time drawn from [0, 2 * mean_us) (the same draw on
+// every run: a hash of the episode and the rank), as units of work at `rate` (work_per_us()).
+inline std::uint64_t work_units(std::int64_t episode, int rank, double mean_us, double rate) {
+  const std::uint64_t draw =
+      mix(static_cast<std::uint64_t>(episode) * 1024 + static_cast<std::uint64_t>(rank));
+  const double us = 2 * mean_us * static_cast<double>(draw >> 11) * 0x1.0p-53;
+  return static_cast<std::uint64_t>(us * rate);
+}
+
 // Rank 0 times one episode in kSampleEvery (two clock reads, ~50 ns, on one episode in 16: about
 // 3 ns per episode on average, so that the recording does not dominate at 0.1 us), at most
 // kMaxSamples of them, for the distribution: p50, p99, p99.9, max.

@@ -3,7 +3,7 @@
 // block in ONE job, so that every variant sees the same load phases (a load matrix's cells run
 // seconds apart, and bursty loads move more than the differences sought here).
 //
-//   sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]
+//   sleep-ab [--compute MEAN_US] NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]
 //
 // VARIANTS, comma-separated (default futex,futex+timeout,waitv1,waitvN,block; pthread, the
 // reference, always runs). The minimal ones: one fetch_add per arrival, a futex word changed and
@@ -25,7 +25,8 @@
 //   block            lockstep's barrier with LOCKSTEP_WAIT_POLICY=block, as
 //                    State::wait_for_everyone() runs it
 //   adaptive         the same with the adaptive policy (the default)
-// (block and adaptive are two jobs that every rank process joins, each with its own context:
+//   spin             the same with the spin policy
+// (block, adaptive and spin are jobs that every rank process joins, each with its own context:
 // see ContextFamily.)
 // Steps from futex to block split block's cost over pthread between the waiting module and the
 // engine and context around it. Rank 0 times each block; each variant's block is compared with
@@ -33,7 +34,11 @@
 // the median, p25 and p75 of those ratios. Rank 0 also times every episode (one clock read each,
 // the same for every variant): the tails, p99 and p99.9 of each variant's episodes over the whole
 // run, and their ratios to pthread's, paired as the blocks are (every variant's episodes come from
-// the same load phases). RAW_JSON, if given, gets every cycle's blocks and the tails. Run it
+// the same load phases). With --compute, every rank computes before each wait, as in
+// bench/barrier_bench's training-like loop (a draw from [0, 2 * MEAN_US), the same sequence for
+// every variant), and each block's overhead per episode (its time less the slowest rank's compute
+// in each episode) is paired the same way. RAW_JSON, if given, gets every cycle's blocks, the
+// overheads and the tails. Run it
 // beside the load to study (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -292,12 +297,27 @@ Tails tails_of(const float* episodes, int variant, int count, int blocks, int pe
   return Tails{at(0.5), at(0.99), at(0.999), mine.size()};
 }
 
+// Per cycle (pthread's block first), a row of one number per variant.
+void write_cycles(std::FILE* out, const char* key, const double* values, int count, int blocks) {
+  (void)std::fprintf(out, ",\n \"%s\": [", key);
+  for (int cycle = 0; cycle + count <= blocks; cycle += count) {
+    (void)std::fputs(cycle == 0 ? "[" : ",\n  [", out);
+    for (int v = 0; v < count; ++v) {
+      (void)std::fprintf(out, "%s%.4f", v == 0 ? "" : ", ", values[cycle + v]);
+    }
+    (void)std::fputs("]", out);
+  }
+  (void)std::fputs("]", out);
+}
+
 // RAW_JSON: {"variants": [names], "cycles": [[us per episode of each variant], ...], "tails":
-// {name: {"p50": us, "p99": us, "p999": us, "episodes": n}, ...}}, one row per complete cycle
-// (pthread first), for tools/bench-report's paired ratios; "tails" is {} when the run had more
-// episodes than are timed one by one.
+// {name: {"p50": us, "p99": us, "p999": us, "episodes": n}, ...}[, "compute_us": mean,
+// "overheads": [[us per episode of each variant], ...]]}, one row per complete cycle (pthread
+// first), for tools/bench-report's paired ratios; "tails" is {} when the run had more episodes
+// than are timed one by one; the overheads come with --compute.
 bool write_raw(const char* path, const std::vector<Variant>& variants, const double* times,
-               int blocks, const std::vector<Tails>& tails) {
+               const double* overheads, double compute_us, int blocks,
+               const std::vector<Tails>& tails) {
   std::FILE* out = std::fopen(path, "w");
   if (out == nullptr) {
     (void)std::fprintf(stderr, "sleep-ab: cannot write %s\n", path);
@@ -309,31 +329,77 @@ bool write_raw(const char* path, const std::vector<Variant>& variants, const dou
     (void)std::fprintf(out, "%s\"%s\"", v == 0 ? "" : ", ",
                        variants[static_cast<std::size_t>(v)].name.c_str());
   }
-  (void)std::fputs("],\n \"cycles\": [", out);
-  for (int cycle = 0; cycle + count <= blocks; cycle += count) {
-    (void)std::fputs(cycle == 0 ? "[" : ",\n  [", out);
-    for (int v = 0; v < count; ++v) {
-      (void)std::fprintf(out, "%s%.4f", v == 0 ? "" : ", ", times[cycle + v]);
-    }
-    (void)std::fputs("]", out);
-  }
-  (void)std::fputs("],\n \"tails\": {", out);
+  (void)std::fputs("]", out);
+  write_cycles(out, "cycles", times, count, blocks);
+  (void)std::fputs(",\n \"tails\": {", out);
   for (std::size_t v = 0; v < tails.size(); ++v) {
     (void)std::fprintf(
         out, "%s\"%s\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, \"episodes\": %zu}",
         v == 0 ? "" : ", ", variants[v].name.c_str(), tails[v].p50, tails[v].p99, tails[v].p999,
         tails[v].episodes);
   }
-  (void)std::fputs("}}\n", out);
+  (void)std::fputs("}", out);
+  if (overheads != nullptr) {
+    (void)std::fprintf(out, ",\n \"compute_us\": %.3f", compute_us);
+    write_cycles(out, "overheads", overheads, count, blocks);
+  }
+  (void)std::fputs("}\n", out);
   return std::fclose(out) == 0;
+}
+
+// Shared memory for `count` values of T that the ranks write and the parent reads, or null.
+template <class T>
+T* shared_array(std::size_t count) {
+  void* memory =
+      ::mmap(nullptr, sizeof(T) * count, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    (void)std::fprintf(stderr, "sleep-ab: mmap of %zu bytes failed\n", sizeof(T) * count);
+    return nullptr;
+  }
+  return static_cast<T*>(memory);
+}
+
+// Prints one line per variant: the median of `values` over its blocks, and the median, p25 and
+// p75 of its ratio to the pthread block of the same cycle.
+void print_paired(const std::vector<Variant>& variants, const double* values, int blocks,
+                  const char* unit, const std::vector<Tails>& tails) {
+  const int count = static_cast<int>(variants.size());
+  for (int variant = 0; variant < count; ++variant) {
+    std::vector<double> own;
+    std::vector<double> ratios;
+    for (int cycle = 0; cycle + count <= blocks; cycle += count) {
+      own.push_back(values[cycle + variant]);
+      ratios.push_back(values[cycle + variant] / values[cycle]);
+    }
+    std::sort(own.begin(), own.end());
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t n = ratios.size();
+    std::printf("%-15s %9.2f %s   %.2fx (%.2f-%.2f)",
+                variants[static_cast<std::size_t>(variant)].name.c_str(), own[own.size() / 2], unit,
+                ratios[n / 2], ratios[n / 4], ratios[3 * n / 4]);
+    if (!tails.empty()) {
+      const Tails& mine = tails[static_cast<std::size_t>(variant)];
+      std::printf("   p99 %8.1f us %.2fx   p99.9 %8.1f us %.2fx", mine.p99, mine.p99 / tails[0].p99,
+                  mine.p999, mine.p999 / tails[0].p999);
+    }
+    std::printf("\n");
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --compute MEAN_US: every rank computes before each wait (the training-like loop's draw).
+  double compute_us = 0;
+  if (argc >= 3 && std::string_view(argv[1]) == "--compute") {
+    compute_us = number(argv[2], "--compute's MEAN_US");
+    argc -= 2;
+    argv += 2;
+  }
   if (argc < 4 || argc > 6) {
     (void)std::fprintf(stderr,
-                       "usage: sleep-ab NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]\n");
+                       "usage: sleep-ab [--compute MEAN_US] NPROC BLOCKS EPISODES_PER_BLOCK "
+                       "[VARIANTS [RAW_JSON]]\n");
     return 2;
   }
   const int ranks = number(argv[1], "NPROC");
@@ -350,9 +416,12 @@ int main(int argc, char** argv) {
        {"clock", Sleep::clock},
        {"coarse", Sleep::coarse},
        {"waiter", Sleep::waiter}}};
+  const std::array<std::pair<const char*, lockstep::WaitPolicy>, 3> policies = {
+      {{"block", lockstep::WaitPolicy::block},
+       {"adaptive", lockstep::WaitPolicy::adaptive},
+       {"spin", lockstep::WaitPolicy::spin}}};
   PthreadFamily pthread(ranks);
-  std::optional<ContextFamily> block;
-  std::optional<ContextFamily> adaptive;
+  std::array<std::optional<ContextFamily>, 3> lockstep_families;  // policies' order
   std::vector<std::unique_ptr<Minimal>> barriers;
   std::vector<Variant> variants;
   variants.push_back({"pthread", [&](int rank) { pthread.wait(rank); }});
@@ -360,10 +429,14 @@ int main(int argc, char** argv) {
     if (name == "pthread") {
       continue;  // always there
     }
-    if (name == "block" || name == "adaptive") {
-      auto& family = name == "block" ? block : adaptive;
-      family.emplace(
-          ranks, name == "block" ? lockstep::WaitPolicy::block : lockstep::WaitPolicy::adaptive);
+    const auto* policy = std::find_if(policies.begin(), policies.end(),
+                                      [&](const auto& entry) { return name == entry.first; });
+    if (policy != policies.end()) {
+      auto& family = lockstep_families[static_cast<std::size_t>(policy - policies.begin())];
+      if (family) {
+        continue;  // named twice
+      }
+      family.emplace(ranks, policy->second);
       variants.push_back({name, [&family](int /*rank*/) { family->wait(); }});
       continue;
     }
@@ -372,7 +445,7 @@ int main(int argc, char** argv) {
     if (known == minimal.end()) {
       (void)std::fprintf(stderr,
                          "sleep-ab: unknown variant '%s' (futex, futex+timeout, waitv1, waitvN, "
-                         "counted, clock, coarse, waiter, pthread, block, adaptive)\n",
+                         "counted, clock, coarse, waiter, pthread, block, adaptive, spin)\n",
                          name.c_str());
       return 2;
     }
@@ -386,43 +459,43 @@ int main(int argc, char** argv) {
                        count);
     return 2;
   }
-  auto* times =
-      static_cast<double*>(::mmap(nullptr, sizeof(double) * static_cast<std::size_t>(blocks),
-                                  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  if (times == MAP_FAILED) {
-    (void)std::fprintf(stderr, "sleep-ab: mmap failed\n");
+  const std::size_t total = static_cast<std::size_t>(blocks) * static_cast<std::size_t>(per_block);
+  if (compute_us > 0 && total * static_cast<std::size_t>(ranks) > kMaxTimedEpisodes) {
+    (void)std::fprintf(stderr,
+                       "sleep-ab: --compute records every rank's compute: at most %zu episodes "
+                       "times NPROC\n",
+                       kMaxTimedEpisodes);
+    return 2;
+  }
+  auto* times = shared_array<double>(static_cast<std::size_t>(blocks));
+  // Each episode as rank 0 saw it (us), when the run is not too long to keep.
+  float* episodes = total <= kMaxTimedEpisodes ? shared_array<float>(total) : nullptr;
+  // With --compute: [block][episode][rank], each rank's compute (us).
+  float* computed =
+      compute_us > 0 ? shared_array<float>(total * static_cast<std::size_t>(ranks)) : nullptr;
+  if (times == nullptr || (total <= kMaxTimedEpisodes && episodes == nullptr) ||
+      (compute_us > 0 && computed == nullptr)) {
     return 1;
   }
-  const std::size_t total = static_cast<std::size_t>(blocks) * static_cast<std::size_t>(per_block);
-  float* episodes = nullptr;  // each episode as rank 0 saw it (us), when the run is not too long
-  if (total <= kMaxTimedEpisodes) {
-    void* memory = ::mmap(nullptr, sizeof(float) * total, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) {
-      (void)std::fprintf(stderr, "sleep-ab: mmap failed\n");
-      return 1;
-    }
-    episodes = static_cast<float*>(memory);
-  }
+  const double rate = compute_us > 0 ? work_per_us() : 0;  // before the fork: one calibration
   const auto episode = [&](int variant, int rank) {
     variants[static_cast<std::size_t>(variant)].wait(rank);
   };
   const bool ok = fork_ranks(ranks, [&](int rank) {
-    // Leaves both jobs however the body ends (fork_ranks's std::exit destroys no local).
+    // Leaves the jobs however the body ends (fork_ranks's std::exit destroys no local).
     struct Leave {
-      std::optional<ContextFamily>& block;
-      std::optional<ContextFamily>& adaptive;
+      std::array<std::optional<ContextFamily>, 3>& families;
       ~Leave() {
-        for (auto* family : {&block, &adaptive}) {
-          if (*family) {
-            (*family)->detach();
+        for (auto& family : families) {
+          if (family) {
+            family->detach();
           }
         }
       }
-    } leave{block, adaptive};
-    for (auto* family : {&block, &adaptive}) {
-      if (*family) {
-        (*family)->attach(rank);
+    } leave{lockstep_families};
+    for (auto& family : lockstep_families) {
+      if (family) {
+        family->attach(rank);
       }
     }
     for (int i = 0; i < 100; ++i) {
@@ -435,11 +508,21 @@ int main(int argc, char** argv) {
       const double start = wall_seconds();
       double last = start;
       for (int i = 0; i < per_block; ++i) {
+        const std::size_t at = static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block) +
+                               static_cast<std::size_t>(i);
+        if (computed != nullptr) {
+          // The draw follows the episode's place in its variant's blocks: every variant computes
+          // the same sequence.
+          const double before = wall_seconds();
+          compute(work_units(static_cast<std::int64_t>(b / count) * per_block + i, rank, compute_us,
+                             rate));
+          computed[at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)] =
+              static_cast<float>((wall_seconds() - before) * 1e6);
+        }
         episode(b % count, rank);
         if (timed) {
           const double now = wall_seconds();
-          episodes[static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block) +
-                   static_cast<std::size_t>(i)] = static_cast<float>((now - last) * 1e6);
+          episodes[at] = static_cast<float>((now - last) * 1e6);
           last = now;
         }
       }
@@ -457,33 +540,33 @@ int main(int argc, char** argv) {
       tails.push_back(tails_of(episodes, variant, count, blocks, per_block));
     }
   }
+  // With --compute: each block's overhead per episode, its time less the slowest rank's compute.
+  std::vector<double> overheads;
+  if (computed != nullptr) {
+    for (int b = 0; b < blocks; ++b) {
+      double slowest = 0;
+      for (int i = 0; i < per_block; ++i) {
+        const float* row = computed + (static_cast<std::size_t>(b) * per_block + i) * ranks;
+        slowest += static_cast<double>(*std::max_element(row, row + ranks));
+      }
+      overheads.push_back(times[b] - slowest / per_block);
+    }
+  }
   std::printf(
-      "# sleep-ab: N=%d, %d blocks of %d episodes, interleaved; us per episode, and the\n"
+      "# sleep-ab: N=%d, %d blocks of %d episodes, interleaved%s; us per episode, and the\n"
       "# ratio to the pthread block of the same cycle (median, p25, p75); %s\n",
-      ranks, blocks, per_block,
+      ranks, blocks, per_block, compute_us > 0 ? ", each rank computing first" : "",
       tails.empty() ? "tails not timed (more episodes than sleep-ab times one by one)"
                     : "rank 0's episodes' p99 and p99.9 (us), and their ratio to pthread's");
-  for (int variant = 0; variant < count; ++variant) {
-    std::vector<double> micros;
-    std::vector<double> ratios;
-    for (int cycle = 0; cycle + count <= blocks; cycle += count) {
-      micros.push_back(times[cycle + variant]);
-      ratios.push_back(times[cycle + variant] / times[cycle]);
-    }
-    std::sort(micros.begin(), micros.end());
-    std::sort(ratios.begin(), ratios.end());
-    const std::size_t n = ratios.size();
-    std::printf("%-15s %9.2f us   %.2fx (%.2f-%.2f)",
-                variants[static_cast<std::size_t>(variant)].name.c_str(), micros[micros.size() / 2],
-                ratios[n / 2], ratios[n / 4], ratios[3 * n / 4]);
-    if (!tails.empty()) {
-      const Tails& mine = tails[static_cast<std::size_t>(variant)];
-      std::printf("   p99 %8.1f us %.2fx   p99.9 %8.1f us %.2fx", mine.p99, mine.p99 / tails[0].p99,
-                  mine.p999, mine.p999 / tails[0].p999);
-    }
-    std::printf("\n");
+  print_paired(variants, times, blocks, "us", tails);
+  if (computed != nullptr) {
+    std::printf("# with --compute %g: the overhead per episode beyond the slowest rank's compute\n",
+                compute_us);
+    print_paired(variants, overheads.data(), blocks, "us", {});
   }
-  if (argc == 6 && !write_raw(argv[5], variants, times, blocks, tails)) {
+  if (argc == 6 &&
+      !write_raw(argv[5], variants, times, computed != nullptr ? overheads.data() : nullptr,
+                 compute_us, blocks, tails)) {
     return 1;
   }
   return 0;

@@ -333,10 +333,9 @@ bool write_raw(const char* path, const std::vector<Variant>& variants, const dou
   write_cycles(out, "cycles", times, count, blocks);
   (void)std::fputs(",\n \"tails\": {", out);
   for (std::size_t v = 0; v < tails.size(); ++v) {
-    (void)std::fprintf(
-        out, "%s\"%s\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, \"episodes\": %zu}",
-        v == 0 ? "" : ", ", variants[v].name.c_str(), tails[v].p50, tails[v].p99, tails[v].p999,
-        tails[v].episodes);
+    (void)std::fprintf(out, R"(%s"%s": {"p50": %.3f, "p99": %.3f, "p999": %.3f, "episodes": %zu})",
+                       v == 0 ? "" : ", ", variants[v].name.c_str(), tails[v].p50, tails[v].p99,
+                       tails[v].p999, tails[v].episodes);
   }
   (void)std::fputs("}", out);
   if (overheads != nullptr) {

@@ -214,8 +214,8 @@ class Minimal {
 
 // lockstep's barrier under one wait policy, the path State::wait_for_everyone() takes (the
 // context's wait). Not a State: a process has one State context (Context::instance(), which the
-// first State joins and every later one shares), and the block and adaptive variants of one run
-// both live in every rank process, so each joins its own job with a context of its own. (Until
+// first State joins and every later one shares), and the lockstep variants of one run all live
+// in every rank process, so each joins its own job with a context of its own. (Until
 // 2026-12-01 both were States: the second shared the first's context, and "adaptive" beside
 // "block" measured block.)
 class ContextFamily {
@@ -433,7 +433,8 @@ int main(int argc, char** argv) {
     if (policy != policies.end()) {
       auto& family = lockstep_families[static_cast<std::size_t>(policy - policies.begin())];
       if (family) {
-        continue;  // named twice
+        (void)std::fprintf(stderr, "sleep-ab: variant '%s' named twice\n", name.c_str());
+        return 2;
       }
       family.emplace(ranks, policy->second);
       variants.push_back({name, [&family](int /*rank*/) { family->wait(); }});

@@ -119,8 +119,8 @@ inline constexpr int kSpinsPerClockRead = 64;
 // spins spends the lag that would let it preempt the competitor when its peer wakes it. In the
 // training-like loop with two busy processes beside N=2, a 20 us spin cost 240 us of overhead per
 // episode and the quick spins alone 48 (2026-11-30); and bench/sleep-ab, paired, 2026-12-01: a
-// 1 us spin (with the 64 quick polls before it) made the bare loop at N=2 1.24-1.33x
-// pthread_barrier_t beside one busy loop or four bursty processes, sleeping at once 1.05-1.11x,
+// 1 us spin (with the 64 quick polls before it) made the bare loop at N=2 1.26-1.33x
+// pthread_barrier_t beside one busy loop or two bursty processes, sleeping at once 1.05-1.11x,
 // while the training-like loop did not tell the two apart.
 inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};

@@ -169,12 +169,13 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
     const nanoseconds yield = own_cpu ? nanoseconds(kYieldAcrossNodes) : nanoseconds(kYieldIdle);
     return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};
   }
-  if (own_cpu && !loaded) {
+  if (loaded && own_cpu) {
+    return WaitOptions{nanoseconds(kSpinLoaded), nanoseconds{0}, true};
+  }
+  if (own_cpu) {
     return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), nanoseconds(kSpinMaxIdle)),
                        kYieldIdle, true};
   }
-  // A loaded machine, either shape: sleep at once, as block (see kSpinStart's note); more
-  // processes than CPUs on an idle one: yield, then sleep.
   return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldIdle, true};
 }
 

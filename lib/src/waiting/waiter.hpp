@@ -115,16 +115,14 @@ inline constexpr int kSpinsPerClockRead = 64;
 // spins ~20 us before its futex at 0.26 us for N=2, while a ~2 us spin falls through to the 10-15
 // us futex wake often enough to average ~1 us. Up to 200 us: a training-like loop (compute of 0-100
 // us, then a barrier) has waits of that order, and a wake-up costs 10-15 us each time the spin
-// falls short. On a loaded machine a wait does not spin at all (see plan_wait): a waiter that
-// spins spends the lag that would let it preempt the competitor when its peer wakes it. In the
-// training-like loop with two busy processes beside N=2, a 20 us spin cost 240 us of overhead per
-// episode and the quick spins alone 48 (2026-11-30); and bench/sleep-ab, paired, 2026-12-01: a
-// 1 us spin (with the 64 quick polls before it) made the bare loop at N=2 1.26-1.33x
-// pthread_barrier_t beside one busy loop or two bursty processes, sleeping at once 1.05-1.11x,
-// while the training-like loop did not tell the two apart.
+// falls short. On a loaded machine the spin is kSpinLoaded, about the quick spins' own length: in
+// the training-like loop with two busy processes beside N=2, a 20 us spin cost 240 us of overhead
+// per episode and the quick spins alone 48 (twice each, interleaved, 2026-11-30): a waiter that
+// spins spends the lag that would let it preempt the competitor when its peer wakes it.
 inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};
 inline constexpr microseconds kSpinMaxIdle{200};
+inline constexpr microseconds kSpinLoaded{1};
 // After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
 // sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
 // sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host
@@ -165,7 +163,7 @@ inline constexpr std::size_t kLoadWindow = 4;
 //   spin:     spin for ever, never yield or sleep.
 //   block:    sleep at once.
 //   adaptive, one node, a CPU per process: spin `learned_spin` and yield kYieldIdle on an idle
-//             machine, then sleep; on a loaded one, sleep at once (as block).
+//             machine, spin kSpinLoaded on a loaded one; then sleep.
 //   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
 //             sleep.
 //   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
@@ -229,11 +227,11 @@ class Waiter {
   [[nodiscard]] bool loaded() const noexcept { return loaded_; }
   // The mean count of runnable tasks that are not the job's in the last samples.
   [[nodiscard]] double foreign_load() const noexcept;
-  // Whether a wait may ask the site whether a late peer may need this CPU (then the site's hint,
-  // each process's CPU, is worth keeping): to yield to it when the job has more processes than
-  // CPUs (on an idle machine; kept fresh while loaded too, for when the load goes).
+  // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
+  // hint, each process's CPU, is worth keeping): to yield to it when the job has more processes
+  // than CPUs, and, on a loaded machine, to sleep at once rather than spin in its way.
   [[nodiscard]] bool asks_where_peers_are() const noexcept {
-    return adaptive_ && !shape_.across_nodes && shape_.processes > shape_.cpus;
+    return adaptive_ && !shape_.across_nodes && (shape_.processes > shape_.cpus || loaded_);
   }
 
   // Takes a load sample unless one was taken less than kLoadSamplePeriod ago (any time when
@@ -306,6 +304,9 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // The stall warning, read once per wait that reaches a clock read (never on the fast path).
   auto stall_interval = stall_warning();
   auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
+  if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
+    spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
+  }
   bool sampled = false;  // this wait's one regular load sample, when the spin is over
   auto finish = [&] {
     learn(now - start);

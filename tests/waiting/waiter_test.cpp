@@ -234,12 +234,33 @@ TEST(Waiter, LoadGoesAwayAndYieldingComesBack) {
   }
   ASSERT_TRUE(waiter.loaded());
   machine.runnable = 4;
-  for (int i = 0; i < 10; ++i) {
+  for (std::size_t i = 0; i < 3 * tuning::kIdleWindow; ++i) {  // a sample per 4 ms at most
     machine.clock += milliseconds(2);
     (void)wait_once(waiter, machine, milliseconds(1));
   }
   EXPECT_FALSE(waiter.loaded());
   EXPECT_GT(waiter.options().yield, nanoseconds(0));
+}
+
+TEST(Waiter, AFewSamplesThatMissTheCompetitorAreNotIdle) {
+  // Four processes on two CPUs beside one busy process; samples taken while the barrier's
+  // wake-ups are in flight can miss a task for a moment, several in a row.
+  FakeMachine machine;
+  machine.runnable = 4 + 1;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  sample_all(machine, {&waiter}, 10, milliseconds(5));
+  ASSERT_TRUE(waiter.loaded());
+  machine.runnable = 4;
+  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow) - 1, milliseconds(5));
+  EXPECT_TRUE(waiter.loaded()) << "fewer than kIdleWindow samples without the competitor";
+  machine.runnable = 4 + 1;
+  sample_all(machine, {&waiter}, 1, milliseconds(5));
+  machine.runnable = 4;
+  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow) - 1, milliseconds(5));
+  EXPECT_TRUE(waiter.loaded());
+  sample_all(machine, {&waiter}, 1, milliseconds(5));
+  EXPECT_FALSE(waiter.loaded()) << "kIdleWindow samples in a row without it";
+  EXPECT_EQ(waiter.stats().became_idle, 1U);
 }
 
 TEST(Waiter, AKernelThreadsMomentIsNotLoad) {
@@ -278,6 +299,22 @@ TEST(Waiter, PeersAsleepAreNotCountedAsTheJobsRunnableTasks) {
   sample_all(machine, {&blind, &watching}, 20, milliseconds(5));
   EXPECT_FALSE(blind.loaded());
   EXPECT_TRUE(watching.loaded());
+}
+
+TEST(Waiter, ACompetitorThatFitsOnlyWhileThePeersSleepIsLoad) {
+  // Two processes on two CPUs beside one busy process, sampled while the peer sleeps: the
+  // machine has two runnable tasks (the busy one and the sampler), no more than its CPUs, but
+  // once the barrier wakes the peer three want two CPUs (a loaded waiter that sampled this way
+  // turned idle, and yielded its CPU to the busy process thousands of times per second).
+  FakeMachine machine;
+  machine.runnable = 2;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  waiter.watch_peers([] { return 1; });
+  sample_all(machine, {&waiter}, 20, milliseconds(5));
+  EXPECT_TRUE(waiter.loaded());
+  Waiter idle(WaitPolicy::adaptive, {2, 2, false}, machine);  // both awake: the job's two tasks
+  sample_all(machine, {&idle}, 20, milliseconds(5));
+  EXPECT_FALSE(idle.loaded());
 }
 
 TEST(Waiter, SimulatedNodesOnThisMachineAreNotForeignLoad) {

@@ -32,6 +32,10 @@ class Context {
 
   [[nodiscard]] const JobConfig& config() const noexcept { return config_; }
   [[nodiscard]] int local_index() const noexcept { return local_index_; }
+  // What this process's waits did so far (Waiter::stats), for diagnostics and the bench.
+  [[nodiscard]] Waiter::Stats wait_stats() const noexcept {
+    return waiter_ ? waiter_->stats() : Waiter::Stats{};
+  }
   // The process that joined (a forked child inherits the context but not the membership).
   [[nodiscard]] pid_t owner() const noexcept { return owner_; }
 

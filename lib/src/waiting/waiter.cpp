@@ -188,16 +188,20 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
 
 // A sample counts the runnable tasks that are not the job's: the machine's runnable tasks less
 // the job's processes on this node that do not sleep in a wait (a process computing, spinning or
-// preempted is runnable; a process in a wait's futex is not). It counts only while the machine
-// has more runnable tasks than CPUs: a busy process elsewhere on a large machine competes with
-// nobody here. The machine is taken as loaded once the last kLoadWindow samples all saw a
-// foreign task, and as idle again once none of them did: a competitor is there in every sample,
-// while kernel threads and tasks being woken come and go (on this 2-vCPU VM, single samples at
-// idle saw up to two such tasks, and a smoothed mean of them flipped an idle job to loaded
-// several times per second).
+// preempted is runnable; a process in a wait's futex is not). It counts only while those tasks
+// and all of the job's processes here would be more than the machine's CPUs: a busy process
+// elsewhere on a large machine competes with nobody here, and one that fits beside the job only
+// while a peer sleeps competes as soon as the barrier wakes it (until 2026-12-02 the gate was
+// the runnable tasks alone, and N=2 beside one busy process on 2 CPUs, sampling while its peer
+// slept, saw the machine idle again and yielded its CPU to the busy one thousands of times).
+// The machine is taken as loaded once the last kLoadWindow samples all saw a foreign task, and
+// as idle again once none of the last kIdleWindow did: a competitor is there in nearly every
+// sample, while kernel threads and tasks being woken come and go (on this 2-vCPU VM, single
+// samples at idle saw up to two such tasks, and a smoothed mean of them flipped an idle job to
+// loaded several times per second).
 bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept {
   const nanoseconds period =
-      next_ < recent_.size() ? nanoseconds(kFirstSamplesPeriod) : nanoseconds(kLoadSamplePeriod);
+      next_ < kLoadWindow ? nanoseconds(kFirstSamplesPeriod) : nanoseconds(kLoadSamplePeriod);
   if (!adaptive_ || (!now_or_never && now - last_sample_ < period)) {
     return loaded_;
   }
@@ -210,15 +214,26 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   const int asleep = peers_asleep_ ? peers_asleep_() : 0;
   const int here = std::max(shape_.processes, shape_.processes_here);
   const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
-  const int foreign = runnable > signals_.online_cpus() ? std::max(0, runnable - ours) : 0;
-  recent_[next_++ % recent_.size()] = foreign;
-  if (next_ < recent_.size()) {
+  const int foreign = std::max(0, runnable - ours);
+  // Competing only when it and the whole job awake would not fit the machine's CPUs.
+  recent_[next_++ % recent_.size()] = foreign + here > signals_.online_cpus() ? foreign : 0;
+  if (next_ < kLoadWindow) {
     return loaded_;  // too few samples yet
   }
-  const auto [fewest, most] = std::minmax_element(recent_.begin(), recent_.end());
+  // The last `count` samples, newest first.
+  const auto all_saw = [&](std::size_t count, bool load) {
+    for (std::size_t i = 1; i <= count; ++i) {
+      if ((recent_[(next_ - i) % recent_.size()] > 0) != load) {
+        return false;
+      }
+    }
+    return true;
+  };
   const bool was = loaded_;
-  loaded_ = loaded_ ? *most > 0 : *fewest > 0;
+  loaded_ =
+      loaded_ ? !(next_ >= kIdleWindow && all_saw(kIdleWindow, false)) : all_saw(kLoadWindow, true);
   stats_.became_loaded += !was && loaded_ ? 1 : 0;
+  stats_.became_idle += was && !loaded_ ? 1 : 0;
   options_ = plan_wait(policy_, shape_, loaded_, spin_);
   return loaded_;
 }

@@ -153,9 +153,15 @@ inline constexpr microseconds kYieldedAwayGap{500};
 // 0.2 s benchmark run at H=2, N=4).
 inline constexpr milliseconds kLoadSamplePeriod{4};
 inline constexpr microseconds kFirstSamplesPeriod{250};
-// Samples that must agree before the machine counts as loaded, or as idle again (see
-// Waiter::sample_load).
+// Samples that must agree before the machine counts as loaded, and as idle again (see
+// Waiter::sample_load). Idle takes more: a sample is taken as a wait begins, just after the
+// barrier woke the peers, and a peer woken but not yet on a run queue (a wake-up sent to another
+// vCPU waits for its interrupt) is neither asleep nor runnable, so a sample then can miss the
+// competitor; beside one busy loop at N=4 on 2 vCPUs, 10-20% of samples read no foreign task,
+// in runs of four often enough to turn the job idle a few times per second of barriers, each
+// time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts, 2026-12-02).
 inline constexpr std::size_t kLoadWindow = 4;
+inline constexpr std::size_t kIdleWindow = 16;
 }  // namespace wait_tuning
 
 // The options of one wait for `policy`, given whether the machine is `loaded` and the spin the
@@ -242,12 +248,14 @@ class Waiter {
 
   // What this waiter did, counted on its slow paths only (for tests and diagnostics).
   struct Stats {
-    std::uint64_t timed_waits = 0;  // waits that outlasted the quick spins
+    std::uint64_t timed_waits = 0;   // waits that outlasted the quick spins
+    std::uint64_t loaded_waits = 0;  // of those, waits begun with the machine seen loaded
     std::uint64_t yields = 0;
     std::uint64_t blocks = 0;
     std::uint64_t untimed_blocks = 0;  // of those, blocks without a timeout (a watched site)
     std::uint64_t samples = 0;
     std::uint64_t became_loaded = 0;
+    std::uint64_t became_idle = 0;
   };
   [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
 
@@ -267,7 +275,7 @@ class Waiter {
   bool adaptive_;
   std::chrono::nanoseconds spin_ = wait_tuning::kSpinStart;
   bool loaded_ = false;
-  std::array<int, wait_tuning::kLoadWindow> recent_{};  // the last samples' foreign tasks
+  std::array<int, wait_tuning::kIdleWindow> recent_{};  // the last samples' foreign tasks
   std::size_t next_ = 0;                                // samples taken
   WaitClock::time_point last_sample_{};
   WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
@@ -297,6 +305,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   auto clock = [&] { return coarse ? signals_.coarse_now() : signals_.now(); };
   const auto start = clock();
   ++stats_.timed_waits;
+  stats_.loaded_waits += loaded_ ? 1 : 0;
   auto now = start;
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;

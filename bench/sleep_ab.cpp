@@ -234,6 +234,9 @@ class ContextFamily {
     }
   }
   void wait() { context_->wait(std::nullopt, "wait_for_everyone"); }
+  [[nodiscard]] lockstep::detail::Waiter::Stats stats() const noexcept {
+    return context_ ? context_->wait_stats() : lockstep::detail::Waiter::Stats{};
+  }
   void detach() noexcept { context_.reset(); }  // leaves the job
 
  private:
@@ -385,6 +388,35 @@ void print_paired(const std::vector<Variant>& variants, const double* values, in
   }
 }
 
+// One line per lockstep variant that waits adaptively, from each rank's waiter: how many of its
+// waits outlasted the quick spins, how many of those began with the machine seen loaded, its load
+// samples and how often they turned it loaded and idle, its yields and sleeps.
+template <class Families, class Policies>
+void print_wait_stats(const Families& families, const Policies& policies,
+                      const lockstep::detail::Waiter::Stats* stats, int ranks) {
+  for (std::size_t p = 0; p < families.size(); ++p) {
+    if (!families[p] || policies[p].second != lockstep::WaitPolicy::adaptive) {
+      continue;
+    }
+    std::printf(
+        "# %s's waiter per rank: timed waits (begun loaded), samples, turned loaded / "
+        "idle, yields, sleeps\n",
+        policies[p].first);
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto& mine =
+          stats[p * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)];
+      std::printf("#   rank %d: %llu (%llu), %llu, %llu / %llu, %llu, %llu\n", rank,
+                  static_cast<unsigned long long>(mine.timed_waits),
+                  static_cast<unsigned long long>(mine.loaded_waits),
+                  static_cast<unsigned long long>(mine.samples),
+                  static_cast<unsigned long long>(mine.became_loaded),
+                  static_cast<unsigned long long>(mine.became_idle),
+                  static_cast<unsigned long long>(mine.yields),
+                  static_cast<unsigned long long>(mine.blocks));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -477,6 +509,13 @@ int main(int argc, char** argv) {
       (compute_us > 0 && computed == nullptr)) {
     return 1;
   }
+  // What each rank's waiter did under each lockstep policy ([policy][rank]).
+  using WaitStats = lockstep::detail::Waiter::Stats;
+  auto* wait_stats =
+      shared_array<WaitStats>(lockstep_families.size() * static_cast<std::size_t>(ranks));
+  if (wait_stats == nullptr) {
+    return 1;
+  }
   const double rate = compute_us > 0 ? work_per_us() : 0;  // before the fork: one calibration
   const auto episode = [&](int variant, int rank) {
     variants[static_cast<std::size_t>(variant)].wait(rank);
@@ -498,8 +537,13 @@ int main(int argc, char** argv) {
         family->attach(rank);
       }
     }
-    for (int i = 0; i < 100; ++i) {
-      for (int variant = 0; variant < count; ++variant) {
+    // The warm-up runs each variant's episodes together, as the blocks do: a rank that sleeps in
+    // one variant's barrier looks awake to another's load samples (the adaptive waiter counts
+    // only its own job's sleepers), so one episode of each in turn made adaptive see the machine
+    // idle under load (2026-12-02: hundreds of yields, p99.9 4-5x pthread's at N=4 beside a busy
+    // loop).
+    for (int variant = 0; variant < count; ++variant) {
+      for (int i = 0; i < 100; ++i) {
         episode(variant, rank);
       }
     }
@@ -528,6 +572,12 @@ int main(int argc, char** argv) {
       }
       if (rank == 0) {
         times[b] = (wall_seconds() - start) * 1e6 / per_block;
+      }
+    }
+    for (std::size_t p = 0; p < lockstep_families.size(); ++p) {
+      if (lockstep_families[p]) {
+        wait_stats[p * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)] =
+            lockstep_families[p]->stats();
       }
     }
   });
@@ -564,6 +614,7 @@ int main(int argc, char** argv) {
                 compute_us);
     print_paired(variants, overheads.data(), blocks, "us", {});
   }
+  print_wait_stats(lockstep_families, policies, wait_stats, ranks);
   if (argc == 6 &&
       !write_raw(argv[5], variants, times, computed != nullptr ? overheads.data() : nullptr,
                  compute_us, blocks, tails)) {

@@ -56,14 +56,14 @@ class LockstepFamily {
   std::optional<lockstep::State> state_;
 };
 
+// One T's memory, shared with the ranks forked after (throws when mmap fails).
 template <class T>
 T* shared_object() {
-  void* memory =
-      ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) {
+  auto* memory = shared_array<T>(1);
+  if (memory == nullptr) {
     throw std::runtime_error("mmap failed");
   }
-  return static_cast<T*>(memory);
+  return memory;
 }
 
 class PthreadFamily {

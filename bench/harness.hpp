@@ -72,14 +72,12 @@ void run_training(benchmark::State& state, int ranks, double mean_us) {
   const double rate = work_per_us();
   Report* report = shared_report();
   const std::size_t cells = static_cast<std::size_t>(episodes) * static_cast<std::size_t>(ranks);
-  void* memory = ::mmap(nullptr, cells * sizeof(float), PROT_READ | PROT_WRITE,
-                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) {
+  auto* computed = shared_array<float>(cells);  // [episode][rank], microseconds
+  if (computed == nullptr) {
     fail_run(state, "mmap of the compute record failed");
     ::munmap(report, sizeof(Report));
     return;
   }
-  auto* computed = static_cast<float*>(memory);  // [episode][rank], microseconds
   Family family(ranks);
   const bool ok = fork_ranks(ranks, [&](int rank) {
     start_rank(family, rank);
@@ -114,7 +112,7 @@ void run_training(benchmark::State& state, int ranks, double mean_us) {
   state.counters["episode_us"] =
       benchmark::Counter(report->elapsed * 1e6 / static_cast<double>(episodes));
   state.counters["cpu_us"] = benchmark::Counter(cpu * 1e6 / static_cast<double>(episodes));
-  ::munmap(memory, cells * sizeof(float));
+  ::munmap(computed, cells * sizeof(float));
   ::munmap(report, sizeof(Report));
 }
 

@@ -18,7 +18,6 @@
 #include <lockstep/lockstep.hpp>
 #include <lockstep/version.hpp>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,18 +60,9 @@ struct Row {
   std::string skipped;  // why the cell was not measured (empty: measured)
 };
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  for (std::string part; std::getline(stream, part, ',');) {
-    parts.push_back(part);
-  }
-  return parts;
-}
-
 std::vector<int> parse_nproc(const std::string& text) {
   std::vector<int> counts;
-  for (const std::string& part : split(text)) {
+  for (const std::string& part : lockstep::bench::split(text, ',')) {
     std::size_t used = 0;
     int n = 0;
     try {
@@ -100,7 +90,7 @@ std::vector<int> parse_nproc(const std::string& text) {
 
 std::vector<FamilyName> parse_families(const std::string& text) {
   std::vector<FamilyName> chosen;
-  for (const std::string& part : split(text)) {
+  for (const std::string& part : lockstep::bench::split(text, ',')) {
     bool known = false;
     for (const FamilyName& family : kFamilies) {
       if (part == family.key) {

@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "job/launch_env.hpp"  // lib/src: the job environment, written once for the launcher, tests and bench
@@ -119,10 +121,18 @@ struct Report {
   float samples[kMaxSamples];  // rank 0's sampled episodes, in microseconds
 };
 
-inline Report* shared_report() {
+// Memory for `count` values of T that the processes forked after it share (zero-filled), or
+// null when mmap fails. Released with ::munmap(pointer, count * sizeof(T)).
+template <class T>
+T* shared_array(std::size_t count) noexcept {
   void* memory =
-      ::mmap(nullptr, sizeof(Report), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) {
+      ::mmap(nullptr, sizeof(T) * count, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return memory == MAP_FAILED ? nullptr : static_cast<T*>(memory);
+}
+
+inline Report* shared_report() {
+  auto* memory = shared_array<Report>(1);
+  if (memory == nullptr) {
     std::perror("mmap");
     std::abort();
   }
@@ -250,15 +260,35 @@ bool run_ranks(Family& family, int ranks, std::int64_t episodes, std::int64_t wa
   });
 }
 
+// `text`'s parts between separators, empty ones kept (so that "2,4," is an error to report, not
+// "2,4").
+inline std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  for (;;) {
+    const std::size_t at = text.find(separator);
+    parts.emplace_back(text.substr(0, at));
+    if (at == std::string_view::npos) {
+      return parts;
+    }
+    text.remove_prefix(at + 1);
+  }
+}
+
+// The value at quantile q of `sorted` (ascending; 0 when empty).
+inline double quantile(std::span<const float> sorted, double q) {
+  if (sorted.empty()) {
+    return 0;
+  }
+  const std::size_t n = sorted.size();
+  return static_cast<double>(
+      sorted[std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)))]);
+}
+
 // Rank 0's sampled episodes, sorted in place: the episode at quantile q (microseconds).
 inline double sampled_quantile(Report& report, double q) {
   const std::size_t n = std::min(report.num_samples, kMaxSamples);
-  if (n == 0) {
-    return 0;
-  }
   std::sort(report.samples, report.samples + n);
-  return static_cast<double>(
-      report.samples[std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)))]);
+  return quantile(std::span<const float>(report.samples, n), q);
 }
 
 }  // namespace lockstep::bench

@@ -256,18 +256,6 @@ int number(const char* text, const char* what) {
   return static_cast<int>(*value);
 }
 
-std::vector<std::string> split(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  for (;;) {
-    const std::size_t at = text.find(separator);
-    parts.emplace_back(text.substr(0, at));
-    if (at == std::string_view::npos) {
-      return parts;
-    }
-    text.remove_prefix(at + 1);
-  }
-}
-
 struct Variant {
   std::string name;
   std::function<void(int rank)> wait;
@@ -293,11 +281,7 @@ Tails tails_of(const float* episodes, int variant, int count, int blocks, int pe
     mine.insert(mine.end(), block, block + per_block);
   }
   std::sort(mine.begin(), mine.end());
-  const auto at = [&](double q) {
-    return static_cast<double>(mine[std::min(
-        mine.size() - 1, static_cast<std::size_t>(q * static_cast<double>(mine.size())))]);
-  };
-  return Tails{at(0.5), at(0.99), at(0.999), mine.size()};
+  return Tails{quantile(mine, 0.5), quantile(mine, 0.99), quantile(mine, 0.999), mine.size()};
 }
 
 // Per cycle (pthread's block first), a row of one number per variant.
@@ -347,18 +331,6 @@ bool write_raw(const char* path, const std::vector<Variant>& variants, const dou
   }
   (void)std::fputs("}\n", out);
   return std::fclose(out) == 0;
-}
-
-// Shared memory for `count` values of T that the ranks write and the parent reads, or null.
-template <class T>
-T* shared_array(std::size_t count) {
-  void* memory =
-      ::mmap(nullptr, sizeof(T) * count, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (memory == MAP_FAILED) {
-    (void)std::fprintf(stderr, "sleep-ab: mmap of %zu bytes failed\n", sizeof(T) * count);
-    return nullptr;
-  }
-  return static_cast<T*>(memory);
 }
 
 // Prints one line per variant: the median of `values` over its blocks, and the median, p25 and
@@ -505,15 +477,13 @@ int main(int argc, char** argv) {
   // With --compute: [block][episode][rank], each rank's compute (us).
   float* computed =
       compute_us > 0 ? shared_array<float>(total * static_cast<std::size_t>(ranks)) : nullptr;
-  if (times == nullptr || (total <= kMaxTimedEpisodes && episodes == nullptr) ||
-      (compute_us > 0 && computed == nullptr)) {
-    return 1;
-  }
   // What each rank's waiter did under each lockstep policy ([policy][rank]).
   using WaitStats = lockstep::detail::Waiter::Stats;
   auto* wait_stats =
       shared_array<WaitStats>(lockstep_families.size() * static_cast<std::size_t>(ranks));
-  if (wait_stats == nullptr) {
+  if (times == nullptr || (total <= kMaxTimedEpisodes && episodes == nullptr) ||
+      (compute_us > 0 && computed == nullptr) || wait_stats == nullptr) {
+    (void)std::fprintf(stderr, "sleep-ab: no memory to share with the ranks (mmap failed)\n");
     return 1;
   }
   const double rate = compute_us > 0 ? work_per_us() : 0;  // before the fork: one calibration

@@ -68,6 +68,7 @@ for want in ("# lockstep-bench ", "avg", "p50", "p99", "max", "cpu", "lockstep a
 # Bad input: exit 2, naming what was wrong, before anything runs.
 for args, words in ((["--nproc", "0"], '"0" in "0" is not a process count'),
                     (["--nproc", "2,x"], '"x" in "2,x" is not a process count'),
+                    (["--nproc", "2,4,"], '"" in "2,4," is not a process count'),
                     (["--nproc", "999"], "is not a process count (1-256)"),
                     (["--families", "adaptive,mpi"], '"mpi" is not a family'),
                     (["--iterations", "0"], "--iterations"),

@@ -38,8 +38,10 @@
 // bench/barrier_bench's training-like loop (a draw from [0, 2 * MEAN_US), the same sequence for
 // every variant), and each block's overhead per episode (its time less the slowest rank's compute
 // in each episode) is paired the same way. RAW_JSON, if given, gets every cycle's blocks, the
-// overheads and the tails. Run it
-// beside the load to study (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
+// overheads and the tails. Last, for the adaptive variant, each rank's waiter counts: waits that
+// began with the machine seen loaded, load samples, turns to loaded and to idle, yields, sleeps
+// (docs/performance.md, "What a load sample sees"). Run it beside the load to study
+// (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>

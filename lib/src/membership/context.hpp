@@ -32,7 +32,8 @@ class Context {
 
   [[nodiscard]] const JobConfig& config() const noexcept { return config_; }
   [[nodiscard]] int local_index() const noexcept { return local_index_; }
-  // What this process's waits did so far (Waiter::stats), for diagnostics and the bench.
+  // What this process's waits did so far (Waiter::stats), for diagnostics and the bench; not
+  // while another thread of the process waits.
   [[nodiscard]] Waiter::Stats wait_stats() const noexcept {
     return waiter_ ? waiter_->stats() : Waiter::Stats{};
   }

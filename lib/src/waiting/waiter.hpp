@@ -162,6 +162,7 @@ inline constexpr microseconds kFirstSamplesPeriod{250};
 // time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts, 2026-12-02).
 inline constexpr std::size_t kLoadWindow = 4;
 inline constexpr std::size_t kIdleWindow = 16;
+static_assert(kIdleWindow >= kLoadWindow, "the samples kept serve both windows");
 }  // namespace wait_tuning
 
 // The options of one wait for `policy`, given whether the machine is `loaded` and the spin the

@@ -3,7 +3,7 @@
 // block in ONE job, so that every variant sees the same load phases (a load matrix's cells run
 // seconds apart, and bursty loads move more than the differences sought here).
 //
-//   sleep-ab [--compute MEAN_US] NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]
+//   sleep-ab [--compute MEAN_US] [--wakes] NPROC BLOCKS EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]
 //
 // VARIANTS, comma-separated (default futex,futex+timeout,waitv1,waitvN,block; pthread, the
 // reference, always runs). The minimal ones: one fetch_add per arrival, a futex word changed and
@@ -40,7 +40,11 @@
 // in each episode) is paired the same way. RAW_JSON, if given, gets every cycle's blocks, the
 // overheads and the tails. Last, for the adaptive variant, each rank's waiter counts: waits that
 // began with the machine seen loaded, load samples, turns to loaded and to idle, yields, sleeps
-// (docs/performance.md, "What a load sample sees"). Run it beside the load to study
+// (docs/performance.md, "What a load sample sees"). With --wakes, every rank reads the clock as it
+// arrives and as it returns, and each variant's wake-up order is printed: the time from an
+// episode's last arrival to the first, second, ... last rank's return (median and p90 over the
+// variant's episodes), which tells a slow wake-up chain from a slow path around the sleep (the
+// same two clock reads per rank and episode in every variant). Run it beside the load to study
 // (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -286,6 +290,64 @@ Tails tails_of(const float* episodes, int variant, int count, int blocks, int pe
   return Tails{quantile(mine, 0.5), quantile(mine, 0.99), quantile(mine, 0.999), mine.size()};
 }
 
+// With --wakes: [episode][rank][arrived, returned], steady-clock nanoseconds.
+using Stamp = std::int64_t;
+
+Stamp stamp() noexcept {
+  return std::chrono::steady_clock::now().time_since_epoch().count();
+}
+
+// One variant's wake-up order: for the k-th rank to return from an episode, the time from the
+// episode's last arrival to that return (us), median and p90 over the variant's episodes.
+struct WakeOrder {
+  std::vector<double> median;
+  std::vector<double> p90;
+};
+
+WakeOrder wake_order(const Stamp* stamps, int variant, int count, int blocks, int per_block,
+                     int ranks) {
+  const auto n = static_cast<std::size_t>(ranks);
+  std::vector<std::vector<float>> after(n);  // [k-th return] -> us after the last arrival
+  std::vector<Stamp> returns(n);
+  for (int b = variant; b < blocks; b += count) {
+    for (int i = 0; i < per_block; ++i) {
+      const Stamp* row =
+          stamps + (static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block) +
+                    static_cast<std::size_t>(i)) *
+                       n * 2;
+      Stamp last = row[0];
+      for (std::size_t r = 0; r < n; ++r) {
+        last = std::max(last, row[2 * r]);
+        returns[r] = row[2 * r + 1];
+      }
+      std::sort(returns.begin(), returns.end());
+      for (std::size_t k = 0; k < n; ++k) {
+        after[k].push_back(static_cast<float>(static_cast<double>(returns[k] - last) / 1e3));
+      }
+    }
+  }
+  WakeOrder order;
+  for (auto& values : after) {
+    std::sort(values.begin(), values.end());
+    order.median.push_back(quantile(values, 0.5));
+    order.p90.push_back(quantile(values, 0.9));
+  }
+  return order;
+}
+
+void print_wakes(const std::vector<Variant>& variants, const std::vector<WakeOrder>& orders) {
+  std::printf(
+      "# --wakes: from an episode's last arrival to the 1st, 2nd, ... last rank's return (us, "
+      "median [p90] over the variant's episodes)\n");
+  for (std::size_t v = 0; v < orders.size(); ++v) {
+    std::printf("%-15s", variants[v].name.c_str());
+    for (std::size_t k = 0; k < orders[v].median.size(); ++k) {
+      std::printf(" %7.2f [%.1f]", orders[v].median[k], orders[v].p90[k]);
+    }
+    std::printf("\n");
+  }
+}
+
 // Per cycle (pthread's block first), a row of one number per variant.
 void write_cycles(std::FILE* out, const char* key, const double* values, int count, int blocks) {
   (void)std::fprintf(out, ",\n \"%s\": [", key);
@@ -395,16 +457,26 @@ void print_wait_stats(const Families& families, const Policies& policies,
 
 int main(int argc, char** argv) {
   // --compute MEAN_US: every rank computes before each wait (the training-like loop's draw).
+  // --wakes: every rank stamps its arrival and return (the wake-up order).
   double compute_us = 0;
-  if (argc >= 3 && std::string_view(argv[1]) == "--compute") {
-    compute_us = number(argv[2], "--compute's MEAN_US");
-    argc -= 2;
-    argv += 2;
+  bool wakes = false;
+  for (;;) {
+    if (argc >= 3 && std::string_view(argv[1]) == "--compute") {
+      compute_us = number(argv[2], "--compute's MEAN_US");
+      argc -= 2;
+      argv += 2;
+    } else if (argc >= 2 && std::string_view(argv[1]) == "--wakes") {
+      wakes = true;
+      --argc;
+      ++argv;
+    } else {
+      break;
+    }
   }
   if (argc < 4 || argc > 6) {
     (void)std::fprintf(stderr,
-                       "usage: sleep-ab [--compute MEAN_US] NPROC BLOCKS EPISODES_PER_BLOCK "
-                       "[VARIANTS [RAW_JSON]]\n");
+                       "usage: sleep-ab [--compute MEAN_US] [--wakes] NPROC BLOCKS "
+                       "EPISODES_PER_BLOCK [VARIANTS [RAW_JSON]]\n");
     return 2;
   }
   const int ranks = number(argv[1], "NPROC");
@@ -466,11 +538,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::size_t total = static_cast<std::size_t>(blocks) * static_cast<std::size_t>(per_block);
-  if (compute_us > 0 && total * static_cast<std::size_t>(ranks) > kMaxTimedEpisodes) {
+  if ((compute_us > 0 || wakes) && total * static_cast<std::size_t>(ranks) > kMaxTimedEpisodes) {
     (void)std::fprintf(stderr,
-                       "sleep-ab: --compute records every rank's compute: at most %zu episodes "
+                       "sleep-ab: %s records every rank's episodes: at most %zu episodes "
                        "times NPROC\n",
-                       kMaxTimedEpisodes);
+                       compute_us > 0 ? "--compute" : "--wakes", kMaxTimedEpisodes);
     return 2;
   }
   auto* times = shared_array<double>(static_cast<std::size_t>(blocks));
@@ -479,12 +551,16 @@ int main(int argc, char** argv) {
   // With --compute: [block][episode][rank], each rank's compute (us).
   float* computed =
       compute_us > 0 ? shared_array<float>(total * static_cast<std::size_t>(ranks)) : nullptr;
+  // With --wakes: [block][episode][rank][arrived, returned].
+  Stamp* stamps =
+      wakes ? shared_array<Stamp>(total * static_cast<std::size_t>(ranks) * 2) : nullptr;
   // What each rank's waiter did under each lockstep policy ([policy][rank]).
   using WaitStats = lockstep::detail::Waiter::Stats;
   auto* wait_stats =
       shared_array<WaitStats>(lockstep_families.size() * static_cast<std::size_t>(ranks));
   if (times == nullptr || (total <= kMaxTimedEpisodes && episodes == nullptr) ||
-      (compute_us > 0 && computed == nullptr) || wait_stats == nullptr) {
+      (compute_us > 0 && computed == nullptr) || (wakes && stamps == nullptr) ||
+      wait_stats == nullptr) {
     (void)std::fprintf(stderr, "sleep-ab: no memory to share with the ranks (mmap failed)\n");
     return 1;
   }
@@ -535,7 +611,15 @@ int main(int argc, char** argv) {
           computed[at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)] =
               static_cast<float>((wall_seconds() - before) * 1e6);
         }
-        episode(b % count, rank);
+        if (stamps != nullptr) {
+          Stamp* mine =
+              stamps + (at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) * 2;
+          mine[0] = stamp();
+          episode(b % count, rank);
+          mine[1] = stamp();
+        } else {
+          episode(b % count, rank);
+        }
         if (timed) {
           const double now = wall_seconds();
           episodes[at] = static_cast<float>((now - last) * 1e6);
@@ -585,6 +669,13 @@ int main(int argc, char** argv) {
     std::printf("# with --compute %g: the overhead per episode beyond the slowest rank's compute\n",
                 compute_us);
     print_paired(variants, overheads.data(), blocks, "us", {});
+  }
+  if (stamps != nullptr) {
+    std::vector<WakeOrder> orders;
+    for (int variant = 0; variant < count; ++variant) {
+      orders.push_back(wake_order(stamps, variant, count, blocks, per_block, ranks));
+    }
+    print_wakes(variants, orders);
   }
   print_wait_stats(lockstep_families, policies, wait_stats, ranks);
   if (argc == 6 &&

@@ -44,7 +44,8 @@
 // arrives and as it returns, and each variant's wake-up order is printed: the time from an
 // episode's last arrival to the first, second, ... last rank's return (median and p90 over the
 // variant's episodes), which tells a slow wake-up chain from a slow path around the sleep (the
-// same two clock reads per rank and episode in every variant). Run it beside the load to study
+// same two clock reads per rank and episode in every variant); a variant that let a rank return
+// before its episode's last arrival fails the run. Run it beside the load to study
 // (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -59,6 +60,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -302,6 +304,7 @@ Stamp stamp() noexcept {
 struct WakeOrder {
   std::vector<double> median;
   std::vector<double> p90;
+  double earliest = 0;  // the least time from an episode's last arrival to its first return
 };
 
 WakeOrder wake_order(const Stamp* stamps, int variant, int count, int blocks, int per_block,
@@ -309,6 +312,7 @@ WakeOrder wake_order(const Stamp* stamps, int variant, int count, int blocks, in
   const auto n = static_cast<std::size_t>(ranks);
   std::vector<std::vector<float>> after(n);  // [k-th return] -> us after the last arrival
   std::vector<Stamp> returns(n);
+  Stamp earliest = std::numeric_limits<Stamp>::max();
   for (int b = variant; b < blocks; b += count) {
     for (int i = 0; i < per_block; ++i) {
       const Stamp* row =
@@ -321,12 +325,14 @@ WakeOrder wake_order(const Stamp* stamps, int variant, int count, int blocks, in
         returns[r] = row[2 * r + 1];
       }
       std::sort(returns.begin(), returns.end());
+      earliest = std::min(earliest, returns[0] - last);
       for (std::size_t k = 0; k < n; ++k) {
         after[k].push_back(static_cast<float>(static_cast<double>(returns[k] - last) / 1e3));
       }
     }
   }
   WakeOrder order;
+  order.earliest = static_cast<double>(earliest) / 1e3;
   for (auto& values : after) {
     std::sort(values.begin(), values.end());
     order.median.push_back(quantile(values, 0.5));
@@ -676,6 +682,18 @@ int main(int argc, char** argv) {
       orders.push_back(wake_order(stamps, variant, count, blocks, per_block, ranks));
     }
     print_wakes(variants, orders);
+    // A barrier lets nobody return before the last arrival: each stamp of an arrival precedes
+    // it, each stamp of a return follows the episode's end, and CLOCK_MONOTONIC is one clock
+    // for every CPU.
+    for (std::size_t v = 0; v < orders.size(); ++v) {
+      if (orders[v].earliest < 0) {
+        (void)std::fprintf(stderr,
+                           "sleep-ab: %s let a rank return %.3f us before its episode's last "
+                           "arrival\n",
+                           variants[v].name.c_str(), -orders[v].earliest);
+        return 1;
+      }
+    }
   }
   print_wait_stats(lockstep_families, policies, wait_stats, ranks);
   if (argc == 6 &&

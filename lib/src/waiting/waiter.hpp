@@ -115,14 +115,23 @@ inline constexpr int kSpinsPerClockRead = 64;
 // spins ~20 us before its futex at 0.26 us for N=2, while a ~2 us spin falls through to the 10-15
 // us futex wake often enough to average ~1 us. Up to 200 us: a training-like loop (compute of 0-100
 // us, then a barrier) has waits of that order, and a wake-up costs 10-15 us each time the spin
-// falls short. On a loaded machine the spin is kSpinLoaded, about the quick spins' own length: in
-// the training-like loop with two busy processes beside N=2, a 20 us spin cost 240 us of overhead
-// per episode and the quick spins alone 48 (twice each, interleaved, 2026-11-30): a waiter that
-// spins spends the lag that would let it preempt the competitor when its peer wakes it.
+// falls short. On a loaded machine the spin is kSpinLoaded, sized to catch the peer that this
+// process has just woken (a CPU each): a rank that completes an episode and wakes its peer comes
+// back to the next one first, and the woken peer returns 5-6.5 us after it (bench/sleep-ab
+// --wakes, N=2 beside one busy loop, 2 vCPUs, 2026-12-02). A spin that covers that catches the
+// peer, and both ranks then run on while the competitors wait (a median episode of 0.1-0.5 us
+// beside two or four busy loops); one that falls short sleeps, and the two keep waking each
+// other (12-15 us). With 6 us against 1 us, `lockstep-bench -n 2 -f adaptive -i 300000` beside one,
+// two and four busy loops, three runs each alternating: 8.3-8.8 against 11.4-11.9 us, 2.1-9.3
+// against 11.9-17.0, 5.5-12.2 against 24.6-37.1. The paired runs, which sleep every episode, and
+// the training-like loop did not move (docs/performance.md, "Where the loaded spin's cost goes").
+// Longer costs more where it misses: in the training-like loop with two busy processes beside
+// N=2, a 20 us spin cost 240 us of overhead per episode and the quick spins alone 48 (2026-11-30):
+// a waiter that spins spends the lag that would let it preempt the competitor when woken.
 inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};
 inline constexpr microseconds kSpinMaxIdle{200};
-inline constexpr microseconds kSpinLoaded{1};
+inline constexpr microseconds kSpinLoaded{6};
 // After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
 // sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
 // sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host

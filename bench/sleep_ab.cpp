@@ -678,6 +678,7 @@ int main(int argc, char** argv) {
   }
   if (stamps != nullptr) {
     std::vector<WakeOrder> orders;
+    orders.reserve(variants.size());
     for (int variant = 0; variant < count; ++variant) {
       orders.push_back(wake_order(stamps, variant, count, blocks, per_block, ranks));
     }

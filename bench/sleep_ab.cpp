@@ -292,13 +292,6 @@ Tails tails_of(const float* episodes, int variant, int count, int blocks, int pe
   return Tails{quantile(mine, 0.5), quantile(mine, 0.99), quantile(mine, 0.999), mine.size()};
 }
 
-// With --wakes: [episode][rank][arrived, returned], steady-clock nanoseconds.
-using Stamp = std::int64_t;
-
-Stamp stamp() noexcept {
-  return std::chrono::steady_clock::now().time_since_epoch().count();
-}
-
 // One variant's wake-up order: for the k-th rank to return from an episode, the time from the
 // episode's last arrival to that return (us), median and p90 over the variant's episodes.
 struct WakeOrder {
@@ -307,19 +300,20 @@ struct WakeOrder {
   double earliest = 0;  // the least time from an episode's last arrival to its first return
 };
 
-WakeOrder wake_order(const Stamp* stamps, int variant, int count, int blocks, int per_block,
+// `stamps`: [episode][rank][arrived, returned], wall_seconds().
+WakeOrder wake_order(const double* stamps, int variant, int count, int blocks, int per_block,
                      int ranks) {
   const auto n = static_cast<std::size_t>(ranks);
   std::vector<std::vector<float>> after(n);  // [k-th return] -> us after the last arrival
-  std::vector<Stamp> returns(n);
-  Stamp earliest = std::numeric_limits<Stamp>::max();
+  std::vector<double> returns(n);
+  double earliest = std::numeric_limits<double>::max();
   for (int b = variant; b < blocks; b += count) {
     for (int i = 0; i < per_block; ++i) {
-      const Stamp* row =
+      const double* row =
           stamps + (static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block) +
                     static_cast<std::size_t>(i)) *
                        n * 2;
-      Stamp last = row[0];
+      double last = row[0];
       for (std::size_t r = 0; r < n; ++r) {
         last = std::max(last, row[2 * r]);
         returns[r] = row[2 * r + 1];
@@ -327,12 +321,12 @@ WakeOrder wake_order(const Stamp* stamps, int variant, int count, int blocks, in
       std::sort(returns.begin(), returns.end());
       earliest = std::min(earliest, returns[0] - last);
       for (std::size_t k = 0; k < n; ++k) {
-        after[k].push_back(static_cast<float>(static_cast<double>(returns[k] - last) / 1e3));
+        after[k].push_back(static_cast<float>((returns[k] - last) * 1e6));
       }
     }
   }
   WakeOrder order;
-  order.earliest = static_cast<double>(earliest) / 1e3;
+  order.earliest = earliest * 1e6;
   for (auto& values : after) {
     std::sort(values.begin(), values.end());
     order.median.push_back(quantile(values, 0.5));
@@ -557,9 +551,9 @@ int main(int argc, char** argv) {
   // With --compute: [block][episode][rank], each rank's compute (us).
   float* computed =
       compute_us > 0 ? shared_array<float>(total * static_cast<std::size_t>(ranks)) : nullptr;
-  // With --wakes: [block][episode][rank][arrived, returned].
-  Stamp* stamps =
-      wakes ? shared_array<Stamp>(total * static_cast<std::size_t>(ranks) * 2) : nullptr;
+  // With --wakes: [block][episode][rank][arrived, returned], wall_seconds().
+  double* stamps =
+      wakes ? shared_array<double>(total * static_cast<std::size_t>(ranks) * 2) : nullptr;
   // What each rank's waiter did under each lockstep policy ([policy][rank]).
   using WaitStats = lockstep::detail::Waiter::Stats;
   auto* wait_stats =
@@ -617,14 +611,17 @@ int main(int argc, char** argv) {
           computed[at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)] =
               static_cast<float>((wall_seconds() - before) * 1e6);
         }
-        if (stamps != nullptr) {
-          Stamp* mine =
-              stamps + (at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) * 2;
-          mine[0] = stamp();
-          episode(b % count, rank);
-          mine[1] = stamp();
-        } else {
-          episode(b % count, rank);
+        double* stamped =
+            stamps != nullptr
+                ? stamps +
+                      (at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)) * 2
+                : nullptr;
+        if (stamped != nullptr) {
+          stamped[0] = wall_seconds();
+        }
+        episode(b % count, rank);
+        if (stamped != nullptr) {
+          stamped[1] = wall_seconds();
         }
         if (timed) {
           const double now = wall_seconds();

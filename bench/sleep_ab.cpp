@@ -29,7 +29,9 @@
 // (block, adaptive and spin are jobs that every rank process joins, each with its own context:
 // see ContextFamily.)
 // Steps from futex to block split block's cost over pthread between the waiting module and the
-// engine and context around it. Rank 0 times each block; each variant's block is compared with
+// engine and context around it. A cycle runs one block of each variant, starting one variant
+// later than the cycle before (BLOCKS is a multiple of the variants' count), so that no variant
+// always follows the same other. Rank 0 times each block; each variant's block is compared with
 // the pthread block of the same cycle. Prints, per variant, the median block (us per episode) and
 // the median, p25 and p75 of those ratios. Rank 0 also times every episode (one clock read each,
 // the same for every variant): the tails, p99 and p99.9 of each variant's episodes over the whole
@@ -38,15 +40,16 @@
 // bench/barrier_bench's training-like loop (a draw from [0, 2 * MEAN_US), the same sequence for
 // every variant), and each block's overhead per episode (its time less the slowest rank's compute
 // in each episode) is paired the same way. RAW_JSON, if given, gets every cycle's blocks, the
-// overheads and the tails. Last, for the adaptive variant, each rank's waiter counts: waits that
-// began with the machine seen loaded, load samples, turns to loaded and to idle, yields, sleeps
-// (docs/performance.md, "What a load sample sees"). With --wakes, every rank reads the clock as it
-// arrives and as it returns, and each variant's wake-up order is printed: the time from an
-// episode's last arrival to the first, second, ... last rank's return (median and p90 over the
-// variant's episodes), which tells a slow wake-up chain from a slow path around the sleep (the
-// same two clock reads per rank and episode in every variant); a variant that let a rank return
-// before its episode's last arrival fails the run. Run it beside the load to study
-// (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
+// overheads and the tails (with each variant's largest 5% of episodes, for pooling passes). Last,
+// for the adaptive variant, each rank's waiter counts: waits that began with the machine seen
+// loaded, load samples, turns to loaded and to idle, yields, sleeps (docs/performance.md, "What a
+// load sample sees"). With --wakes, every rank reads the clock as it arrives and as it returns, and
+// each variant's wake-up order is printed: the time from an episode's last arrival to the first,
+// second, ... last rank's return (median and p90 over the variant's episodes), which tells a slow
+// wake-up chain from a slow path around the sleep (the same two clock reads per rank and episode in
+// every variant); a variant that let a rank return before its episode's last arrival fails the run.
+// Run it beside the load to study (tools/bench-report's loads; docs/performance.md, "What a sleep
+// costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -56,6 +59,8 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -65,6 +70,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/text.hpp"  // lib/src: parse_integer
@@ -272,24 +278,42 @@ struct Variant {
 // Episodes timed one by one at most (a float each, in memory shared with rank 0): 64 MiB.
 constexpr std::size_t kMaxTimedEpisodes = std::size_t{1} << 24;
 
+// The share of a variant's episodes whose times the raw file keeps, largest first, with the
+// cycle of each: enough for tools/bench-report to pool the passes' tails (the p99 of three passes
+// is the 1% largest of their episodes together) and to resample the cycles for an interval.
+constexpr double kTopShare = 0.05;
+
 // One variant's episodes as rank 0 saw them (microseconds), pooled over the run.
 struct Tails {
   double p50 = 0;
   double p99 = 0;
   double p999 = 0;
   std::size_t episodes = 0;
+  std::vector<std::pair<float, int>> top;  // the kTopShare largest (us, cycle), largest first
 };
 
-// `episodes` holds every block's episodes in block order; variant v's blocks are v, v + count...
+// `episodes` holds every block's episodes by slot (see main): variant v's are in slots v,
+// v + count, ..., one per cycle.
 Tails tails_of(const float* episodes, int variant, int count, int blocks, int per_block) {
   std::vector<float> mine;
+  std::vector<std::pair<float, int>> cycles;  // (us, cycle)
   for (int b = variant; b < blocks; b += count) {
     const float* block =
         episodes + static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block);
     mine.insert(mine.end(), block, block + per_block);
+    for (int i = 0; i < per_block; ++i) {
+      cycles.emplace_back(block[i], b / count);
+    }
   }
   std::sort(mine.begin(), mine.end());
-  return Tails{quantile(mine, 0.5), quantile(mine, 0.99), quantile(mine, 0.999), mine.size()};
+  const auto kept =
+      std::min(cycles.size(),
+               static_cast<std::size_t>(std::ceil(kTopShare * static_cast<double>(mine.size()))));
+  std::partial_sort(cycles.begin(), cycles.begin() + static_cast<std::ptrdiff_t>(kept),
+                    cycles.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  cycles.resize(kept);
+  return Tails{quantile(mine, 0.5), quantile(mine, 0.99), quantile(mine, 0.999), mine.size(),
+               std::move(cycles)};
 }
 
 // One variant's wake-up order: for the k-th rank to return from an episode, the time from the
@@ -362,10 +386,12 @@ void write_cycles(std::FILE* out, const char* key, const double* values, int cou
 }
 
 // RAW_JSON: {"variants": [names], "cycles": [[us per episode of each variant], ...], "tails":
-// {name: {"p50": us, "p99": us, "p999": us, "episodes": n}, ...}[, "compute_us": mean,
-// "overheads": [[us per episode of each variant], ...]]}, one row per complete cycle (pthread
-// first), for tools/bench-report's paired ratios; "tails" is {} when the run had more episodes
-// than are timed one by one; the overheads come with --compute.
+// {name: {"p50": us, "p99": us, "p999": us, "episodes": n, "top": [[us, cycle], ...]}, ...}[,
+// "compute_us": mean, "overheads": [[us per episode of each variant], ...]]}, one row per cycle
+// (in the variants' order, pthread first, whatever order the cycle ran them in), for
+// tools/bench-report's paired ratios; "top" is the kTopShare largest episodes, largest first,
+// each with its cycle; "tails" is {} when the run had more episodes than are timed one by one;
+// the overheads come with --compute.
 bool write_raw(const char* path, const std::vector<Variant>& variants, const double* times,
                const double* overheads, double compute_us, int blocks,
                const std::vector<Tails>& tails) {
@@ -384,9 +410,16 @@ bool write_raw(const char* path, const std::vector<Variant>& variants, const dou
   write_cycles(out, "cycles", times, count, blocks);
   (void)std::fputs(",\n \"tails\": {", out);
   for (std::size_t v = 0; v < tails.size(); ++v) {
-    (void)std::fprintf(out, R"(%s"%s": {"p50": %.3f, "p99": %.3f, "p999": %.3f, "episodes": %zu})",
-                       v == 0 ? "" : ", ", variants[v].name.c_str(), tails[v].p50, tails[v].p99,
+    (void)std::fprintf(out,
+                       R"(%s"%s": {"p50": %.3f, "p99": %.3f, "p999": %.3f, "episodes": %zu, )"
+                       R"("top": [)",
+                       v == 0 ? "" : ",\n  ", variants[v].name.c_str(), tails[v].p50, tails[v].p99,
                        tails[v].p999, tails[v].episodes);
+    for (std::size_t i = 0; i < tails[v].top.size(); ++i) {
+      (void)std::fprintf(out, "%s[%.2f,%d]", i == 0 ? "" : ",",
+                         static_cast<double>(tails[v].top[i].first), tails[v].top[i].second);
+    }
+    (void)std::fputs("]}", out);
   }
   (void)std::fputs("}", out);
   if (overheads != nullptr) {
@@ -532,9 +565,11 @@ int main(int argc, char** argv) {
     variants.push_back({name, [&barrier](int /*rank*/) { barrier.wait(); }});
   }
   const int count = static_cast<int>(variants.size());
-  if (blocks < 2 * count) {
-    (void)std::fprintf(stderr, "sleep-ab: BLOCKS must be at least %d for %d variants\n", 2 * count,
-                       count);
+  if (blocks < 2 * count || blocks % count != 0) {
+    (void)std::fprintf(stderr,
+                       "sleep-ab: BLOCKS must be a multiple of the variants' count, pthread "
+                       "included (%d), and at least %d\n",
+                       count, 2 * count);
     return 2;
   }
   const std::size_t total = static_cast<std::size_t>(blocks) * static_cast<std::size_t>(per_block);
@@ -597,17 +632,24 @@ int main(int argc, char** argv) {
     }
     const bool timed = rank == 0 && episodes != nullptr;
     for (int b = 0; b < blocks; ++b) {
+      // Cycle c runs the variants in turn from variant c mod count, so that none always follows
+      // the same other (a block's first episodes pay for the switch). Results are kept by slot,
+      // cycle by cycle in the variants' order.
+      const int cycle = b / count;
+      const int variant = (b + cycle) % count;
+      const int slot = cycle * count + variant;
       const double start = wall_seconds();
       double last = start;
       for (int i = 0; i < per_block; ++i) {
-        const std::size_t at = static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block) +
-                               static_cast<std::size_t>(i);
+        const std::size_t at =
+            static_cast<std::size_t>(slot) * static_cast<std::size_t>(per_block) +
+            static_cast<std::size_t>(i);
         if (computed != nullptr) {
           // The draw follows the episode's place in its variant's blocks: every variant computes
           // the same sequence.
           const double before = wall_seconds();
-          compute(work_units(static_cast<std::int64_t>(b / count) * per_block + i, rank, compute_us,
-                             rate));
+          compute(
+              work_units(static_cast<std::int64_t>(cycle) * per_block + i, rank, compute_us, rate));
           computed[at * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)] =
               static_cast<float>((wall_seconds() - before) * 1e6);
         }
@@ -619,7 +661,7 @@ int main(int argc, char** argv) {
         if (stamped != nullptr) {
           stamped[0] = wall_seconds();
         }
-        episode(b % count, rank);
+        episode(variant, rank);
         if (stamped != nullptr) {
           stamped[1] = wall_seconds();
         }
@@ -630,7 +672,7 @@ int main(int argc, char** argv) {
         }
       }
       if (rank == 0) {
-        times[b] = (wall_seconds() - start) * 1e6 / per_block;
+        times[slot] = (wall_seconds() - start) * 1e6 / per_block;
       }
     }
     for (std::size_t p = 0; p < lockstep_families.size(); ++p) {

@@ -388,11 +388,16 @@ TEST(Waiter, LoadedMachineSkipsTheSpinWhenALatePeerSharesTheCpu) {
   elsewhere.ready_at = machine.clock + microseconds(1);
   EXPECT_EQ(waiter.wait(elsewhere, std::nullopt, milliseconds(100)), Waiter::End::done);
   EXPECT_EQ(elsewhere.blocks, 0) << "the peer runs elsewhere: a short spin catches it";
+  EXPECT_EQ(waiter.stats().loaded_spins, 1U);
+  EXPECT_EQ(waiter.stats().loaded_catches, 1U);
   FakeSite here(machine);
   here.peer_here = true;
   here.ready_at = machine.clock + microseconds(1);
   EXPECT_EQ(waiter.wait(here, std::nullopt, milliseconds(100)), Waiter::End::done);
   EXPECT_EQ(here.blocks, 1) << "the peer waits for this CPU: sleep at once";
+  EXPECT_EQ(here.polls, 2) << "no quick polls either (they hold the CPU too): one poll before "
+                              "sleeping, one after, as the block policy";
+  EXPECT_EQ(waiter.stats().loaded_spins, 1U) << "no spin this time";
 }
 
 TEST(Waiter, ADescheduledSpinnerOnALoadedMachineSleeps) {

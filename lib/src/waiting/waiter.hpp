@@ -179,7 +179,8 @@ static_assert(kIdleWindow >= kLoadWindow, "the samples kept serve both windows")
 //   spin:     spin for ever, never yield or sleep.
 //   block:    sleep at once.
 //   adaptive, one node, a CPU per process: spin `learned_spin` and yield kYieldIdle on an idle
-//             machine, spin kSpinLoaded on a loaded one; then sleep.
+//             machine, spin kSpinLoaded on a loaded one; then sleep. (Loaded, a wait whose late
+//             peer may be on this CPU spins not at all, not even the quick polls: Waiter::wait.)
 //   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
 //             sleep.
 //   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
@@ -264,6 +265,8 @@ class Waiter {
     std::uint64_t blocks = 0;
     std::uint64_t untimed_blocks = 0;  // of those, blocks without a timeout (a watched site)
     std::uint64_t samples = 0;
+    std::uint64_t loaded_spins = 0;    // waits that spun kSpinLoaded
+    std::uint64_t loaded_catches = 0;  // of those, waits the spin ended
     std::uint64_t became_loaded = 0;
     std::uint64_t became_idle = 0;
   };
@@ -296,14 +299,26 @@ template <class Site>
 Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadline,
                          std::chrono::nanoseconds check_interval, bool interruptible) {
   using namespace wait_tuning;
-  const WaitOptions options = options_;
+  WaitOptions options = options_;
   // Poll before anything else: what a yield or a sleep would wait for may be there already.
-  const int quick_spins = options.spin.count() > 0 ? kQuickSpins : 1;
+  if (site.done()) {
+    return End::done;  // immediate: nothing to learn, no clock read
+  }
+  if (loaded_ && options.spin.count() > 0 && options.spin != std::chrono::nanoseconds::max() &&
+      site.late_peer_here()) {
+    // Loaded, and a peer this wait waits for may be runnable on this CPU: any spin, the quick
+    // polls too, holds the CPU that it needs. Sleep at once, as the block policy does. (The 64
+    // quick polls, 1-2 us, were what adaptive did beyond block here, and cost it 1.09x pthread's
+    // episode against block's 1.03x: bench/sleep-ab 2 60 200 beside one busy loop, 2 vCPUs,
+    // 2026-12-02, where every loaded wait found its peer on its CPU; 1.04x without them.)
+    options.spin = std::chrono::nanoseconds{0};
+  }
+  const int quick_spins = options.spin.count() > 0 ? kQuickSpins : 0;
   for (int i = 0; i < quick_spins; ++i) {
+    cpu_relax();
     if (site.done()) {
       return End::done;  // immediate: nothing to learn, no clock read
     }
-    cpu_relax();
   }
   const auto forever = WaitClock::time_point::max();
   // A wait that sleeps at once and has no deadline keeps times of 100 ms and more only (the
@@ -323,11 +338,11 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // The stall warning, read once per wait that reaches a clock read (never on the fast path).
   auto stall_interval = stall_warning();
   auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
-  if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
-    spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
-  }
+  const bool loaded_spin = loaded_ && spin_end > start && spin_end != forever;
+  stats_.loaded_spins += loaded_spin ? 1 : 0;
   bool sampled = false;  // this wait's one regular load sample, when the spin is over
   auto finish = [&] {
+    stats_.loaded_catches += loaded_spin && now < spin_end ? 1 : 0;
     learn(now - start);
     return End::done;
   };

@@ -40,16 +40,16 @@
 // bench/barrier_bench's training-like loop (a draw from [0, 2 * MEAN_US), the same sequence for
 // every variant), and each block's overhead per episode (its time less the slowest rank's compute
 // in each episode) is paired the same way. RAW_JSON, if given, gets every cycle's blocks, the
-// overheads and the tails (with each variant's largest 5% of episodes, for pooling passes). Last,
+// overheads and the tails (with each variant's largest 10% of episodes, for pooling passes). Last,
 // for the adaptive variant, each rank's waiter counts: waits that began with the machine seen
-// loaded, load samples, turns to loaded and to idle, yields, sleeps (docs/performance.md, "What a
-// load sample sees"). With --wakes, every rank reads the clock as it arrives and as it returns, and
-// each variant's wake-up order is printed: the time from an episode's last arrival to the first,
-// second, ... last rank's return (median and p90 over the variant's episodes), which tells a slow
-// wake-up chain from a slow path around the sleep (the same two clock reads per rank and episode in
-// every variant); a variant that let a rank return before its episode's last arrival fails the run.
-// Run it beside the load to study (tools/bench-report's loads; docs/performance.md, "What a sleep
-// costs").
+// loaded, load samples, turns to loaded and to idle, yields, sleeps, loaded spins and how many of
+// them caught the peer (docs/performance.md, "What a load sample sees"). With --wakes, every rank
+// reads the clock as it arrives and as it returns, and each variant's wake-up order is printed: the
+// time from an episode's last arrival to the first, second, ... last rank's return (median and p90
+// over the variant's episodes), which tells a slow wake-up chain from a slow path around the sleep
+// (the same two clock reads per rank and episode in every variant); a variant that let a rank
+// return before its episode's last arrival fails the run. Run it beside the load to study
+// (tools/bench-report's loads; docs/performance.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -281,7 +281,7 @@ constexpr std::size_t kMaxTimedEpisodes = std::size_t{1} << 24;
 // The share of a variant's episodes whose times the raw file keeps, largest first, with the
 // cycle of each: enough for tools/bench-report to pool the passes' tails (the p99 of three passes
 // is the 1% largest of their episodes together) and to resample the cycles for an interval.
-constexpr double kTopShare = 0.05;
+constexpr double kTopShare = 0.1;
 
 // One variant's episodes as rank 0 saw them (microseconds), pooled over the run.
 struct Tails {

@@ -301,24 +301,28 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   using namespace wait_tuning;
   WaitOptions options = options_;
   // Poll before anything else: what a yield or a sleep would wait for may be there already.
-  if (site.done()) {
-    return End::done;  // immediate: nothing to learn, no clock read
+  int quick_spins = options.spin.count() > 0 ? kQuickSpins : 1;
+  if (loaded_ && options.spin.count() > 0 && options.spin != std::chrono::nanoseconds::max())
+      [[unlikely]] {
+    if (site.done()) {
+      return End::done;  // immediate: no clock read
+    }
+    if (site.late_peer_here()) {
+      // Loaded, and a peer this wait waits for may be runnable on this CPU: any spin, the
+      // quick polls too, holds the CPU that it needs. Sleep at once, as the block policy does.
+      // (The 64 quick polls, 1-2 us, were what adaptive did beyond block here, and cost it
+      // 1.09x pthread's episode against block's 1.03x: bench/sleep-ab 2 60 200 beside one busy
+      // loop, 2 vCPUs, 2026-12-02, where every loaded wait found its peer on its CPU; 1.04x
+      // without them.)
+      options.spin = std::chrono::nanoseconds{0};
+      quick_spins = 0;  // polled just now
+    }
   }
-  if (loaded_ && options.spin.count() > 0 && options.spin != std::chrono::nanoseconds::max() &&
-      site.late_peer_here()) {
-    // Loaded, and a peer this wait waits for may be runnable on this CPU: any spin, the quick
-    // polls too, holds the CPU that it needs. Sleep at once, as the block policy does. (The 64
-    // quick polls, 1-2 us, were what adaptive did beyond block here, and cost it 1.09x pthread's
-    // episode against block's 1.03x: bench/sleep-ab 2 60 200 beside one busy loop, 2 vCPUs,
-    // 2026-12-02, where every loaded wait found its peer on its CPU; 1.04x without them.)
-    options.spin = std::chrono::nanoseconds{0};
-  }
-  const int quick_spins = options.spin.count() > 0 ? kQuickSpins : 0;
   for (int i = 0; i < quick_spins; ++i) {
-    cpu_relax();
     if (site.done()) {
       return End::done;  // immediate: nothing to learn, no clock read
     }
+    cpu_relax();
   }
   const auto forever = WaitClock::time_point::max();
   // A wait that sleeps at once and has no deadline keeps times of 100 ms and more only (the

@@ -179,8 +179,9 @@ static_assert(kIdleWindow >= kLoadWindow, "the samples kept serve both windows")
 //   spin:     spin for ever, never yield or sleep.
 //   block:    sleep at once.
 //   adaptive, one node, a CPU per process: spin `learned_spin` and yield kYieldIdle on an idle
-//             machine, spin kSpinLoaded on a loaded one; then sleep. (Loaded, a wait whose late
-//             peer may be on this CPU spins not at all, not even the quick polls: Waiter::wait.)
+//             machine, spin kSpinLoaded on a loaded one; then sleep. (Loaded, a wait polls once
+//             before its first clock read, and one whose late peer may be on this CPU does not
+//             spin at all: Waiter::wait.)
 //   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
 //             sleep.
 //   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
@@ -299,25 +300,15 @@ template <class Site>
 Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadline,
                          std::chrono::nanoseconds check_interval, bool interruptible) {
   using namespace wait_tuning;
-  WaitOptions options = options_;
-  // Poll before anything else: what a yield or a sleep would wait for may be there already.
-  int quick_spins = options.spin.count() > 0 ? kQuickSpins : 1;
-  if (loaded_ && options.spin.count() > 0 && options.spin != std::chrono::nanoseconds::max())
-      [[unlikely]] {
-    if (site.done()) {
-      return End::done;  // immediate: no clock read
-    }
-    if (site.late_peer_here()) {
-      // Loaded, and a peer this wait waits for may be runnable on this CPU: any spin, the
-      // quick polls too, holds the CPU that it needs. Sleep at once, as the block policy does.
-      // (The 64 quick polls, 1-2 us, were what adaptive did beyond block here, and cost it
-      // 1.09x pthread's episode against block's 1.03x: bench/sleep-ab 2 60 200 beside one busy
-      // loop, 2 vCPUs, 2026-12-02, where every loaded wait found its peer on its CPU; 1.04x
-      // without them.)
-      options.spin = std::chrono::nanoseconds{0};
-      quick_spins = 0;  // polled just now
-    }
-  }
+  const WaitOptions options = options_;
+  // Poll before anything else: what a yield or a sleep would wait for may be there already. A
+  // loaded waiter polls once: its late peer may be runnable on this CPU, and then any spin holds
+  // the CPU that it needs (the 64 quick polls, 1-2 us, were what adaptive did beyond block at
+  // N=2 beside a busy loop, where every loaded wait found its peer on its CPU: 1.09x pthread's
+  // episode against block's 1.03x, 1.04x without them; bench/sleep-ab 2 60 200, 2 vCPUs,
+  // 2026-12-02). Whether to spin is decided below, after the first clock read. (Deciding it
+  // here, by asking the site first, cost the idle fast path 5-10% at N=2: barrier_bench.)
+  const int quick_spins = options.spin.count() > 0 && !loaded_ ? kQuickSpins : 1;
   for (int i = 0; i < quick_spins; ++i) {
     if (site.done()) {
       return End::done;  // immediate: nothing to learn, no clock read
@@ -342,6 +333,9 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // The stall warning, read once per wait that reaches a clock read (never on the fast path).
   auto stall_interval = stall_warning();
   auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
+  if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
+    spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
+  }
   const bool loaded_spin = loaded_ && spin_end > start && spin_end != forever;
   stats_.loaded_spins += loaded_spin ? 1 : 0;
   bool sampled = false;  // this wait's one regular load sample, when the spin is over

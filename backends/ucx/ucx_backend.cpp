@@ -306,9 +306,23 @@ void UcxBackend::handle_member(const wire::Message& message) {
     aborted_ = std::move(failure);
   } else if (const auto* blob = std::get_if<wire::Blob>(&message)) {
     if (!from_member(blob->token, blob->from) || blob->from != 0 ||
-        blob->sequence < blob_sequence_ || blob->sequence >= blob_sequence_ + kMaxAhead ||
-        blobs_.count(blob->sequence) != 0) {
-      return;  // foreign, old, too far ahead (Bootstrap::kMaxAhead) or repeated: dropped
+        blob->sequence < blob_sequence_ || blobs_.count(blob->sequence) != 0) {
+      return;  // foreign, old or repeated: dropped
+    }
+    if (blob->sequence >= blob_sequence_ + kMaxAhead) {
+      // Node 0 went further ahead than this leader keeps (Bootstrap::kMaxAhead): the blob
+      // cannot be kept, and dropping it would leave this leader waiting for it for ever.
+      if (!aborted_) {
+        aborted_ =
+            Failure{FailureKind::error,
+                    -1,
+                    {},
+                    "node 0 sent broadcast " + std::to_string(blob->sequence) + " while node " +
+                        std::to_string(me_) + " had taken " + std::to_string(blob_sequence_) +
+                        ": a leader keeps at most " + std::to_string(kMaxAhead) +
+                        " broadcasts that it has not asked for (Bootstrap::kMaxAhead)"};
+      }
+      return;
     }
     blobs_[blob->sequence] = blob->data;
   }

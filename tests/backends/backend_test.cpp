@@ -111,10 +111,13 @@ TEST(UcxBootstrap, BroadcastsOfEverySize) {
     auto bootstrap = lockstep::detail::make_bootstrap(leader("ucx", node, 3, port));
     RANK_CHECK(bootstrap->nodes().size() == 3);
     auto others_got = [&] { return std::min(got[1].load(), got[2].load()); };
-    for (int round = 0; round < 60; ++round) {
+    auto hold = [&](int round) {
       while (node == 0 && round - others_got() >= Bootstrap::kMaxAhead) {
         bootstrap->poll("poll");
       }
+    };
+    for (int round = 0; round < 60; ++round) {
+      hold(round);
       // Sizes 0 .. the limit; node 0's blob reaches everyone, whatever the others pass.
       std::size_t size = static_cast<std::size_t>(round) * 71 % (Bootstrap::kMaxBlob + 1);
       auto mine = node == 0 ? blob_of(size, round) : std::vector<std::byte>{};
@@ -132,7 +135,9 @@ TEST(UcxBootstrap, BroadcastsOfEverySize) {
         RANK_CHECK(contains(error.what(), "at most"));
       }
     }
-    // Still usable after a refused blob.
+    // Still usable after a refused blob (and held back like the others: without that, node 0
+    // was once 17 ahead of a slow node here, which then waited for the last blob for ever).
+    hold(60);
     auto last = node == 0 ? blob_of(5, 1) : std::vector<std::byte>{};
     RANK_CHECK(bootstrap->broadcast(last, std::nullopt, "broadcast") == blob_of(5, 1));
     got[node].store(1000);
@@ -145,6 +150,54 @@ TEST(UcxBootstrap, BroadcastsOfEverySize) {
     while (quiet[0].load() != 3) {
       std::this_thread::yield();
     }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// Node 0 gets further ahead than a leader keeps: that leader's next call says so (a blob past
+// the window was once dropped, and the leader waited for it for ever).
+TEST(UcxBootstrap, TooFarAheadIsAnError) {
+  if (!built("ucx")) {
+    GTEST_SKIP() << "built without UCX";
+  }
+  const int port = free_port();
+  Job job = Job::of(2);
+  job.plain = true;
+  auto* told = lockstep::testing::shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job, [port, told](int node) {
+    auto bootstrap = lockstep::detail::make_bootstrap(leader("ucx", node, 2, port));
+    if (node == 0) {
+      for (int round = 0; round <= Bootstrap::kMaxAhead; ++round) {
+        (void)bootstrap->broadcast(blob_of(3, round), std::nullopt, "broadcast");
+      }
+      // Every blob leaves before node 0 stops polling; it ends once node 1 has seen the error
+      // (an end would be reported as a lost leader instead).
+      while (told[0].load() == 0) {
+        bootstrap->poll("poll");
+      }
+      return;
+    }
+    // Node 1 takes none of them, only progresses, until it is told (polling throws the job's
+    // failure); then its broadcast throws the same.
+    std::string said;
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    try {
+      while (Clock::now() < until) {
+        bootstrap->poll("poll");
+      }
+    } catch (const lockstep::Error& error) {
+      said = error.what();
+    }
+    RANK_CHECK(contains(said,
+                        "node 0 sent broadcast 16 while node 1 had taken 0: a leader keeps "
+                        "at most 16 broadcasts that it has not asked for"));
+    try {
+      (void)bootstrap->broadcast({}, std::nullopt, "broadcast");
+      RANK_CHECK(false);
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(contains(error.what(), "node 0 sent broadcast 16"));
+    }
+    told[0].store(1);
   });
   EXPECT_EQ(failures(ends), "");
 }

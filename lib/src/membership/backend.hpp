@@ -77,7 +77,8 @@ class Bootstrap {
 
   static constexpr std::size_t kMaxBlob = 4096;
   // How many broadcasts a leader keeps that it has not yet asked for: node 0 must not get further
-  // ahead of the others (a later one is dropped, and the leader waiting for it times out).
+  // ahead of the others (a later one breaks the job on that leader: its next call throws, naming
+  // both numbers).
   static constexpr int kMaxAhead = 16;
 
   [[nodiscard]] virtual const std::vector<NodeInfo>& nodes() const noexcept = 0;

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,12 +151,20 @@ Running start_ranks(const Job& job, const std::function<void(int)>& body) {
   Running running;
   running.deadline = std::chrono::steady_clock::now() + job.limit;
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   for (int rank = 0; rank < job.processes; ++rank) {
     pid_t pid = ::fork();
     if (pid < 0) {
       throw std::runtime_error("fork failed");
     }
     if (pid == 0) {
+      // A rank dies with the test process: one that meson's timeout (or a Ctrl-C) kills must not
+      // leave ranks that spin on, loading the machine under the tests after it (once seen: a
+      // hung UCX test's ranks polled for half an hour after their test was killed).
+      (void)::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) {
+        ::_exit(1);  // the test process is gone already
+      }
       ::setpgid(0, 0);
       child(job, id, rank, body);
     }

@@ -125,13 +125,19 @@ inline constexpr int kSpinsPerClockRead = 64;
 // two and four busy loops, three runs each alternating: 8.3-8.8 against 11.4-11.9 us, 2.1-9.3
 // against 11.9-17.0, 5.5-12.2 against 24.6-37.1. The paired runs, which sleep every episode, and
 // the training-like loop did not move (docs/performance.md, "Where the loaded spin's cost goes").
-// Longer costs more where it misses: in the training-like loop with two busy processes beside
-// N=2, a 20 us spin cost 240 us of overhead per episode and the quick spins alone 48 (2026-11-30):
-// a waiter that spins spends the lag that would let it preempt the competitor when woken.
+// Those 6 us followed the 64 quick polls (about 1.6 us); since a loaded wait makes one poll only
+// (Waiter::wait), the spin runs 8 us from its first clock read, the same reach: beside two busy
+// loops at N=2, BM_LockstepAdaptive/ranks:2 at 6 us against 8 us, 16 runs alternating, had
+// medians 4.71 and 3.42 us (8 us faster in 12 of 16), beside one busy loop 11.9 and 11.2, beside
+// one busy loop and two bursty processes 20.5 and 19.7; the training-like loop (sleep-ab --compute
+// 50) did not move (2026-12-02). Longer costs more where it misses: in the training-like loop with
+// two busy processes beside N=2, a 20 us spin cost 240 us of overhead per episode and the quick
+// spins alone 48 (2026-11-30): a waiter that spins spends the lag that would let it preempt the
+// competitor when woken.
 inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};
 inline constexpr microseconds kSpinMaxIdle{200};
-inline constexpr microseconds kSpinLoaded{6};
+inline constexpr microseconds kSpinLoaded{8};
 // After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
 // sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
 // sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host

@@ -468,16 +468,18 @@ void print_wait_stats(const Families& families, const Policies& policies,
       continue;
     }
     std::printf(
-        "# %s's waiter per rank: timed waits (begun loaded), samples, turned loaded / "
+        "# %s's waiter per rank: timed waits (begun loaded), samples (of them read by a peer), "
+        "turned loaded / "
         "idle, yields, sleeps, loaded spins (caught)\n",
         policies[p].first);
     for (int rank = 0; rank < ranks; ++rank) {
       const auto& mine =
           stats[p * static_cast<std::size_t>(ranks) + static_cast<std::size_t>(rank)];
-      std::printf("#   rank %d: %llu (%llu), %llu, %llu / %llu, %llu, %llu, %llu (%llu)\n", rank,
-                  static_cast<unsigned long long>(mine.timed_waits),
+      std::printf("#   rank %d: %llu (%llu), %llu (%llu), %llu / %llu, %llu, %llu, %llu (%llu)\n",
+                  rank, static_cast<unsigned long long>(mine.timed_waits),
                   static_cast<unsigned long long>(mine.loaded_waits),
                   static_cast<unsigned long long>(mine.samples),
+                  static_cast<unsigned long long>(mine.shared_samples),
                   static_cast<unsigned long long>(mine.became_loaded),
                   static_cast<unsigned long long>(mine.became_idle),
                   static_cast<unsigned long long>(mine.yields),

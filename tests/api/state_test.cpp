@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <lockstep/lockstep.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "membership/context.hpp"
 #include "ranks.hpp"
 
 namespace {
@@ -279,6 +282,33 @@ TEST(State, TwoThreadsInOneBarrierIsAnError) {
     RANK_CHECK(second_threw);
   });
   EXPECT_EQ(failures(ends), "");
+}
+
+// The processes of a node share their load samples (Waiter::share_samples, a word in the
+// job's segment): each reads /proc/loadavg only when no peer has read it within a sample period.
+// Waits of milliseconds (a peer sleeps before most arrivals) make every process sample.
+TEST(StateWaiting, TheProcessesOfANodeShareTheirLoadSamples) {
+  constexpr int kProcesses = 4;
+  auto* counts = shared_array<std::atomic<std::uint64_t>>(2);  // samples, of them shared
+  Job job;
+  job.processes = kProcesses;
+  auto ends = run_ranks(job, [counts](int rank) {
+    RANK_CHECK(::setenv("LOCKSTEP_WAIT_POLICY", "adaptive", 1) == 0);
+    lockstep::State state;
+    for (int round = 0; round < 200; ++round) {
+      if ((round + rank) % kProcesses == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      state.wait_for_everyone();
+    }
+    const auto stats = lockstep::detail::Context::instance()->wait_stats();
+    counts[0] += stats.samples;
+    counts[1] += stats.shared_samples;
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_GT(counts[0].load(), 0U) << "no load sample was taken: the test proves nothing";
+  EXPECT_GT(counts[1].load(), 0U) << "of " << counts[0].load()
+                                  << " load samples, none was another process's";
 }
 
 }  // namespace

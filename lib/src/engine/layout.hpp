@@ -17,7 +17,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 11;
+inline constexpr std::uint32_t kLayoutVersion = 12;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -113,6 +113,10 @@ struct SegmentHeader {
     std::atomic<std::uint32_t> generation;
   } episode;
   Line<std::uint32_t> sleepers;  // waiters in (or entering) futex_wait on `generation`
+  // The node's latest load sample (lib/src/waiting: Waiter::share_samples), a hint: the steady
+  // clock in microseconds (48 bits) when it was taken, shifted left 16, or'ed with the foreign
+  // tasks it counted. Layout 12: in 11 every process read /proc/loadavg for its own samples.
+  Line<std::uint64_t> load_sample;
   // Multi-node jobs: why the node's leader gave up on a cross-node barrier. Written once, by the
   // leader alone, before it sets `lost` to lost_word(its slot, LostHow::elsewhere) (acq_rel);
   // read only after reading that word (acquire).
@@ -175,31 +179,32 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 11, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 12, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 11, "update the pinned layout below with the version");
-static_assert(sizeof(SegmentHeader) == 1984 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
+static_assert(kLayoutVersion == 12, "update the pinned layout below with the version");
+static_assert(sizeof(SegmentHeader) == 2048 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
                   sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12,
-              "layout 11: sizes");
+              "layout 12: sizes");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
                   offsetof(SegmentHeader, lost) == 704 && offsetof(SegmentHeader, episode) == 768 &&
                   offsetof(SegmentHeader, sleepers) == 832 &&
-                  offsetof(SegmentHeader, failure) == 896,
-              "layout 11: the header's fields");
+                  offsetof(SegmentHeader, load_sample) == 896 &&
+                  offsetof(SegmentHeader, failure) == 960,
+              "layout 12: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 11: a slot's fields");
+              "layout 12: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
                   offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8,
-              "layout 11: a GPU slot's fields");
+              "layout 12: a GPU slot's fields");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&

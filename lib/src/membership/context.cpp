@@ -178,6 +178,7 @@ void Context::join() {
   // The barrier comes later across nodes (after the leader's backend has joined, through the
   // same waiter): until then no peer is counted asleep.
   waiter_->watch_peers([this] { return barrier_ ? barrier_->peers_asleep() : 0; });
+  waiter_->share_samples(&segment_->header().load_sample.value);
   if (!hierarchical) {
     barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false, watch_.get());
     return;

@@ -79,6 +79,11 @@ class SystemSignals final : public WaitSignals {
   int online_;
 };
 
+// A shared load sample's word (Waiter::share_samples): the stamp above kSampleBits of count.
+constexpr int kSampleBits = 16;
+constexpr std::uint64_t kSampleMask = (std::uint64_t{1} << kSampleBits) - 1;
+constexpr std::uint64_t kStampMask = (std::uint64_t{1} << (64 - kSampleBits)) - 1;
+
 }  // namespace
 
 namespace {
@@ -207,16 +212,43 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   }
   last_sample_ = now;
   ++stats_.samples;
-  const int runnable = signals_.runnable_tasks();
-  if (runnable < 0) {
-    return loaded_;  // no /proc: the shape alone decides, as before load was seen
+  // The sample's stamp: the steady clock in microseconds, 48 bits (they wrap after 8.9 years).
+  const auto stamp = static_cast<std::uint64_t>(
+                         std::chrono::duration_cast<microseconds>(now.time_since_epoch()).count()) &
+                     kStampMask;
+  int competing = -1;  // the sample's foreign tasks where they compete with the job, else 0
+  if (shared_ != nullptr && !now_or_never) {
+    // Relaxed: a hint in one word (never torn); a stale value is only an older sample.
+    const std::uint64_t word = shared_->load(std::memory_order_relaxed);
+    const std::uint64_t taken = word >> kSampleBits;
+    if (word != 0 && taken != last_stamp_ && stamp >= taken &&
+        stamp - taken <
+            static_cast<std::uint64_t>(std::chrono::duration_cast<microseconds>(period).count())) {
+      competing = static_cast<int>(word & kSampleMask);
+      last_stamp_ = taken;
+      ++stats_.shared_samples;
+    }
   }
-  const int asleep = peers_asleep_ ? peers_asleep_() : 0;
-  const int here = std::max(shape_.processes, shape_.processes_here);
-  const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
-  const int foreign = std::max(0, runnable - ours);
-  // Competing only when it and the whole job awake would not fit the machine's CPUs.
-  recent_[next_++ % recent_.size()] = foreign + here > signals_.online_cpus() ? foreign : 0;
+  if (competing < 0) {
+    const int runnable = signals_.runnable_tasks();
+    if (runnable < 0) {
+      return loaded_;  // no /proc: the shape alone decides, as before load was seen
+    }
+    const int asleep = peers_asleep_ ? peers_asleep_() : 0;
+    const int here = std::max(shape_.processes, shape_.processes_here);
+    const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
+    const int foreign = std::max(0, runnable - ours);
+    // Competing only when it and the whole job awake would not fit the machine's CPUs.
+    competing = foreign + here > signals_.online_cpus() ? foreign : 0;
+    if (shared_ != nullptr) {
+      // Relaxed: a hint (see share_samples).
+      shared_->store(stamp << kSampleBits | static_cast<std::uint64_t>(
+                                                std::min(competing, static_cast<int>(kSampleMask))),
+                     std::memory_order_relaxed);
+      last_stamp_ = stamp;
+    }
+  }
+  recent_[next_++ % recent_.size()] = competing;
   if (next_ < kLoadWindow) {
     return loaded_;  // too few samples yet
   }

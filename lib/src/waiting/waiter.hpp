@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -233,6 +234,14 @@ class Waiter {
   // `peers_asleep` (must not throw): how many of the node's other processes of the job sleep in
   // a wait now; the others are counted as runnable in a load sample. Unset: all are.
   void watch_peers(std::function<int()> peers_asleep) { peers_asleep_ = std::move(peers_asleep); }
+  // `word` (a hint in memory the node's processes share; null: none): the node's latest load
+  // sample. A regular sample that another process took less than a sample period ago, and that
+  // this one has not counted yet, is counted instead of reading /proc/loadavg again; a sample
+  // this one reads is written there. So a node reads about one sample per period, not one per
+  // process: each read costs 1.5-5 us of a CPU that a late peer may be waiting for, and at N=4
+  // and 8 beside a busy loop on 2 vCPUs the samples cost the episodes' p99 3-6% (see
+  // sample_load). A sample taken at once (a lost CPU) is always read.
+  void share_samples(std::atomic<std::uint64_t>* word) noexcept { shared_ = word; }
 
   // Waits until `site.done()`, or until `deadline` passes (then End::timed_out, after a last
   // site.check()), or until interrupt_pending() (End::interrupted: asked around each sleep and
@@ -272,6 +281,7 @@ class Waiter {
     std::uint64_t blocks = 0;
     std::uint64_t untimed_blocks = 0;  // of those, blocks without a timeout (a watched site)
     std::uint64_t samples = 0;
+    std::uint64_t shared_samples = 0;  // of those, samples another process of the node read
     std::uint64_t loaded_spins = 0;    // waits that spun kSpinLoaded
     std::uint64_t loaded_catches = 0;  // of those, waits the spin ended
     std::uint64_t became_loaded = 0;
@@ -298,6 +308,8 @@ class Waiter {
   std::array<int, wait_tuning::kIdleWindow> recent_{};  // the last samples' foreign tasks
   std::size_t next_ = 0;                                // samples taken
   WaitClock::time_point last_sample_{};
+  std::atomic<std::uint64_t>* shared_ = nullptr;  // see share_samples
+  std::uint64_t last_stamp_ = 0;                  // the newest sample counted (its stamp)
   WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
   Stats stats_;
 };

@@ -6,23 +6,17 @@ A build slower in every pair must show a ratio above 1 and win no pair; a failed
 row) must drop its pair, not shift the pairs after it; and a real run with the build as its own
 baseline must give a before/after row for every load and N, each from the runs it made.
 """
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_module import fail, load_bench_report  # noqa: E402
+
 ROOT, BUILD, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
-loader = importlib.machinery.SourceFileLoader("bench_report",
-                                              os.path.join(ROOT, "tools", "bench-report"))
-spec = importlib.util.spec_from_loader("bench_report", loader)
-report = importlib.util.module_from_spec(spec)
-loader.exec_module(report)
-
-
-def fail(message):
-    sys.exit(f"FAIL: {message}")
+report = load_bench_report(ROOT)
 
 
 def rows(table_lines):

@@ -7,25 +7,19 @@ the largest 10% it keeps; three passes pooled must give the quantile of all thei
 together; a family slower in every cycle must be MISSED, and one drawn from the same episodes must
 not be; and sleep-ab must refuse BLOCKS that do not fill whole cycles.
 """
-import importlib.machinery
-import importlib.util
 import json
 import os
 import random
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the checks
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_module import fail, load_bench_report  # noqa: E402
+
 ROOT, SLEEP_AB, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(OUT, exist_ok=True)
-loader = importlib.machinery.SourceFileLoader("bench_report",
-                                              os.path.join(ROOT, "tools", "bench-report"))
-spec = importlib.util.spec_from_loader("bench_report", loader)
-report = importlib.util.module_from_spec(spec)
-loader.exec_module(report)
-
-
-def fail(message):
-    sys.exit(f"FAIL: {message}")
+report = load_bench_report(ROOT)
 
 
 def quantile(values, q):

@@ -340,62 +340,63 @@ TEST(Waiter, LoadSamplesAreRateLimited) {
   EXPECT_LE(machine.samples, 3);
 }
 
-// Four processes on two CPUs beside one busy loop (all awake: five runnable tasks).
-TEST(Waiter, TheNodesProcessesShareTheirLoadSamples) {
+// Two of four processes on two CPUs beside one busy loop (all awake: five runnable tasks), their
+// load samples shared through `word` when `shared`.
+struct TwoProcesses {
+  explicit TwoProcesses(bool shared) {
+    machine.runnable = 5;
+    if (shared) {
+      first.share_samples(&word);
+      second.share_samples(&word);
+    }
+  }
   FakeMachine machine;
-  machine.runnable = 5;
   std::atomic<std::uint64_t> word{0};
-  Waiter first(WaitPolicy::adaptive, {4, 2, false}, machine);
-  Waiter second(WaitPolicy::adaptive, {4, 2, false}, machine);
-  first.share_samples(&word);
-  second.share_samples(&word);
-  sample_all(machine, {&first, &second}, 20, milliseconds(5));
-  EXPECT_EQ(machine.samples, 20) << "one read of /proc/loadavg per period for the node";
-  EXPECT_EQ(first.stats().shared_samples + second.stats().shared_samples, 20u);
-  EXPECT_TRUE(first.loaded());
-  EXPECT_TRUE(second.loaded());
+  Waiter first{WaitPolicy::adaptive, {4, 2, false}, machine};
+  Waiter second{WaitPolicy::adaptive, {4, 2, false}, machine};
+};
+
+TEST(Waiter, TheNodesProcessesShareTheirLoadSamples) {
+  TwoProcesses node(true);
+  sample_all(node.machine, {&node.first, &node.second}, 20, milliseconds(5));
+  EXPECT_EQ(node.machine.samples, 20) << "one read of /proc/loadavg per period for the node";
+  EXPECT_EQ(node.first.stats().shared_samples + node.second.stats().shared_samples, 20u);
+  EXPECT_TRUE(node.first.loaded());
+  EXPECT_TRUE(node.second.loaded());
   // The word: when the last sample was taken (microseconds), and the one foreign task.
   const auto stamp = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<microseconds>(machine.clock.time_since_epoch()).count());
-  EXPECT_EQ(word.load(), stamp << 16 | 1);
+      std::chrono::duration_cast<microseconds>(node.machine.clock.time_since_epoch()).count());
+  EXPECT_EQ(node.word.load(), stamp << 16 | 1);
 
   // Without the word, each process reads its own.
-  FakeMachine alone;
-  alone.runnable = 5;
-  Waiter third(WaitPolicy::adaptive, {4, 2, false}, alone);
-  Waiter fourth(WaitPolicy::adaptive, {4, 2, false}, alone);
-  sample_all(alone, {&third, &fourth}, 20, milliseconds(5));
-  EXPECT_EQ(alone.samples, 40);
+  TwoProcesses apart(false);
+  sample_all(apart.machine, {&apart.first, &apart.second}, 20, milliseconds(5));
+  EXPECT_EQ(apart.machine.samples, 40);
 }
 
 TEST(Waiter, ASharedSampleIsCountedOnceAndOnlyWhileFresh) {
-  FakeMachine machine;
-  machine.runnable = 5;
-  std::atomic<std::uint64_t> word{0};
-  Waiter first(WaitPolicy::adaptive, {4, 2, false}, machine);
-  Waiter second(WaitPolicy::adaptive, {4, 2, false}, machine);
-  first.share_samples(&word);
-  second.share_samples(&word);
-  sample_all(machine, {&first, &second}, 8, milliseconds(5));  // past the first samples
+  TwoProcesses node(true);
+  FakeMachine& machine = node.machine;
+  sample_all(machine, {&node.first, &node.second}, 8, milliseconds(5));  // past the first ones
   const int reads = machine.samples;
   // The first reads one; the second comes a period later: too old, it reads its own.
   machine.clock += milliseconds(5);
-  (void)first.sample_load(machine.clock);
+  (void)node.first.sample_load(machine.clock);
   machine.clock += tuning::kLoadSamplePeriod;
-  (void)second.sample_load(machine.clock);
+  (void)node.second.sample_load(machine.clock);
   EXPECT_EQ(machine.samples, reads + 2);
   // The first, a period after its last, finds the second's fresh one and counts it; a period
   // later nobody has sampled since: it reads (it never counts one sample twice).
-  (void)first.sample_load(machine.clock + microseconds(1));
+  (void)node.first.sample_load(machine.clock + microseconds(1));
   EXPECT_EQ(machine.samples, reads + 2);
   machine.clock += milliseconds(5);
-  (void)first.sample_load(machine.clock);
+  (void)node.first.sample_load(machine.clock);
   EXPECT_EQ(machine.samples, reads + 3);
   // A sample taken at once (a lost CPU) is always read, fresh word or not.
-  (void)second.sample_load(machine.clock, true);
+  (void)node.second.sample_load(machine.clock, true);
   EXPECT_EQ(machine.samples, reads + 4);
-  EXPECT_TRUE(first.loaded());
-  EXPECT_TRUE(second.loaded());
+  EXPECT_TRUE(node.first.loaded());
+  EXPECT_TRUE(node.second.loaded());
 }
 
 TEST(Waiter, SpinGrowsToCoverTheWaitsSeenOnAnIdleMachine) {

@@ -239,8 +239,9 @@ class Waiter {
   // this one has not counted yet, is counted instead of reading /proc/loadavg again; a sample
   // this one reads is written there. So a node reads about one sample per period, not one per
   // process: each read costs 1.5-5 us of a CPU that a late peer may be waiting for, and at N=4
-  // and 8 beside a busy loop on 2 vCPUs the samples cost the episodes' p99 3-6% (see
-  // sample_load). A sample taken at once (a lost CPU) is always read.
+  // and 8 beside a busy loop on 2 vCPUs the samples cost the episodes' p99 2-6%
+  // (docs/performance.md, "Sharing the load samples"). A sample taken at once (a lost CPU) is
+  // always read.
   void share_samples(std::atomic<std::uint64_t>* word) noexcept { shared_ = word; }
 
   // Waits until `site.done()`, or until `deadline` passes (then End::timed_out, after a last

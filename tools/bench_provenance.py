@@ -31,20 +31,26 @@ def machine():
     return f"{os.cpu_count()} vCPUs ({model}), {os_name}, kernel {platform.release()}"
 
 
-def provenance():
-    """Where a run's figures come from: the date (UTC), the commit, whether the tree had
-    uncommitted changes, the command, the machine."""
+def tree_commit(root):
+    """(the commit of the source tree `root`, 12 digits, or None when it is not a git checkout;
+    whether its tracked files have uncommitted changes)."""
     def git(*argv):
         try:
-            return subprocess.run(["git", "-C", ROOT, *argv], check=True, text=True,
+            return subprocess.run(["git", "-C", root, *argv], check=True, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return None
-    commit = git("rev-parse", "--short=12", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short=12", "HEAD"),
+            bool(git("status", "--porcelain", "--untracked-files=no")))
+
+
+def provenance():
+    """Where a run's figures come from: the date (UTC), the commit, whether the tree had
+    uncommitted changes, the command, the machine."""
+    commit, dirty = tree_commit(ROOT)
     return {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
             "commit": commit or "unknown (not a git checkout)",
-            "dirty": bool(status), "machine": machine(),
+            "dirty": dirty, "machine": machine(),
             "command": " ".join([f"tools/{os.path.basename(sys.argv[0])}"]
                                 + [shlex.quote(a) for a in sys.argv[1:]])}
 

@@ -310,7 +310,7 @@ class Waiter {
   std::size_t next_ = 0;                                // samples taken
   WaitClock::time_point last_sample_{};
   std::atomic<std::uint64_t>* shared_ = nullptr;  // see share_samples
-  std::uint64_t last_stamp_ = 0;                  // the newest sample counted (its stamp)
+  std::uint64_t last_stamp_ = 0;                  // the stamp of the last sample counted
   WaitOptions options_;  // plan_wait() of the above, kept current by sample_load and learn
   Stats stats_;
 };

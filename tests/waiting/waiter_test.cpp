@@ -522,6 +522,25 @@ TEST(Waiter, OnlyAWaitThatSleepsAtOnceWithoutADeadlineReadsTheCoarseClock) {
   EXPECT_EQ(machine.coarse_reads, 0);
 }
 
+// After a sleep the clock is read only where the time serves: a read there cost 1-2% of a
+// loaded machine's episode (bench/sleep-ab, docs/performance.md, "What a sleep costs"). A wait
+// that learns from its length (adaptive, idle: SpinShrinksWhenPeersAreLateByMilliseconds) or goes
+// on sleeping still reads it.
+TEST(Waiter, AWaitThatEndsAtItsFirstWakeReadsTheClockOnlyBeforeItsSleep) {
+  FakeMachine machine;
+  Waiter block(WaitPolicy::block, {2, 2, false}, machine);
+  const FakeSite once = wait_once(block, machine, milliseconds(50));
+  EXPECT_EQ(once.blocks, 1);
+  EXPECT_EQ(machine.coarse_reads, 1) << "the wait's start, for its periodic check";
+  EXPECT_EQ(machine.precise_reads, 0);
+
+  machine.coarse_reads = 0;
+  const FakeSite twice = wait_once(block, machine, milliseconds(150));
+  EXPECT_EQ(twice.blocks, 2);
+  EXPECT_EQ(twice.checks, 1);
+  EXPECT_EQ(machine.coarse_reads, 2) << "the start, and the check's time after the first wake";
+}
+
 TEST(Waiter, AcrossNodesYieldsFromTheStartWhenIdle) {
   FakeMachine machine;
   Waiter waiter(WaitPolicy::adaptive, {2, 2, true}, machine);

@@ -288,7 +288,7 @@ double Waiter::foreign_load() const noexcept {
 // whose waits last 30-100 us learns to spin through them, and a peer that is often late by
 // milliseconds costs a short spin each time. Waits on a loaded machine teach nothing here.
 void Waiter::learn(nanoseconds waited) noexcept {
-  if (!adaptive_ || loaded_ || shape_.across_nodes || shape_.processes > shape_.cpus) {
+  if (!learns()) {
     return;
   }
   const nanoseconds cap = kSpinMaxIdle;

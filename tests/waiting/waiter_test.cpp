@@ -236,7 +236,10 @@ TEST(Waiter, LoadGoesAwayAndYieldingComesBack) {
   }
   ASSERT_TRUE(waiter.loaded());
   machine.runnable = 4;
-  for (std::size_t i = 0; i < 3 * tuning::kIdleWindow; ++i) {  // a sample per 4 ms at most
+  // A sample per kLoadedSamplePeriod at most while loaded: kIdleWindow of them, and two more.
+  const auto waits = static_cast<std::int64_t>(tuning::kIdleWindow + 2) *
+                     (tuning::kLoadedSamplePeriod / milliseconds(2));
+  for (std::int64_t i = 0; i < waits; ++i) {
     machine.clock += milliseconds(2);
     (void)wait_once(waiter, machine, milliseconds(1));
   }
@@ -252,15 +255,16 @@ TEST(Waiter, AFewSamplesThatMissTheCompetitorAreNotIdle) {
   Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
   sample_all(machine, {&waiter}, 10, milliseconds(5));
   ASSERT_TRUE(waiter.loaded());
+  const auto step = tuning::kLoadedSamplePeriod + milliseconds(1);  // a sample each
   machine.runnable = 4;
-  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow) - 1, milliseconds(5));
+  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow) - 1, step);
   EXPECT_TRUE(waiter.loaded()) << "fewer than kIdleWindow samples without the competitor";
   machine.runnable = 4 + 1;
-  sample_all(machine, {&waiter}, 1, milliseconds(5));
+  sample_all(machine, {&waiter}, 1, step);
   machine.runnable = 4;
-  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow) - 1, milliseconds(5));
+  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow) - 1, step);
   EXPECT_TRUE(waiter.loaded());
-  sample_all(machine, {&waiter}, 1, milliseconds(5));
+  sample_all(machine, {&waiter}, 1, step);
   EXPECT_FALSE(waiter.loaded()) << "kIdleWindow samples in a row without it";
   EXPECT_EQ(waiter.stats().became_idle, 1U);
 }
@@ -340,6 +344,27 @@ TEST(Waiter, LoadSamplesAreRateLimited) {
   EXPECT_LE(machine.samples, 3);
 }
 
+// Loaded, a sample serves only to see the load go, and each read holds a CPU that a late peer
+// may wait for (wait_tuning::kLoadedSamplePeriod).
+TEST(Waiter, ALoadedWaiterSamplesLessOften) {
+  FakeMachine machine;
+  machine.runnable = 6;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  sample_all(machine, {&waiter}, 10, milliseconds(5));
+  ASSERT_TRUE(waiter.loaded());
+  const int reads = machine.samples;
+  const auto span = 10 * tuning::kLoadedSamplePeriod;
+  sample_all(machine, {&waiter}, static_cast<int>(span / milliseconds(1)), milliseconds(1));
+  EXPECT_EQ(machine.samples - reads, 10) << "one per kLoadedSamplePeriod";
+  machine.runnable = 4;  // idle again, then the regular period
+  sample_all(machine, {&waiter}, static_cast<int>(tuning::kIdleWindow),
+             tuning::kLoadedSamplePeriod);
+  ASSERT_FALSE(waiter.loaded());
+  const int idle_reads = machine.samples;
+  sample_all(machine, {&waiter}, static_cast<int>(span / milliseconds(1)), milliseconds(1));
+  EXPECT_EQ(machine.samples - idle_reads, span / tuning::kLoadSamplePeriod);
+}
+
 // Two of four processes on two CPUs beside one busy loop (all awake: five runnable tasks), their
 // load samples shared through `word` when `shared`.
 struct TwoProcesses {
@@ -358,7 +383,8 @@ struct TwoProcesses {
 
 TEST(Waiter, TheNodesProcessesShareTheirLoadSamples) {
   TwoProcesses node(true);
-  sample_all(node.machine, {&node.first, &node.second}, 20, milliseconds(5));
+  const auto step = tuning::kLoadedSamplePeriod + milliseconds(1);  // a period each (loaded)
+  sample_all(node.machine, {&node.first, &node.second}, 20, step);
   EXPECT_EQ(node.machine.samples, 20) << "one read of /proc/loadavg per period for the node";
   EXPECT_EQ(node.first.stats().shared_samples + node.second.stats().shared_samples, 20u);
   EXPECT_TRUE(node.first.loaded());
@@ -370,7 +396,7 @@ TEST(Waiter, TheNodesProcessesShareTheirLoadSamples) {
 
   // Without the word, each process reads its own.
   TwoProcesses apart(false);
-  sample_all(apart.machine, {&apart.first, &apart.second}, 20, milliseconds(5));
+  sample_all(apart.machine, {&apart.first, &apart.second}, 20, step);
   EXPECT_EQ(apart.machine.samples, 40);
 }
 
@@ -378,18 +404,20 @@ TEST(Waiter, ASharedSampleIsCountedOnceAndOnlyWhileFresh) {
   TwoProcesses node(true);
   FakeMachine& machine = node.machine;
   sample_all(machine, {&node.first, &node.second}, 8, milliseconds(5));  // past the first ones
+  ASSERT_TRUE(node.first.loaded());
+  const auto period = tuning::kLoadedSamplePeriod;  // loaded
   const int reads = machine.samples;
   // The first reads one; the second comes a period later: too old, it reads its own.
-  machine.clock += milliseconds(5);
+  machine.clock += period + milliseconds(1);
   (void)node.first.sample_load(machine.clock);
-  machine.clock += tuning::kLoadSamplePeriod;
+  machine.clock += period;
   (void)node.second.sample_load(machine.clock);
   EXPECT_EQ(machine.samples, reads + 2);
   // The first, a period after its last, finds the second's fresh one and counts it; a period
   // later nobody has sampled since: it reads (it never counts one sample twice).
   (void)node.first.sample_load(machine.clock + microseconds(1));
   EXPECT_EQ(machine.samples, reads + 2);
-  machine.clock += milliseconds(5);
+  machine.clock += period + milliseconds(1);
   (void)node.first.sample_load(machine.clock);
   EXPECT_EQ(machine.samples, reads + 3);
   // A sample taken at once (a lost CPU) is always read, fresh word or not.

@@ -205,8 +205,9 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
 // samples at idle saw up to two such tasks, and a smoothed mean of them flipped an idle job to
 // loaded several times per second).
 bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept {
-  const nanoseconds period =
-      next_ < kLoadWindow ? nanoseconds(kFirstSamplesPeriod) : nanoseconds(kLoadSamplePeriod);
+  const nanoseconds period = next_ < kLoadWindow ? nanoseconds(kFirstSamplesPeriod)
+                             : loaded_           ? nanoseconds(kLoadedSamplePeriod)
+                                                 : nanoseconds(kLoadSamplePeriod);
   if (!adaptive_ || (!now_or_never && now - last_sample_ < period)) {
     return loaded_;
   }

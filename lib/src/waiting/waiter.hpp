@@ -7,8 +7,8 @@
 //
 //   - the shape of the job (processes on this node against usable CPUs, one node or several);
 //   - load that is not the job's: runnable tasks on the machine beyond the job's own, sampled
-//     from /proc/loadavg at most once per kLoadSamplePeriod, and only when a wait already costs
-//     microseconds (never on the fast path);
+//     from /proc/loadavg at most once per kLoadSamplePeriod (kLoadedSamplePeriod while loaded),
+//     and only when a wait already costs microseconds (never on the fast path);
 //   - having been descheduled: a gap between two clock reads of its own polling loop;
 //   - how long its recent waits lasted (the spin phase is sized from them).
 //
@@ -169,6 +169,11 @@ inline constexpr microseconds kYieldedAwayGap{500};
 // 0.2 s benchmark run at H=2, N=4).
 inline constexpr milliseconds kLoadSamplePeriod{4};
 inline constexpr microseconds kFirstSamplesPeriod{250};
+// While loaded, a sample serves only to see the load go, and each read still holds a CPU that a
+// late peer may wait for: at one per 4 ms per node, the reads put `adaptive`'s p99 at 1.03-1.06x
+// `block`'s beside 1+burst2@2 at N = 4 on 2 vCPUs, and without them at 0.94-1.00x (eight sets of
+// six `sleep-ab 4 60 200` runs each, 2026-12-02). At one per 16 ms, idle again takes 256 ms.
+inline constexpr milliseconds kLoadedSamplePeriod{16};
 // Samples that must agree before the machine counts as loaded, and as idle again (see
 // Waiter::sample_load). Idle takes more: a sample is taken as a wait begins, just after the
 // barrier woke the peers, and a peer woken but not yet on a run queue (a wake-up sent to another
@@ -268,8 +273,9 @@ class Waiter {
     return adaptive_ && !shape_.across_nodes && (shape_.processes > shape_.cpus || loaded_);
   }
 
-  // Takes a load sample unless one was taken less than kLoadSamplePeriod ago (any time when
-  // `now_or_never`); returns loaded(). Adaptive only.
+  // Adaptive only: takes a load sample unless one was taken less than a period ago
+  // (kLoadSamplePeriod, kLoadedSamplePeriod while loaded; any time when `now_or_never`); returns
+  // loaded().
   bool sample_load(WaitClock::time_point now, bool now_or_never = false) noexcept;
   // Feeds back one finished wait of `waited`.
   void learn(std::chrono::nanoseconds waited) noexcept;

@@ -65,8 +65,15 @@ def measured_by(prov):
 def prepare_output(args, prov, tool="bench-report", suffix=""):
     """The run's own folder (args.out when given). A run that is published (args.publish) goes
     into bench/results/runs/ with a line in bench/results/INDEX.md, and is refused from a dirty
-    tree unless args.allow_dirty; any other stays outside the source tree."""
+    tree unless args.allow_dirty, or with an args.out outside bench/results; any other stays
+    outside the source tree."""
     name = f"{prov['date']}-{prov['commit'].split()[0]}" + ("-dirty" if prov["dirty"] else "")
+    # A published run's figures must stay with the blocks that quote them.
+    if args.publish and args.out and not os.path.realpath(args.out).startswith(
+            os.path.realpath(RESULTS) + os.sep):
+        sys.exit(f"{tool}: --publish keeps the run in bench/results/runs/ with a line in "
+                 f"bench/results/INDEX.md, and --out {args.out} is outside bench/results: "
+                 "leave --out out to publish")
     if args.publish and prov["dirty"] and not args.allow_dirty:
         sys.exit(f"{tool}: --publish publishes figures, and this tree has uncommitted changes "
                  "(git status): commit them first, or pass --allow-dirty, which says so in "

@@ -569,6 +569,83 @@ TEST(Waiter, AWaitThatEndsAtItsFirstWakeReadsTheClockOnlyBeforeItsSleep) {
   EXPECT_EQ(machine.coarse_reads, 2) << "the start, and the check's time after the first wake";
 }
 
+// A watched site (the node barrier's, with its peer watch) is woken by whatever check() would
+// find, so a wait that sleeps at once sleeps without a timeout, asking to be woken when its stall
+// line is due. Such a wait is the whole of a loaded machine's episode after its wake-up, and
+// takes a path of its own (Waiter::wait, then wait_long): a wake that finds it not done (a peer
+// exited, the stall line) must still check at once, before it sleeps again.
+struct WatchedSite : FakeSite {
+  using FakeSite::FakeSite;
+  static bool watched() noexcept { return true; }
+  void wake_me_at(Time when) noexcept { asked.push_back(when); }
+  void block(nanoseconds limit) {
+    limits.push_back(limit);
+    Time until = ready_at;
+    if (!wakes.empty()) {
+      until = std::min(until, wakes.front());
+      wakes.erase(wakes.begin());
+    }
+    FakeSite::block(until - clock());
+  }
+  bool check() {
+    checked_at.push_back(clock());
+    return FakeSite::check();
+  }
+  [[nodiscard]] Time clock() const { return machine->clock; }
+
+  FakeMachine* machine = nullptr;
+  std::vector<Time> wakes;  // wakes before ready_at (not done), in order
+  std::vector<nanoseconds> limits;
+  std::vector<Time> asked;
+  std::vector<Time> checked_at;
+};
+
+TEST(Waiter, AWatchedWaitSleepsUntimedAndChecksAtOnceWhenWokenNotDone) {
+  FakeMachine machine;
+  const nanoseconds before = lockstep::detail::set_stall_warning(std::chrono::seconds(1));
+  for (WaitPolicy policy : {WaitPolicy::block, WaitPolicy::adaptive}) {
+    // adaptive sleeps at once when loaded with more processes than CPUs.
+    Waiter waiter(policy, {4, 2, false}, machine);
+    machine.runnable = 6;
+    sample_all(machine, {&waiter}, 4, milliseconds(1));
+    ASSERT_EQ(waiter.options(), (WaitOptions{nanoseconds(0), nanoseconds(0), true}));
+    machine.coarse_reads = machine.precise_reads = 0;
+    const Time start = machine.clock;
+
+    WatchedSite once(machine);
+    once.machine = &machine;
+    once.ready_at = start + milliseconds(30);
+    EXPECT_EQ(waiter.wait(once, std::nullopt, milliseconds(100)), Waiter::End::done);
+    EXPECT_EQ(once.limits, std::vector<nanoseconds>{nanoseconds::max()});
+    EXPECT_EQ(once.asked, std::vector<Time>{start + std::chrono::seconds(1)}) << "the stall line";
+    EXPECT_TRUE(once.checked_at.empty());
+    EXPECT_EQ(machine.coarse_reads, 1) << "the wait's start, for its stall line";
+    EXPECT_EQ(machine.precise_reads, 0);
+
+    WatchedSite woken(machine);
+    woken.machine = &machine;
+    const Time second = machine.clock;
+    woken.wakes = {second + milliseconds(40)};
+    woken.ready_at = second + milliseconds(300);
+    EXPECT_EQ(waiter.wait(woken, std::nullopt, milliseconds(100)), Waiter::End::done);
+    EXPECT_EQ(woken.limits, (std::vector<nanoseconds>{nanoseconds::max(), nanoseconds::max()}));
+    EXPECT_EQ(woken.checked_at, std::vector<Time>{second + milliseconds(40)})
+        << "checked as it woke, not a check interval later";
+    EXPECT_EQ(woken.asked.size(), 2U);
+    EXPECT_EQ(woken.asked.back(), second + std::chrono::seconds(1)) << "the same stall line";
+
+    WatchedSite lost(machine);
+    lost.machine = &machine;
+    lost.wakes = {machine.clock + milliseconds(5)};
+    lost.ready_at = Time::max();
+    lost.lost = true;
+    EXPECT_THROW((void)waiter.wait(lost, std::nullopt, milliseconds(100)), std::runtime_error);
+    EXPECT_EQ(lost.limits.size(), 1U);
+    EXPECT_EQ(lost.checked_at.size(), 1U);
+  }
+  (void)lockstep::detail::set_stall_warning(before);
+}
+
 TEST(Waiter, AcrossNodesYieldsFromTheStartWhenIdle) {
   FakeMachine machine;
   Waiter waiter(WaitPolicy::adaptive, {2, 2, true}, machine);

@@ -301,6 +301,14 @@ class Waiter {
   [[nodiscard]] const Stats& stats() const noexcept { return stats_; }
 
  private:
+  // The rest of wait(): every wait that does not sleep at once untimed, and one whose sleep at
+  // once ended not done (`woken`: the time it began). Out of line, so that wait()'s path after
+  // its sleep stays short (see wait).
+  template <class Site>
+  [[gnu::noinline]] End wait_long(Site& site, std::optional<WaitClock::time_point> deadline,
+                                  std::chrono::nanoseconds check_interval, bool interruptible,
+                                  WaitOptions options, std::optional<WaitClock::time_point> woken);
+
   static void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -344,21 +352,60 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
     }
     cpu_relax();
   }
+  if (options.spin.count() != 0 || options.yield.count() != 0 || !options.sleep || deadline ||
+      !site.watched() || (interruptible && interrupt_armed())) {
+    return wait_long(site, deadline, check_interval, interruptible, options, std::nullopt);
+  }
+  // A wait that sleeps at once, untimed (block; adaptive, loaded, with more processes than
+  // CPUs): one sleep, and almost always done when it ends. This path is all a loaded machine's
+  // episode runs after its wake-up, and each sleep is a context switch after which the caches
+  // and branch predictors hold another process's code: so it is kept short and straight, and
+  // the rest of the wait (a wake that finds the wait not done) is out of line in wait_long
+  // (block / pthread_barrier_t beside 1+burst2@2 at N = 4 on 2 vCPUs: 1.08-1.09x, against 1.10x
+  // with this path inside the general loop; bench/sleep-ab, 2026-12-03, docs/performance.md).
+  // The coarse clock: such a wait keeps times of 100 ms and more only (the periodic check, the
+  // stall line), and a precise read costs ~30 ns warm, and after a sleep, on a loaded machine,
+  // enough to be 2-3% of a barrier episode (bench/sleep-ab's "clock" steps, docs/performance.md).
+  const auto start = signals_.coarse_now();
+  ++stats_.timed_waits;
+  stats_.loaded_waits += loaded_ ? 1 : 0;
+  if (adaptive_) {
+    (void)sample_load(start);  // for the next waits: this one sleeps at once either way
+  }
+  const auto stall = stall_warning();
+  site.wake_me_at(stall.count() > 0 ? start + stall : WaitClock::time_point::max());
+  site.block(std::chrono::nanoseconds::max());
+  ++stats_.blocks;
+  ++stats_.untimed_blocks;
+  // The time after the sleep would serve only a wait that goes on (nothing here learns: see
+  // learns()); a read here, on a loaded machine, cost 1-2% of block's episode.
+  if (site.done()) [[likely]] {
+    return End::done;
+  }
+  return wait_long(site, deadline, check_interval, interruptible, options, start);
+}
+
+template <class Site>
+Waiter::End Waiter::wait_long(Site& site, std::optional<WaitClock::time_point> deadline,
+                              std::chrono::nanoseconds check_interval, bool interruptible,
+                              WaitOptions options, std::optional<WaitClock::time_point> woken) {
+  using namespace wait_tuning;
   const auto forever = WaitClock::time_point::max();
-  // A wait that sleeps at once and has no deadline keeps times of 100 ms and more only (the
-  // periodic check, the stall line): the coarse clock serves, at a fifth of the cost. A precise
-  // read costs ~30 ns warm, and after a sleep, on a loaded machine, enough to be 2-3% of a
-  // barrier episode each (bench/sleep-ab's "clock" steps, docs/performance.md).
+  // A wait that sleeps at once and has no deadline: the coarse clock (see wait).
   const bool coarse =
       options.spin.count() == 0 && options.yield.count() == 0 && options.sleep && !deadline;
   auto clock = [&] { return coarse ? signals_.coarse_now() : signals_.now(); };
-  const auto start = clock();
-  ++stats_.timed_waits;
-  stats_.loaded_waits += loaded_ ? 1 : 0;
-  auto now = start;
+  // `woken`: the wait began at that time, slept at once and was woken, not done (see wait).
+  const auto start = woken ? *woken : clock();
+  if (!woken) {
+    ++stats_.timed_waits;
+    stats_.loaded_waits += loaded_ ? 1 : 0;
+  }
+  auto now = woken ? clock() : start;
   auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
-  auto next_check = start + check_interval;
+  // Woken, not done: a peer may be lost, or the stall line due (the site is watched).
+  auto next_check = woken ? now : start + check_interval;
   // The stall warning, read once per wait that reaches a clock read (never on the fast path).
   auto stall_interval = stall_warning();
   auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
@@ -367,7 +414,7 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   }
   const bool loaded_spin = loaded_ && spin_end > start && spin_end != forever;
   stats_.loaded_spins += loaded_spin ? 1 : 0;
-  bool sampled = false;  // this wait's one regular load sample, when the spin is over
+  bool sampled = woken.has_value();  // this wait's one regular load sample, after the spin
   auto finish = [&] {
     stats_.loaded_catches += loaded_spin && now < spin_end ? 1 : 0;
     learn(now - start);
@@ -375,6 +422,23 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   };
   auto interrupted = [&] { return interruptible && interrupt_pending(); };
   for (;;) {
+    if (now >= next_check || (deadline && now >= *deadline)) {
+      if (site.check()) {
+        return finish();
+      }
+      if (interrupted()) {
+        return End::interrupted;
+      }
+      next_check = now + check_interval;
+      if (deadline && now >= *deadline) {
+        return End::timed_out;
+      }
+      if (now >= next_stall) {
+        site.stalled(now - start);
+        stall_interval *= 2;
+        next_stall = now + stall_interval;
+      }
+    }
     if (adaptive_ && !sampled && now >= spin_end) {
       sampled = true;
       if (sample_load(now)) {
@@ -452,23 +516,6 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
       }
       if (watched) {
         next_check = now;  // woken, not done: a peer may be lost, or the stall line due
-      }
-    }
-    if (now >= next_check || (deadline && now >= *deadline)) {
-      if (site.check()) {
-        return finish();
-      }
-      if (interrupted()) {
-        return End::interrupted;
-      }
-      next_check = now + check_interval;
-      if (deadline && now >= *deadline) {
-        return End::timed_out;
-      }
-      if (now >= next_stall) {
-        site.stalled(now - start);
-        stall_interval *= 2;
-        next_stall = now + stall_interval;
       }
     }
   }

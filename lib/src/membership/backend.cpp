@@ -59,10 +59,21 @@ std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from
       throw Error(std::string(what) + ": node 0 sent a broadcast that is not lockstep's (" +
                   std::to_string(framed.size()) + " bytes, length " + std::to_string(length) + ")");
     }
+    // Every piece, the first included, must fit the length it announced: exactly that many
+    // bytes are returned (a first piece longer than its length returned them all until
+    // 2026-12-03).
+    const auto not_adding_up = [&](std::size_t received, bool empty) {
+      return Error(std::string(what) + ": node 0's broadcast came in pieces that do not add up (" +
+                   (empty ? "an empty piece after " : "") + std::to_string(received) +
+                   " bytes of " + std::to_string(length) + ")");
+    };
+    if (framed.size() > kLength + length) {
+      throw not_adding_up(framed.size() - kLength, false);
+    }
     while (framed.size() < kLength + length) {
       std::vector<std::byte> more = backend_->broadcast({}, deadline, what);
       if (more.empty() || framed.size() + more.size() > kLength + length) {
-        throw Error(std::string(what) + ": node 0's broadcast came in pieces that do not add up");
+        throw not_adding_up(framed.size() - kLength + more.size(), more.empty());
       }
       framed.insert(framed.end(), more.begin(), more.end());
     }

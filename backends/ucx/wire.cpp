@@ -1,6 +1,9 @@
 #include "ucx/wire.hpp"
 
+#include <array>
 #include <cstring>
+
+#include "base/little_endian.hpp"
 
 namespace lockstep::detail::wire {
 namespace {
@@ -25,10 +28,10 @@ class Writer {
   std::vector<std::byte> take() { return std::move(out_); }
 
  private:
-  void put(std::uint64_t v, int size) {
-    for (int i = 0; i < size; ++i) {
-      out_.push_back(static_cast<std::byte>(v >> (8 * i)));
-    }
+  void put(std::uint64_t v, std::size_t size) {
+    std::array<std::byte, 8> bytes{};
+    put_le(bytes.data(), v, size);
+    out_.insert(out_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(size));
   }
   std::vector<std::byte> out_;
 };
@@ -79,15 +82,12 @@ class Reader {
   }
 
  private:
-  std::uint64_t get(int size) {
-    if (in_.size() - at_ < static_cast<std::size_t>(size)) {
+  std::uint64_t get(std::size_t size) {
+    if (in_.size() - at_ < size) {
       throw WireError("truncated message (" + std::to_string(in_.size()) + " bytes)");
     }
-    std::uint64_t v = 0;
-    for (int i = 0; i < size; ++i) {
-      v |= static_cast<std::uint64_t>(in_[at_ + static_cast<std::size_t>(i)]) << (8 * i);
-    }
-    at_ += static_cast<std::size_t>(size);
+    const std::uint64_t v = get_le(in_.data() + at_, size);
+    at_ += size;
     return v;
   }
   std::span<const std::byte> in_;

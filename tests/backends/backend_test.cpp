@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/little_endian.hpp"
 #include "gpu/devices.hpp"
 #include "lockstep/error.hpp"
 #include "membership/backend.hpp"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/little_endian.hpp"
 #include "base/text.hpp"
 #include "lockstep/error.hpp"
 

@@ -110,21 +110,6 @@ struct BackendType {
   bool needs_bootstrap;
 };
 
-// Little-endian integers of `bytes` bytes in a byte buffer: Leaders::share's length and
-// Context::broadcast's head (the wire's own are backends/ucx/wire.cpp's Writer and Reader).
-inline void put_le(std::byte* at, std::uint64_t value, std::size_t bytes) noexcept {
-  for (std::size_t i = 0; i < bytes; ++i) {
-    at[i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
-  }
-}
-inline std::uint64_t get_le(const std::byte* at, std::size_t bytes) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    value |= static_cast<std::uint64_t>(at[i]) << (8 * i);
-  }
-  return value;
-}
-
 // The node's link to the other leaders: a backend, and the latch that keeps it broken once one of
 // its calls has failed (an episode cannot be taken back): every later barrier() throws the same
 // failure. Context and the tests use backends through this alone.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/fault_points.hpp"
+#include "base/little_endian.hpp"
 #include "base/log.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/state.hpp"

@@ -1,6 +1,8 @@
 // The wait module alone: the policy (plan_wait) and the Waiter's loop, driven by a fake clock and
 // fake load, with a fake site that counts what the Waiter did.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,9 +15,11 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <optional>
 #include <stdexcept>
 
+#include "waiting/futex.hpp"
 #include "waiting/waiter.hpp"
 
 namespace {
@@ -759,6 +763,82 @@ TEST(SystemSignals, SeeBusyProcesses) {
     ::waitpid(pid, nullptr, 0);
   }
   EXPECT_TRUE(loaded) << cpus + 2 << " busy processes on " << cpus << " CPUs; foreign " << foreign;
+}
+
+// The futex calls (made in line, without libc's syscall()): each outcome of a wait, and the
+// wake-up of another process (shared futexes: the word in MAP_SHARED memory).
+using lockstep::detail::futex_wait;
+using lockstep::detail::futex_wake_all;
+using lockstep::detail::FutexResult;
+
+TEST(Futex, AWordThatNoLongerHoldsTheValueReturnsAtOnce) {
+  std::atomic<std::uint32_t> word{7};
+  EXPECT_EQ(futex_wait(word, 6, nanoseconds::max()), FutexResult::value_changed);
+  EXPECT_EQ(futex_wait(word, 6, milliseconds(100)), FutexResult::value_changed);
+}
+
+TEST(Futex, ATimedWaitTimesOutAfterItsTimeout) {
+  std::atomic<std::uint32_t> word{0};
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(futex_wait(word, 0, milliseconds(20)), FutexResult::timed_out);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(20));
+  EXPECT_EQ(futex_wait(word, 0, nanoseconds(0)), FutexResult::timed_out);
+  EXPECT_EQ(futex_wait(word, 0, nanoseconds(-1)), FutexResult::timed_out);
+}
+
+TEST(Futex, AnUntimedWaitEndsWhenWoken) {
+  std::atomic<std::uint32_t> word{0};
+  std::thread waker([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    word.fetch_add(1);
+    futex_wake_all(word);
+  });
+  const FutexResult result = futex_wait(word, 0, nanoseconds::max());
+  const std::uint32_t seen = word.load();
+  waker.join();
+  // value_changed only if the waker ran first, 50 ms before this thread's call.
+  EXPECT_EQ(result, FutexResult::woken);
+  EXPECT_EQ(seen, 1U) << "returned before the waker changed the word";
+}
+
+extern "C" void on_test_signal(int /*signal*/) {}
+
+TEST(Futex, ASignalHandlerEndsAWait) {
+  struct sigaction action {};
+  action.sa_handler = on_test_signal;  // no SA_RESTART: the wait ends with EINTR
+  struct sigaction previous {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &action, &previous), 0);
+  std::atomic<std::uint32_t> word{0};
+  const pthread_t self = ::pthread_self();
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    ::pthread_kill(self, SIGUSR1);
+  });
+  const FutexResult result = futex_wait(word, 0, std::chrono::seconds(10));
+  signaller.join();
+  ::sigaction(SIGUSR1, &previous, nullptr);
+  EXPECT_EQ(result, FutexResult::interrupted);
+}
+
+TEST(Futex, AnotherProcessIsWoken) {
+  void* memory = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  auto* word = new (memory) std::atomic<std::uint32_t>(0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);  // never outlive a broken wake-up
+    const FutexResult result = futex_wait(*word, 0, nanoseconds::max());
+    ::_exit(result != FutexResult::woken ? 1 : word->load() != 1 ? 2 : 0);
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  word->fetch_add(1);
+  futex_wake_all(*word);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ::munmap(memory, 4096);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not wake (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child's wait ended otherwise; 2: before the change";
 }
 
 }  // namespace

@@ -79,13 +79,14 @@ class NodeBarrier {
                const char* what, bool interruptible = true);
   [[nodiscard]] bool reached(std::uint64_t target) const noexcept;
   // Takes this process's arrival back while the count is below `limit`; false if it is not.
-  bool withdraw(std::uint64_t limit) noexcept;
-  [[noreturn]] void throw_timeout(const char* what);
+  [[gnu::noinline]] bool withdraw(std::uint64_t limit) noexcept;
+  [[noreturn, gnu::noinline]] void throw_timeout(const char* what);
   // Throws TimeoutError or InterruptedError for a wait that ended so (after its withdrawal).
-  [[noreturn]] void throw_gave_up(Outcome outcome, const char* what);
+  [[noreturn, gnu::noinline]] void throw_gave_up(Outcome outcome, const char* what);
   // The leader's part of a hierarchical episode, after its own arrival (`ticket`).
-  void lead(std::uint64_t ticket, std::optional<std::chrono::steady_clock::time_point> deadline,
-            const char* what);
+  [[gnu::noinline]] void lead(std::uint64_t ticket,
+                              std::optional<std::chrono::steady_clock::time_point> deadline,
+                              const char* what);
   // Whether `slot` has arrived at the current episode (or arrived and withdrew on a timeout).
   [[nodiscard]] bool came(int slot) const noexcept;
   // Whether a peer that has not arrived was last seen on this process's CPU.
@@ -103,7 +104,7 @@ class NodeBarrier {
   [[nodiscard]] bool quiet() const noexcept;
   // Called by the arrival that completed episode_ + 1: wakes the processes asleep on it.
   void wake_sleepers() noexcept;
-  [[noreturn]] void throw_lost(const LostPeer& peer, const char* what);
+  [[noreturn, gnu::noinline]] void throw_lost(const LostPeer& peer, const char* what);
   // Throws PeerLostError if a peer that has not arrived is gone; returns true if the count
   // reached `target` meanwhile.
   [[nodiscard]] bool check_peers(std::uint64_t target, const char* what);

@@ -40,8 +40,15 @@ class Context {
   // The process that joined (a forked child inherits the context but not the membership).
   [[nodiscard]] pid_t owner() const noexcept { return owner_; }
 
-  // The job-wide barrier; `what` names the caller in messages.
-  void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  // The job-wide barrier; `what` names the caller in messages. Flattened: the node barrier's
+  // arrival, the Waiter and the futex call are inlined here, so that a process woken from its
+  // sleep returns once, from this function, to State::wait_for_everyone's caller (it jumps
+  // here). Each return after a sleep's context switch is mispredicted (the kernel refills the
+  // return stack), and with one frame fewer here block / pthread_barrier_t went from 1.06-1.07x
+  // to 1.04x beside 1+burst2@2 at N = 4 on 2 vCPUs (bench/sleep-ab, 2026-12-03). What is rare
+  // (a multi-node leader's part, timeouts, lost peers, the errors) stays out of line
+  // (gnu::noinline in NodeBarrier and here), so that this function stays a few kilobytes.
+  [[gnu::flatten]] void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
   // State::broadcast: the main process's `data` (at most kMaxBroadcast bytes), on every process;
   // two episodes of the barrier, on every process, whatever the outcome.
   std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what);
@@ -75,7 +82,7 @@ class Context {
   [[noreturn]] static void throw_too_large(std::uint64_t size, const char* what);
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
-  [[noreturn]] void throw_left(const char* what) const;
+  [[noreturn, gnu::noinline]] void throw_left(const char* what) const;
 
   JobConfig config_;
   int local_index_ = 0;

@@ -366,7 +366,8 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // wait() is flattened (the site's sleep and the futex call inlined): each return after the
   // sleep's context switch is mispredicted here (the kernel refills the return stack), and two
   // fewer frames took block from 1.08x to 1.07x there, and from 1.06x to 1.04x beside burst4@2
-  // at N = 8.
+  // at N = 8. The node barrier's caller, Context::wait, is flattened too, with this inlined in
+  // it, and the futex call is made in line (waiting/futex.cpp): 1.02x there, 2026-12-03.
   // The coarse clock: such a wait keeps times of 100 ms and more only (the periodic check, the
   // stall line), and a precise read costs ~30 ns warm, and after a sleep, on a loaded machine,
   // enough to be 2-3% of a barrier episode (bench/sleep-ab's "clock" steps, docs/performance.md).

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -771,6 +774,25 @@ using lockstep::detail::futex_wait;
 using lockstep::detail::futex_wake_all;
 using lockstep::detail::FutexResult;
 
+// Waits (at most 5 s) until the thread or process whose /proc stat file is `stat` sleeps: the
+// futex call under test, so that what ends it comes after it began, however late the scheduler
+// ran it. Returns false when it never did (a broken call returned at once).
+bool sleeps_soon(const std::string& stat) {
+  for (int i = 0; i < 5000; ++i) {
+    std::ifstream in(stat);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto end = text.rfind(')');
+    if (end != std::string::npos && end + 2 < text.size() && text[end + 2] == 'S') {
+      return true;
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return false;
+}
+std::string stat_of_thread(pid_t tid) {
+  return "/proc/self/task/" + std::to_string(tid) + "/stat";
+}
+
 TEST(Futex, AWordThatNoLongerHoldsTheValueReturnsAtOnce) {
   std::atomic<std::uint32_t> word{7};
   EXPECT_EQ(futex_wait(word, 6, nanoseconds::max()), FutexResult::value_changed);
@@ -788,15 +810,15 @@ TEST(Futex, ATimedWaitTimesOutAfterItsTimeout) {
 
 TEST(Futex, AnUntimedWaitEndsWhenWoken) {
   std::atomic<std::uint32_t> word{0};
+  const pid_t self = ::gettid();
   std::thread waker([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(sleeps_soon(stat_of_thread(self))) << "the wait never slept";
     word.fetch_add(1);
     futex_wake_all(word);
   });
   const FutexResult result = futex_wait(word, 0, nanoseconds::max());
   const std::uint32_t seen = word.load();
   waker.join();
-  // value_changed only if the waker ran first, 50 ms before this thread's call.
   EXPECT_EQ(result, FutexResult::woken);
   EXPECT_EQ(seen, 1U) << "returned before the waker changed the word";
 }
@@ -810,8 +832,9 @@ TEST(Futex, ASignalHandlerEndsAWait) {
   ASSERT_EQ(::sigaction(SIGUSR1, &action, &previous), 0);
   std::atomic<std::uint32_t> word{0};
   const pthread_t self = ::pthread_self();
+  const pid_t tid = ::gettid();
   std::thread signaller([&] {
-    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(sleeps_soon(stat_of_thread(tid))) << "the wait never slept";
     ::pthread_kill(self, SIGUSR1);
   });
   const FutexResult result = futex_wait(word, 0, std::chrono::seconds(10));
@@ -831,12 +854,13 @@ TEST(Futex, AnotherProcessIsWoken) {
     const FutexResult result = futex_wait(*word, 0, nanoseconds::max());
     ::_exit(result != FutexResult::woken ? 1 : word->load() != 1 ? 2 : 0);
   }
-  std::this_thread::sleep_for(milliseconds(50));
+  const bool slept = sleeps_soon("/proc/" + std::to_string(child) + "/stat");
   word->fetch_add(1);
   futex_wake_all(*word);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ::munmap(memory, 4096);
+  EXPECT_TRUE(slept) << "the child's wait never slept";
   ASSERT_TRUE(WIFEXITED(status)) << "the child did not wake (status " << status << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child's wait ended otherwise; 2: before the change";
 }

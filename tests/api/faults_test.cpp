@@ -392,15 +392,7 @@ TEST(Harness, ATimedOutRankIsKilledWithWhatItForked) {
   const pid_t pid = grandchild->load();
   ASSERT_GT(pid, 0);
   // Gone, or a zombie waiting for whoever adopted it.
-  auto gone = [pid] {
-    if (::kill(pid, 0) != 0) {
-      return true;
-    }
-    std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    auto close = stat.rfind(')');
-    return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'Z';
-  };
+  auto gone = [pid] { return lockstep::testing::ended(pid); };
   const auto until = Clock::now() + std::chrono::seconds(5);
   while (!gone() && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -28,6 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using lockstep::testing::contains;
+using lockstep::testing::ended;
 
 std::string tool(const char* variable) {
   const char* path = std::getenv(variable);  // NOLINT(concurrency-mt-unsafe)
@@ -586,17 +587,6 @@ TEST(Launcher, DryRunKeepsAnArgumentWithANewlineOnItsLine) {
   const std::string printed = line.substr(line.find(" printf ") + 1);
   auto back = run({"/bin/bash", "-c", printed});  // the command as the user would paste it
   EXPECT_EQ(back.out, word) << printed;
-}
-
-// Whether `pid` has ended (gone, or a zombie nobody reaped).
-bool ended(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) {
-    return true;
-  }
-  const auto close = line.rfind(')');
-  return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';
 }
 
 // Issue 21: a rank that exits 0 left its child, which ignores SIGTERM, running after

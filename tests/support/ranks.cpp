@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <string>
@@ -55,6 +57,18 @@ std::string RankEnd::describe() const {
 
 bool path_exists(const std::string& path) {
   return ::access(path.c_str(), F_OK) == 0;
+}
+
+char task_state(const std::string& stat_path) {
+  std::ifstream file(stat_path);
+  std::string stat((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && stat.size() > close + 2 ? stat[close + 2] : '\0';
+}
+
+bool ended(pid_t pid) {
+  const char state = task_state("/proc/" + std::to_string(pid) + "/stat");
+  return state == '\0' || state == 'Z';
 }
 
 std::string unique_job_id(const std::string& hint) {

@@ -124,4 +124,11 @@ bool mount_full_dev_shm();
 // Names in /dev/shm that start with `prefix`.
 std::vector<std::string> shm_entries(const std::string& prefix);
 
+// The state letter in the /proc stat file at `stat_path` ("/proc/PID/stat", or a thread's
+// "/proc/self/task/TID/stat"): the field after the command's closing parenthesis ('R', 'S', 'Z',
+// ...), or '\0' when the file cannot be read (the task is gone).
+char task_state(const std::string& stat_path);
+// Whether process `pid` has ended: gone, or a zombie that nobody has reaped yet.
+bool ended(pid_t pid);
+
 }  // namespace lockstep::testing

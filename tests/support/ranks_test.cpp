@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <fstream>
 #include <string>
 #include <thread>
 
@@ -14,18 +13,8 @@
 
 namespace {
 
+using lockstep::testing::ended;
 using lockstep::testing::Job;
-
-// Whether process `pid` has ended (gone, or a zombie that nobody has reaped yet).
-bool ended(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) {
-    return true;
-  }
-  const auto paren = line.rfind(')');
-  return paren == std::string::npos || line.substr(paren + 2, 1) == "Z";
-}
 
 // A test process killed while its ranks run (meson's timeout, a Ctrl-C) takes them with it: once,
 // a hung test's ranks polled on for half an hour after their test was killed.

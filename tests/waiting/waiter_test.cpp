@@ -8,8 +8,6 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "ranks.hpp"
 #include "waiting/futex.hpp"
 #include "waiting/waiter.hpp"
 
@@ -779,10 +778,7 @@ using lockstep::detail::FutexResult;
 // ran it. Returns false when it never did (a broken call returned at once).
 bool sleeps_soon(const std::string& stat) {
   for (int i = 0; i < 5000; ++i) {
-    std::ifstream in(stat);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto end = text.rfind(')');
-    if (end != std::string::npos && end + 2 < text.size() && text[end + 2] == 'S') {
+    if (lockstep::testing::task_state(stat) == 'S') {
       return true;
     }
     std::this_thread::sleep_for(milliseconds(1));

@@ -41,7 +41,8 @@ class Context {
   [[nodiscard]] pid_t owner() const noexcept { return owner_; }
 
   // The job-wide barrier; `what` names the caller in messages. Flattened: the node barrier's
-  // arrival, the Waiter and the futex call are inlined here, so that a process woken from its
+  // arrival, the Waiter and the futex call are inlined here (they live in other rooms' files:
+  // with the library's link-time optimization, option `lto`), so that a process woken from its
   // sleep returns once, from this function, to State::wait_for_everyone's caller (it jumps
   // here). Each return after a sleep's context switch is mispredicted (the kernel refills the
   // return stack), and with one frame fewer here block / pthread_barrier_t went from 1.06-1.07x

@@ -14,6 +14,8 @@ import subprocess
 import sys
 
 CHILD_TIMEOUT = 900.0
+# Seconds a query for the record (git, meson introspect, a compiler's --version) may take.
+QUERY_TIMEOUT = 60.0
 
 
 def kill_session(proc):
@@ -41,6 +43,26 @@ def run(command, check=True, limited=True, **kwargs):
     if check and proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, command, stdout, stderr)
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def query(command):
+    """The stdout of `command`, or None when it cannot be run, fails or takes more than
+    QUERY_TIMEOUT seconds (a stale lock, a network file system): then it and the processes it
+    started are killed, and what it would have told the record stays unknown; the run goes on."""
+    try:
+        proc = subprocess.Popen(command, text=True, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    try:
+        stdout, _ = proc.communicate(timeout=QUERY_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        kill_session(proc)
+        return None
+    except BaseException:
+        kill_session(proc)
+        raise
+    return stdout if proc.returncode == 0 else None
 
 
 def add_argument(parser):

@@ -5,8 +5,9 @@ import datetime
 import os
 import platform
 import shlex
-import subprocess
 import sys
+
+import bench_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -35,13 +36,12 @@ def tree_commit(root):
     """(the commit of the source tree `root`, 12 digits, or None when it is not a git checkout;
     whether its tracked files have uncommitted changes)."""
     def git(*argv):
-        try:
-            return subprocess.run(["git", "-C", root, *argv], check=True, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-    return (git("rev-parse", "--short=12", "HEAD"),
-            bool(git("status", "--porcelain", "--untracked-files=no")))
+        out = bench_process.query(["git", "-C", root, *argv])
+        return None if out is None else out.strip()
+    commit = git("rev-parse", "--short=12", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    # A checkout whose status cannot be read is not called clean.
+    return commit, bool(status) or (commit is not None and status is None)
 
 
 def provenance():

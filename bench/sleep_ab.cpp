@@ -295,25 +295,31 @@ struct Tails {
 // `episodes` holds every block's episodes by slot (see main): variant v's are in slots v,
 // v + count, ..., one per cycle.
 Tails tails_of(const float* episodes, int variant, int count, int blocks, int per_block) {
-  std::vector<float> mine;
   std::vector<std::pair<float, int>> cycles;  // (us, cycle)
   for (int b = variant; b < blocks; b += count) {
     const float* block =
         episodes + static_cast<std::size_t>(b) * static_cast<std::size_t>(per_block);
-    mine.insert(mine.end(), block, block + per_block);
     for (int i = 0; i < per_block; ++i) {
       cycles.emplace_back(block[i], b / count);
     }
   }
-  std::sort(mine.begin(), mine.end());
-  const auto kept =
-      std::min(cycles.size(),
-               static_cast<std::size_t>(std::ceil(kTopShare * static_cast<double>(mine.size()))));
-  std::partial_sort(cycles.begin(), cycles.begin() + static_cast<std::ptrdiff_t>(kept),
-                    cycles.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  cycles.resize(kept);
-  return Tails{quantile(mine, 0.5), quantile(mine, 0.99), quantile(mine, 0.999), mine.size(),
-               std::move(cycles)};
+  // Largest first: the quantiles are read from the end, then the top is kept.
+  std::sort(cycles.begin(), cycles.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  const std::size_t n = cycles.size();
+  const auto at = [&](double q) {
+    return n == 0
+               ? 0.0
+               : static_cast<double>(
+                     cycles[n - 1 -
+                            std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)))]
+                         .first);
+  };
+  Tails tails{at(0.5), at(0.99), at(0.999), n, {}};
+  cycles.resize(
+      std::min(n, static_cast<std::size_t>(std::ceil(kTopShare * static_cast<double>(n)))));
+  tails.top = std::move(cycles);
+  return tails;
 }
 
 // One variant's wake-up order: for the k-th rank to return from an episode, the time from the

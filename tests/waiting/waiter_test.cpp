@@ -652,6 +652,40 @@ TEST(Waiter, AWatchedWaitSleepsUntimedAndChecksAtOnceWhenWokenNotDone) {
   (void)lockstep::detail::set_stall_warning(before);
 }
 
+// Loaded with a CPU per process, adaptive spins only where its late peer runs elsewhere; where the
+// peer may be on this CPU it sleeps at once, and takes block's short path to that sleep (one
+// coarse clock read, an untimed sleep), not wait_long's loop around it.
+TEST(Waiter, ALoadedWaitWhoseLatePeerSharesTheCpuTakesBlocksShortPath) {
+  FakeMachine machine;
+  machine.runnable = 2 + 1;
+  Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
+  sample_all(machine, {&waiter}, 10, milliseconds(5));
+  ASSERT_TRUE(waiter.loaded());
+  ASSERT_EQ(waiter.options().spin, nanoseconds(tuning::kSpinLoaded));
+
+  machine.coarse_reads = machine.precise_reads = 0;
+  WatchedSite here(machine);
+  here.machine = &machine;
+  here.peer_here = true;
+  here.ready_at = machine.clock + microseconds(30);
+  EXPECT_EQ(waiter.wait(here, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_EQ(here.limits, std::vector<nanoseconds>{nanoseconds::max()});
+  EXPECT_EQ(here.polls, 2) << "one poll before the sleep, one after";
+  EXPECT_EQ(machine.precise_reads, 0) << "no spin to time: the coarse clock, as block's";
+  EXPECT_EQ(machine.coarse_reads, 1);
+  EXPECT_EQ(waiter.stats().loaded_spins, 0U);
+
+  WatchedSite elsewhere(machine);
+  elsewhere.machine = &machine;
+  elsewhere.peer_here = false;
+  elsewhere.ready_at = machine.clock + microseconds(3);
+  EXPECT_EQ(waiter.wait(elsewhere, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_TRUE(elsewhere.limits.empty()) << "the peer runs elsewhere: the spin catches it";
+  EXPECT_GT(machine.precise_reads, 0) << "a spin is timed to the microsecond";
+  EXPECT_EQ(waiter.stats().loaded_spins, 1U);
+  EXPECT_EQ(waiter.stats().loaded_catches, 1U);
+}
+
 TEST(Waiter, AcrossNodesYieldsFromTheStartWhenIdle) {
   FakeMachine machine;
   Waiter waiter(WaitPolicy::adaptive, {2, 2, true}, machine);

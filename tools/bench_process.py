@@ -26,20 +26,26 @@ def kill_session(proc):
     proc.wait()
 
 
+def finish(proc, timeout):
+    """proc.communicate(timeout=timeout); on a timeout (raised again) or any other exception,
+    `proc` and the processes it started are killed first."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except BaseException:
+        kill_session(proc)
+        raise
+
+
 def run(command, check=True, limited=True, **kwargs):
     """subprocess.run(command, check=check, text=True, ...), within CHILD_TIMEOUT if `limited`
     (not a build, whose length says nothing about a hang)."""
     proc = subprocess.Popen(command, text=True, start_new_session=True, **kwargs)
     try:
-        stdout, stderr = proc.communicate(timeout=CHILD_TIMEOUT if limited else None)
+        stdout, stderr = finish(proc, CHILD_TIMEOUT if limited else None)
     except subprocess.TimeoutExpired:
-        kill_session(proc)
         sys.exit(f"{os.path.basename(sys.argv[0])}: `{shlex.join(map(str, command))}` did not "
                  f"finish within {CHILD_TIMEOUT:g} s (--child-timeout); it and the processes it "
                  "started were killed, and the run stops here")
-    except BaseException:
-        kill_session(proc)
-        raise
     if check and proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, command, stdout, stderr)
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
@@ -55,13 +61,9 @@ def query(command):
     except OSError:
         return None
     try:
-        stdout, _ = proc.communicate(timeout=QUERY_TIMEOUT)
+        stdout, _ = finish(proc, QUERY_TIMEOUT)
     except subprocess.TimeoutExpired:
-        kill_session(proc)
         return None
-    except BaseException:
-        kill_session(proc)
-        raise
     return stdout if proc.returncode == 0 else None
 
 

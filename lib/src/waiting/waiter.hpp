@@ -352,13 +352,15 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
     }
     cpu_relax();
   }
-  // Loaded, a wait whose late peer may be on this CPU does not spin (see wait_long): it sleeps
-  // at once, so it takes the short path below as block's waits do, not wait_long's loop around
-  // the same sleep (adaptive / pthread_barrier_t at N = 2 beside one busy loop on 2 vCPUs, where
-  // almost every loaded wait finds its peer on its CPU: 1.04-1.05x -> 1.02-1.03x, bench/sleep-ab,
-  // 2026-12-03, docs/performance.md). Asked only when loaded: the idle path is unchanged.
-  if (loaded_ && options.spin.count() != 0 && options.spin != std::chrono::nanoseconds::max() &&
-      !shape_.across_nodes && site.late_peer_here()) {
+  // Loaded, a wait whose late peer may be on this CPU does not spin: a spin would hold the CPU
+  // that the peer waits for. It sleeps at once, so it takes the short path below as block's
+  // waits do, not wait_long's loop around the same sleep (adaptive / pthread_barrier_t at N = 2
+  // beside one busy loop on 2 vCPUs, where almost every loaded wait finds its peer on its CPU:
+  // 1.04-1.05x -> 1.02-1.03x, bench/sleep-ab, 2026-12-03, docs/performance.md). This is the
+  // one place that decides it (wait_long is reached only from here). Asked only when loaded
+  // (only adaptive's waiter is ever loaded, and its spin is never unbounded): the idle path is
+  // unchanged.
+  if (loaded_ && options.spin.count() != 0 && !shape_.across_nodes && site.late_peer_here()) {
     options.spin = std::chrono::nanoseconds{0};
   }
   if (options.spin.count() != 0 || options.yield.count() != 0 || !options.sleep || deadline ||
@@ -423,9 +425,6 @@ Waiter::End Waiter::wait_long(Site& site, std::optional<WaitClock::time_point> d
   // The stall warning, read once per wait that reaches a clock read (never by an immediate one).
   auto stall_interval = stall_warning();
   auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
-  if (loaded_ && spin_end > start && !shape_.across_nodes && site.late_peer_here()) {
-    spin_end = start;  // loaded: a spin here would hold the CPU that a late peer waits for
-  }
   const bool loaded_spin = loaded_ && spin_end > start && spin_end != forever;
   stats_.loaded_spins += loaded_spin ? 1 : 0;
   bool sampled = woken.has_value();  // this wait's one regular load sample, after the spin

@@ -1,16 +1,21 @@
 """Where a published figure comes from, for tools/bench-report and tools/bench-crossnode: the
 date, the commit, whether the tree was dirty, the command and the machine; a folder per run and
-its line in bench/results/INDEX.md."""
+its line in bench/results/INDEX.md; a published run's raw files packed in one archive."""
 import datetime
 import os
 import platform
 import shlex
+import shutil
+import stat
 import sys
+import tarfile
 
 import bench_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
+# A published run's raw/, packed (pack_raw).
+RAW_ARCHIVE = "raw.tar.xz"
 
 
 def machine():
@@ -86,6 +91,7 @@ def prepare_output(args, prov, tool="bench-report", suffix=""):
                 os.path.expanduser("~"), ".cache")
             args.out = os.path.join(cache, "lockstep", "bench", name + suffix)
     os.makedirs(os.path.join(args.out, "raw"), exist_ok=True)
+    unpack_raw(args.out)
     index = os.path.join(RESULTS, "INDEX.md")
     if args.publish and os.path.exists(index):  # args.out lies in bench/results (see above)
         with open(index, "a") as f:
@@ -95,3 +101,48 @@ def prepare_output(args, prov, tool="bench-report", suffix=""):
 
 
 
+
+
+def pack_raw(out):
+    """Packs the run folder `out`'s raw/ into raw.tar.xz and removes raw/, for a published run:
+    the raw files of a load matrix with --baseline are about 730 JSON files and 11 MB, which every
+    clone would carry. Only regular files are packed, each as raw/<name>."""
+    raw = os.path.join(out, "raw")
+    names = sorted(name for name in os.listdir(raw)
+                   if stat.S_ISREG(os.lstat(os.path.join(raw, name)).st_mode))
+    archive = os.path.join(out, RAW_ARCHIVE)
+    partial = archive + ".partial"
+
+    def anonymous(info):
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+    with tarfile.open(partial, "w:xz") as tar:
+        for name in names:
+            tar.add(os.path.join(raw, name), arcname=f"raw/{name}", recursive=False,
+                    filter=anonymous)
+    os.replace(partial, archive)
+    shutil.rmtree(raw)
+
+
+def unpack_raw(out):
+    """A run into a folder that holds a packed raw/ (the same date and commit, published before)
+    unpacks it first, so that the earlier run's raw files stay beside the new ones; a file already
+    in raw/ is kept. Only plain files named raw/<name> are taken (never a link, a device, or a name
+    that leads out of raw/), each created anew (never through a link left in raw/)."""
+    archive = os.path.join(out, RAW_ARCHIVE)
+    if not os.path.exists(archive):
+        return
+    raw = os.path.join(out, "raw")
+    with tarfile.open(archive, "r:xz") as tar:
+        for member in tar:
+            name = member.name[len("raw/"):] if member.name.startswith("raw/") else ""
+            if not member.isreg() or not name or "/" in name or name in (".", ".."):
+                continue
+            source = tar.extractfile(member)
+            try:
+                with source, open(os.path.join(raw, name), "xb") as target:
+                    shutil.copyfileobj(source, target)
+            except FileExistsError:
+                pass
+    os.remove(archive)

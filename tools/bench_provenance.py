@@ -100,9 +100,6 @@ def prepare_output(args, prov, tool="bench-report", suffix=""):
                     f"{os.path.relpath(args.out, os.path.dirname(index))} |\n")
 
 
-
-
-
 def pack_raw(out):
     """Packs the run folder `out`'s raw/ into raw.tar.xz and removes raw/, for a published run:
     the raw files of a load matrix with --baseline are about 730 JSON files and 11 MB, which every

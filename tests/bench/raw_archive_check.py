@@ -75,8 +75,9 @@ os.makedirs(raw)
 with tarfile.open(archive, "w:xz") as tar:
     def add(name, data=b"x", kind=tarfile.REGTYPE, target=""):
         info = tarfile.TarInfo(name)
-        info.type, info.size, info.linkname = kind, len(data) if kind == tarfile.REGTYPE else 0, target
-        tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+        regular = kind == tarfile.REGTYPE
+        info.type, info.size, info.linkname = kind, len(data) if regular else 0, target
+        tar.addfile(info, io.BytesIO(data) if regular else None)
     add("raw/../escaped.json")
     add("../escaped2.json")
     add("/tmp/absolute.json")

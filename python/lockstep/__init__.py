@@ -120,6 +120,20 @@ def _blocking(call, *args, arguments=None):
         time.sleep(0)  # a point where Python runs the pending handlers, even without a bytecode
 
 
+def _wait(handle):
+    """wait_for_everyone without a timeout. Most waits end within a millisecond, so the first
+    try is made as it is: arming Ctrl-C (_interruptible: the signal module's wakeup descriptor,
+    checked by fstat and fcntl, and the pipe read after) costs several system calls, 5-8 us on
+    2 vCPUs, where the wait costs 0.2-2 (PartialState().wait_for_everyone() in a loop at N = 2:
+    8.3 us per call armed, 0.6 before Ctrl-C was handled). A wait that lasts longer than the try
+    (about 1 ms) withdraws its arrival and is made again, armed; a signal during the try is
+    handled as it returns (KeyboardInterrupt before the armed wait, or after a try that passed)."""
+    status = _lib.lockstep_try_wait_for_everyone(handle)
+    if status == _library.TIMEOUT:
+        status = _blocking(_lib.lockstep_wait_for_everyone, handle)
+    _check(status)
+
+
 def broadcast_object_list(object_list, from_process=0):
     """Accelerate's accelerate.utils.broadcast_object_list: replaces the list's items, on every
     process, with the main process's (in place), and returns the list. lockstep broadcasts from
@@ -305,14 +319,14 @@ class PartialState:
         """Returns once every process of the job has called it. With `timeout` (seconds),
         lockstep.TimeoutError naming the processes that had not arrived when it passes."""
         if timeout is None:
-            _check(_blocking(_lib.lockstep_wait_for_everyone, PartialState._handle))
+            _wait(PartialState._handle)
             return
         milliseconds = timeout * 1000.0
         if math.isnan(milliseconds) or milliseconds < 0:
             raise ValueError(f"lockstep: wait_for_everyone(timeout={timeout!r}): the timeout "
                              "must be a number of seconds, 0 or more")
         if math.isinf(milliseconds):  # no deadline
-            _check(_blocking(_lib.lockstep_wait_for_everyone, PartialState._handle))
+            _wait(PartialState._handle)
             return
         deadline = time.monotonic() + min(math.ceil(milliseconds), 2**62) / 1000.0
 

@@ -46,6 +46,8 @@ def load():
     lib.lockstep_wait_for_everyone.restype = ctypes.c_int
     lib.lockstep_wait_for_everyone_for.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.lockstep_wait_for_everyone_for.restype = ctypes.c_int
+    lib.lockstep_try_wait_for_everyone.argtypes = [ctypes.c_void_p]
+    lib.lockstep_try_wait_for_everyone.restype = ctypes.c_int
     lib.lockstep_broadcast.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                        ctypes.POINTER(ctypes.c_void_p),
                                        ctypes.POINTER(ctypes.c_size_t)]

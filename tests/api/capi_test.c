@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(condition)                                                                   \
@@ -110,6 +111,38 @@ int main(void) {
   for (int round = 0; round < 1000; ++round) {
     CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
   }
+  /* The try: rank 0 tries until it passes while the others wait, some of them late (20 ms, far
+   * beyond the try's bound of about a millisecond); then a try that meets a late process gives up
+   * soon, says so, and withdraws its arrival (the episodes stay in step: the timeouts below). */
+  CHECK(lockstep_try_wait_for_everyone(NULL) == LOCKSTEP_INVALID_ARGUMENT);
+  for (int round = 0; round < 200; ++round) {
+    if (rank == 0) {
+      lockstep_status status;
+      while ((status = lockstep_try_wait_for_everyone(state)) == LOCKSTEP_TIMEOUT) {
+      }
+      CHECK(status == LOCKSTEP_OK);
+    } else {
+      if (round % 40 == rank) {
+        usleep(20 * 1000);
+      }
+      CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
+    }
+  }
+  if (rank == n - 1) {
+    usleep(300 * 1000);
+  } else {
+    struct timespec before;
+    struct timespec after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
+    CHECK(lockstep_try_wait_for_everyone(state) == LOCKSTEP_TIMEOUT);
+    clock_gettime(CLOCK_MONOTONIC, &after);
+    const double waited_ms = (double)(after.tv_sec - before.tv_sec) * 1e3 +
+                             (double)(after.tv_nsec - before.tv_nsec) / 1e6;
+    CHECK(waited_ms < 200);
+    CHECK(strstr(lockstep_last_error(), "arrival was withdrawn") != NULL);
+  }
+  CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
+
   /* The last process comes late: the others time out, naming it, and carry on. */
   if (rank == n - 1) {
     usleep(800 * 1000);

@@ -181,6 +181,49 @@ TEST_P(StateTest, WaitForEveryoneHoldsEveryoneUntilTheLastArrives) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// The try (what the Python package's waits do first): a try that meets a late process gives up
+// within about a millisecond and withdraws its arrival, so that the next call arrives anew; mixed
+// with plain waits and late arrivals (up to 3 ms, beyond the try's bound), no process passes an
+// episode before every process has arrived at it, and the episodes stay in step (the second
+// wait of each round). A withdrawal that left the arrival counted would let a round end early.
+TEST_P(StateTest, TryWaitWithdrawsWhenItGivesUpAndNeverLetsAProcessThroughEarly) {
+  const int n = GetParam();
+  auto* arrived = shared_array<std::atomic<int>>(1);
+  auto* gave_up = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job(), [n, arrived, gave_up](int rank) {
+    lockstep::State state;
+    std::uint32_t draw = 2654435761U * static_cast<std::uint32_t>(rank + 1);
+    auto next = [&draw] { return draw = draw * 1664525U + 1013904223U; };
+    for (int round = 0; round < 300; ++round) {
+      if (next() % 4 == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(next() % 3000));
+      }
+      arrived->fetch_add(1);
+      if (next() % 2 == 0) {
+        while (!state.try_wait_for_everyone()) {
+          gave_up->fetch_add(1);
+        }
+      } else {
+        state.wait_for_everyone();
+      }
+      RANK_CHECK(arrived->load() >= (round + 1) * n);
+      if (next() % 2 == 0) {
+        while (!state.try_wait_for_everyone()) {
+        }
+      } else {
+        state.wait_for_everyone();
+      }
+    }
+    if (n == 1) {
+      RANK_CHECK(state.try_wait_for_everyone());  // a job of one waits for nobody
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+  if (n > 1) {
+    EXPECT_GT(gave_up[0].load(), 0) << "no try gave up: the withdrawal was not exercised";
+  }
+}
+
 // Issue 23: main computes, everyone uses. Many rounds of every size up to the limit, the main
 // process late in some, the others in others; each round's bytes differ, so a process that read
 // the area before the main process wrote it, or after the next round's write, gets the wrong

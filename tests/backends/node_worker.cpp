@@ -83,6 +83,11 @@ int rounds(lockstep::State& state, Shared& shared, int rounds) {
     CHECK(shared.local_main_calls[node].load() == 1);  // once per node
   }
 
+  if (state.num_nodes() > 1) {
+    // Across machines a try gives up at once without arriving (an arrival there cannot be taken
+    // back): had it arrived, the rounds below would be one episode out of step.
+    CHECK(!state.try_wait_for_everyone());
+  }
   std::mt19937 random(static_cast<unsigned>(me) * 7919U + 17U);
   int early = 0;
   for (int r = 1; r <= rounds; ++r) {

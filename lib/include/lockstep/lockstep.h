@@ -66,6 +66,12 @@ LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone(lockstep_state* state)
  * beyond a century means none. */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state,
                                                               int64_t timeout_ms);
+/* Arrives and waits at most about a millisecond (State::try_wait_for_everyone): LOCKSTEP_OK once
+ * every process has arrived; LOCKSTEP_TIMEOUT if they had not, with this process's arrival
+ * withdrawn (nothing happened: the next call arrives anew), and across machines at once, without
+ * arriving. Never LOCKSTEP_INTERRUPTED: for a binding that arms its signal handling (see
+ * lockstep_set_interrupt_fd) only when a wait takes longer. */
+LOCKSTEP_C_API lockstep_status lockstep_try_wait_for_everyone(lockstep_state* state);
 
 /* The most bytes lockstep_broadcast carries (State::kMaxBroadcast). */
 #define LOCKSTEP_MAX_BROADCAST 32768

@@ -176,6 +176,15 @@ class LOCKSTEP_API State {
   // timed out tells the others, and every process of every node gets the error (this episode
   // and every later call); none of them completes the episode once its node has learned of it.
   void wait_for_everyone(std::chrono::milliseconds timeout);
+  // Arrives and waits at most about a millisecond: true once every process has arrived (as
+  // wait_for_everyone() returns), false if they had not, with this process's arrival withdrawn:
+  // nothing happened, and the next call (this one or wait_for_everyone()) arrives anew. Across
+  // machines false at once, without arriving (an arrival there cannot be taken back). Throws
+  // what wait_for_everyone() throws; never interrupted by lockstep_set_interrupt_fd's
+  // descriptor. For callers that must prepare before a wait that may sleep: the Python package
+  // tries this first and arms its Ctrl-C handling, which costs more than a short wait, only
+  // when it returns false.
+  bool try_wait_for_everyone();
 
   // Main computes, everyone uses (Accelerate's broadcast_object_list, for bytes): returns, on
   // every process, the `data` the main process (process 0) passed; the others' `data` is

@@ -135,6 +135,20 @@ lockstep_status lockstep_wait_for_everyone(lockstep_state* state) {
   return guarded([&] { state->state.wait_for_everyone(); });
 }
 
+lockstep_status lockstep_try_wait_for_everyone(lockstep_state* state) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_try_wait_for_everyone: state is null");
+  }
+  bool done = false;
+  const lockstep_status status = guarded([&] { done = state->state.try_wait_for_everyone(); });
+  if (status == LOCKSTEP_OK && !done) {
+    return fail(LOCKSTEP_TIMEOUT,
+                "lockstep_try_wait_for_everyone: not every process had arrived within about a "
+                "millisecond (this process's arrival was withdrawn; across machines none is made)");
+  }
+  return status;
+}
+
 lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t timeout_ms) {
   return timed(state, timeout_ms, "lockstep_wait_for_everyone_for",
                [&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });

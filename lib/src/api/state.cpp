@@ -71,6 +71,10 @@ void State::wait_for_everyone(std::chrono::milliseconds timeout) {
   context_->wait(timeout, what.c_str());
 }
 
+bool State::try_wait_for_everyone() {
+  return context_->try_wait("try_wait_for_everyone");
+}
+
 static_assert(State::kMaxBroadcast == detail::kMaxBroadcast, "one limit (engine/layout.hpp)");
 
 std::vector<std::byte> State::broadcast(std::span<const std::byte> data) {

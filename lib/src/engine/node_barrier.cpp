@@ -22,16 +22,22 @@ void NodeBarrier::check_intact(const char* what) {
   }
 }
 
-void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
+template <bool kTry>
+bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, const char* what) {
   SegmentHeader& header = segment_.header();
   check_intact(what);
   if (tokens_ == 1) {
     ++episode_;  // a job of one on one node
-    return;
+    return true;
+  }
+  if constexpr (kTry) {
+    if (hierarchical_) {
+      return false;  // the leader's arrival cannot be taken back once it went to the others
+    }
   }
   if (segment_.num_slots() == 1) {
     lead(0, deadline, what);  // the node's only process: nobody local to wait for
-    return;
+    return true;
   }
   const std::uint64_t full = (episode_ + 1) * tokens_;
   // seq_cst (acq_rel and more): the release publishes this process's writes to every process
@@ -44,7 +50,7 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
     wake_sleepers();
     ++episode_;
     fault_point("barrier.passed");
-    return;
+    return true;
   }
   if (deadline) {
     // For throw_timeout, and only where this process waits: the completing arrival above needs
@@ -63,28 +69,41 @@ void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, con
   if (hierarchical_) {
     if (leader_) {
       lead(ticket, deadline, what);
-      return;
+      return true;
     }
     if (ticket + 2 == full) {
       wake_sleepers();  // the last local arrival: the leader may be asleep waiting for it
     }
   }
   fault_point("barrier.waiting");
-  const Outcome outcome = wait(full, deadline, what);
+  const Outcome outcome = wait(full, deadline, what, !kTry);
   if (outcome == Outcome::complete) {
     ++episode_;
     fault_point("barrier.passed");
-    return;
+    return true;
   }
   // Timed out or interrupted: take the arrival back unless the episode completed meanwhile, or,
   // across nodes, the leader may already have counted it.
   if (withdraw(hierarchical_ ? full - 1 : full)) {
-    throw_gave_up(outcome, what);
+    if constexpr (kTry) {
+      return false;
+    } else {
+      throw_gave_up(outcome, what);
+    }
   }
   if (!reached(full)) {
     (void)wait(full, std::nullopt, what, false);  // committed: the leader's outcome decides
   }
   ++episode_;  // complete after all
+  return true;
+}
+
+void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
+  (void)arrive_and_wait_as<false>(deadline, what);
+}
+
+bool NodeBarrier::try_arrive_and_wait(Clock::time_point deadline, const char* what) {
+  return arrive_and_wait_as<true>(deadline, what);
 }
 
 void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> deadline,

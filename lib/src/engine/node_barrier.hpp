@@ -61,6 +61,13 @@ class NodeBarrier {
   void arrive_and_wait(std::optional<std::chrono::steady_clock::time_point> deadline,
                        const char* what);
 
+  // One node only: arrives and waits until `deadline`, never interrupted (the interrupt
+  // descriptor is not read); true once the episode is complete (as arrive_and_wait), false if it
+  // was not by then, with this process's arrival withdrawn: nothing happened. In a hierarchical
+  // job false at once, without arriving (the leader's arrival there cannot be taken back).
+  // Throws PeerLostError as arrive_and_wait does.
+  bool try_arrive_and_wait(std::chrono::steady_clock::time_point deadline, const char* what);
+
   [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
   // Throws what arrive_and_wait would throw at once: the job on this node is broken (a peer
   // lost, or the leader gave up on a cross-node barrier).
@@ -73,6 +80,10 @@ class NodeBarrier {
  private:
   enum class Outcome { complete, timed_out, interrupted };
   class Site;
+  // arrive_and_wait (kTry false: returns true or throws) and try_arrive_and_wait (kTry true).
+  template <bool kTry>
+  bool arrive_and_wait_as(std::optional<std::chrono::steady_clock::time_point> deadline,
+                          const char* what);
   // Waits until the arrival count reaches `target` (a committed wait, not `interruptible`, ends
   // only there or by throwing).
   Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,

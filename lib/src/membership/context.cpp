@@ -324,24 +324,44 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   arrive(deadline, what);
 }
 
+bool Context::try_wait(const char* what) {
+  check_usable(what);
+  if (!barrier_) {
+    return true;  // a job of one
+  }
+  BusyGuard busy(busy_, what);
+  if (left_.load(std::memory_order_seq_cst)) {
+    throw_left(what);
+  }
+  try {
+    return barrier_->try_arrive_and_wait(std::chrono::steady_clock::now() + kTryWait, what);
+  } catch (...) {
+    arrival_failed(what);
+  }
+}
+
 void Context::arrive(std::optional<std::chrono::steady_clock::time_point> deadline,
                      const char* what) {
   try {
     barrier_->arrive_and_wait(deadline, what);
   } catch (...) {
-    if (left_.load(std::memory_order_seq_cst)) {
-      park_until_exit();
-    }
-    if (config_.log_level >= LogLevel::debug) {
-      try {
-        throw;
-      } catch (const std::exception& error) {
-        log_line(config_.rank, std::string(what) + " failed: " + error.what());
-      } catch (...) {  // NOLINT(bugprone-empty-catch): only the log line is given up
-      }
-    }
-    throw;
+    arrival_failed(what);
   }
+}
+
+void Context::arrival_failed(const char* what) {
+  if (left_.load(std::memory_order_seq_cst)) {
+    park_until_exit();
+  }
+  if (config_.log_level >= LogLevel::debug) {
+    try {
+      throw;
+    } catch (const std::exception& error) {
+      log_line(config_.rank, std::string(what) + " failed: " + error.what());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): only the log line is given up
+    }
+  }
+  throw;
 }
 
 namespace {

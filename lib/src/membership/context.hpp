@@ -50,6 +50,10 @@ class Context {
   // (a multi-node leader's part, timeouts, lost peers, the errors) stays out of line
   // (gnu::noinline in NodeBarrier and here), so that this function stays a few kilobytes.
   [[gnu::flatten]] void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  // State::try_wait_for_everyone: arrives and waits at most kTryWait, never interrupted; true once
+  // the episode is complete, false (the arrival withdrawn) if it was not, or at once across nodes.
+  static constexpr std::chrono::milliseconds kTryWait{1};
+  bool try_wait(const char* what);
   // State::broadcast: the main process's `data` (at most kMaxBroadcast bytes), on every process;
   // two episodes of the barrier, on every process, whatever the outcome.
   std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what);
@@ -80,6 +84,8 @@ class Context {
   void describe(std::chrono::steady_clock::duration joining) const;
   // One arrival at the barrier, and what a failed one does (the log, parking while exiting).
   void arrive(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
+  // What a failed arrival does before its error goes on (called in the handler: rethrows it).
+  [[noreturn, gnu::noinline]] void arrival_failed(const char* what);
   [[noreturn]] static void throw_too_large(std::uint64_t size, const char* what);
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);

@@ -72,7 +72,9 @@ void State::wait_for_everyone(std::chrono::milliseconds timeout) {
 }
 
 bool State::try_wait_for_everyone() {
-  return context_->try_wait("try_wait_for_everyone");
+  // Named as the wait it tries: what fails is the barrier the others meet in as
+  // wait_for_everyone, and Python's wait_for_everyone() makes this call first.
+  return context_->try_wait("wait_for_everyone");
 }
 
 static_assert(State::kMaxBroadcast == detail::kMaxBroadcast, "one limit (engine/layout.hpp)");

@@ -86,6 +86,8 @@ class FakeStream {
   }
   // Whether the stream is blocked in a wait now.
   [[nodiscard]] bool waiting() const { return waiting_.load(); }
+  // cudaStreamBeginCapture / cudaStreamEndCapture: whether work is being captured into a graph.
+  std::atomic<bool> capturing{false};
 
  private:
   void run() {
@@ -158,6 +160,12 @@ class FakeStreamOps final : public lockstep::detail::StreamOps {
             [op] { return !cyclic_before(op.word->load(std::memory_order_acquire), op.value); });
       }
     }
+  }
+  bool capturing(CUstream_st* stream, const char* /*what*/) override {
+    return reinterpret_cast<FakeStream*>(stream)->capturing.load();
+  }
+  std::uint64_t stream_id(CUstream_st* stream, const char* /*what*/) override {
+    return reinterpret_cast<std::uintptr_t>(stream);
   }
   [[nodiscard]] const volatile std::uint32_t* device_address(
       const std::atomic<std::uint32_t>* word) const noexcept override {
@@ -399,6 +407,153 @@ TEST(FakeGpu, ATimedOutStreamBarrierReleasesAndNamesTheLateProcess) {
     RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
   });
   EXPECT_EQ(failures(ends), "");
+}
+
+// Rank 0 calls on stream A, behind 0.3 s of queued work, then at once on stream B; then every
+// rank calls on one of its two streams at random, 400 times. No peer's stream may pass an
+// episode before every rank's work of that episode (and the one before) is done, on whichever
+// stream it ran (B's flag of the next episode must not stand in for A's), and no flag may be
+// lowered (a lowered flag hangs or times out the peers).
+TEST(FakeGpu, ACallOnAnotherStreamNeverLetsAPeerPassEarly) {
+  constexpr int kN = 3;
+  constexpr std::uint64_t kEpisodes = 400;
+  struct Done {
+    std::atomic<bool> work[kN][kEpisodes + 1];  // rank, episode: its work before the barrier
+    std::atomic<int> early;
+  };
+  auto* shared = shared_array<Done>(1);
+  auto ends = run_ranks(Job::of(kN), [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream a(static_cast<unsigned>(rank) + 31U);
+    FakeStream b(static_cast<unsigned>(rank) + 37U);
+    auto step = [&](FakeStream& stream, std::uint64_t e) {
+      stream.launch([=] { shared->work[rank][e].store(true); });
+      state.wait_for_everyone(stream.handle());
+      stream.launch([=] {
+        for (int p = 0; p < kN; ++p) {
+          if (!shared->work[p][e].load() || !shared->work[p][e - 1].load()) {
+            shared->early.fetch_add(1);
+          }
+        }
+      });
+    };
+    for (auto& done : shared->work) {
+      done[0].store(true);  // episode 0: nothing to do
+    }
+    if (rank == 0) {
+      const double until = now_seconds() + 0.3;
+      a.push([until] { return now_seconds() >= until; });
+      step(a, 1);
+      step(b, 2);
+    } else {
+      step(rank == 1 ? a : b, 1);
+      step(rank == 1 ? a : b, 2);
+    }
+    std::mt19937 random(static_cast<unsigned>(rank) + 41U);
+    for (std::uint64_t e = 3; e <= kEpisodes; ++e) {
+      step(random() % 2 == 0 ? a : b, e);
+    }
+    // A timed call at the end: a flag left lowered would fail it.
+    state.wait_for_everyone(a.handle(), std::chrono::seconds(20));
+    RANK_CHECK(a.synchronize(std::chrono::seconds(30)) && b.synchronize(std::chrono::seconds(30)));
+    RANK_CHECK(!state.gpu_barrier_released());
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0) << "a stream passed an episode before a peer's work was done";
+}
+
+// Rank 0's own stream is busy for 0.3 s when it makes a timed call of 100 ms; its peers' streams
+// are there at once. The deadline counts from when rank 0's stream reaches the barrier, so
+// nothing times out. Then rank 2's stream is stuck 1 s behind rank 0's busy 0.3 s: the timeout
+// names rank 2 alone, and fires after rank 0's stream arrived, not 100 ms after the call.
+TEST(FakeGpu, ATimedCallMeasuresThePeersNotItsOwnBacklog) {
+  constexpr int kN = 3;
+  auto* shared = shared_array<Shared>(1);
+  auto ends = run_ranks(Job::of(kN), [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 51U);
+    episode(state, stream, shared, rank, kN, 1);
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
+    state.wait_for_everyone();
+    auto busy = [&stream](double seconds) {
+      const double until = now_seconds() + seconds;
+      stream.push([until] { return now_seconds() >= until; });
+    };
+    if (rank == 0) {
+      busy(0.3);
+      state.wait_for_everyone(stream.handle(), std::chrono::milliseconds(100));
+    } else {
+      state.wait_for_everyone(stream.handle());
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+    RANK_CHECK(!state.gpu_barrier_released());
+    state.wait_for_everyone();
+    const double called = now_seconds();
+    if (rank == 0) {
+      busy(0.3);
+      state.wait_for_everyone(stream.handle(), std::chrono::milliseconds(100));
+    } else {
+      if (rank == 2) {
+        busy(1.0);
+      }
+      state.wait_for_everyone(stream.handle());
+    }
+    stream.launch([=] { shared->passed_at[rank].store(now_seconds()); });
+    if (rank == 0) {
+      RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+      const double released_after = shared->passed_at[rank].load() - called;
+      if (released_after < 0.35 || released_after > 0.4 + kReleaseBound) {
+        throw std::logic_error("released " + std::to_string(released_after) +
+                               " s after the call (own stream busy 0.3 s, timeout 0.1 s)");
+      }
+    }
+    while (!state.gpu_barrier_released()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    try {
+      state.wait_for_everyone(stream.handle());
+      throw std::logic_error("the call after the timeout returned");
+    } catch (const lockstep::TimeoutError& error) {
+      RANK_CHECK(error.missing() == std::vector<int>{2});
+      RANK_CHECK(lockstep::testing::contains(error.what(), "of process 0's stream reaching it"));
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// A call on a stream being captured into a CUDA graph is refused, naming the capture, before it
+// arrives: the process can call again outside the capture and the job goes on.
+TEST(FakeGpu, ACapturingStreamIsRefused) {
+  constexpr int kN = 2;
+  auto* shared = shared_array<Shared>(1);
+  auto ends = run_ranks(Job::of(kN), [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 61U);
+    episode(state, stream, shared, rank, kN, 1);
+    if (rank == 1) {
+      stream.capturing = true;
+      try {
+        state.wait_for_everyone(stream.handle());
+        throw std::logic_error("a call on a capturing stream returned");
+      } catch (const lockstep::Error& error) {
+        RANK_CHECK(lockstep::testing::contains(error.what(), "captured into a CUDA graph"));
+      }
+      stream.capturing = false;
+    }
+    for (std::uint64_t e = 2; e <= 20; ++e) {
+      episode(state, stream, shared, rank, kN, e);
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
+    RANK_CHECK(!state.gpu_barrier_released());
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0);
 }
 
 // A process that uses the GPU barrier forks a child that exits normally: the child neither

@@ -302,6 +302,111 @@ TEST(GpuBarrier, ATimedStreamBarrierReleasesTheStreams) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Flags mode: rank 0 sets a byte on stream A behind 300 ms of work and calls the barrier there,
+// then at once on stream B; rank 1 calls twice on its stream and copies the byte. The copy must
+// see rank 0's byte: B's flag of the second episode may not stand in for A's of the first.
+TEST(GpuBarrier, ACallOnAnotherStreamKeepsEpisodeOrder) {
+  SKIP_WITHOUT_GPU();
+  auto* handle = shared_array<cudaIpcMemHandle_t>(1);
+  auto* seen = shared_array<std::atomic<int>>(1);
+  Job job = Job::of(2);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    cudaStream_t stream = stream_on_own_device(state);
+    unsigned char* byte = nullptr;
+    if (rank == 0) {
+      CUDA(cudaMalloc(reinterpret_cast<void**>(&byte), 64));
+      CUDA(cudaMemset(byte, 0, 64));
+      CUDA(cudaIpcGetMemHandle(handle, byte));
+    }
+    state.wait_for_everyone();
+    if (rank == 1) {
+      CUDA(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&byte), *handle,
+                                cudaIpcMemLazyEnablePeerAccess));
+    }
+    if (rank == 0) {
+      cudaStream_t other = stream_on_own_device(state);
+      static int busy_ms = 300;
+      CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, &busy_ms));
+      CUDA(cudaMemsetAsync(byte, 42, 1, stream));
+      state.wait_for_everyone(stream);
+      state.wait_for_everyone(other);
+      CUDA(cudaStreamSynchronize(other));
+      CUDA(cudaStreamSynchronize(stream));
+    } else {
+      unsigned char* copy = nullptr;
+      CUDA(cudaMallocHost(reinterpret_cast<void**>(&copy), 1));
+      *copy = 0;
+      state.wait_for_everyone(stream);
+      state.wait_for_everyone(stream);
+      CUDA(cudaMemcpyAsync(copy, byte, 1, cudaMemcpyDeviceToHost, stream));
+      CUDA(cudaStreamSynchronize(stream));
+      seen->store(*copy);
+      CUDA(cudaIpcCloseMemHandle(byte));
+    }
+    RANK_CHECK(!state.gpu_barrier_released());
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(seen->load(), 42) << "rank 1's stream passed before rank 0's stream A arrived";
+}
+
+// Flags mode: a 100 ms timed call whose own stream is busy 300 ms, its peer on time: no error.
+TEST(GpuBarrier, ATimedCallIsNotFailedByItsOwnBacklog) {
+  SKIP_WITHOUT_GPU();
+  Job job = Job::of(2);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    cudaStream_t stream = stream_on_own_device(state);
+    state.wait_for_everyone(stream);
+    CUDA(cudaStreamSynchronize(stream));
+    state.wait_for_everyone();
+    static int busy_ms = 300;
+    if (rank == 0) {
+      CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, &busy_ms));
+      state.wait_for_everyone(stream, std::chrono::milliseconds(100));
+    } else {
+      state.wait_for_everyone(stream);
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    RANK_CHECK(!state.gpu_barrier_released());
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// Both modes: a call on a stream being captured into a graph is refused, and the job goes on.
+TEST(GpuBarrier, ACapturingStreamIsRefused) {
+  SKIP_WITHOUT_GPU();
+  for (const char* mode : {"flags", "events"}) {
+    Job job = Job::of(2);
+    job.env["LOCKSTEP_GPU_BARRIER"] = mode;
+    auto ends = run_ranks(job, [&](int /*rank*/) {
+      lockstep::State state;
+      cudaStream_t stream = stream_on_own_device(state);
+      CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      try {
+        state.wait_for_everyone(stream);
+        throw std::logic_error("a call on a capturing stream returned");
+      } catch (const lockstep::Error& error) {
+        RANK_CHECK(std::string(error.what()).find("captured into a CUDA graph") !=
+                   std::string::npos);
+      }
+      cudaGraph_t graph = nullptr;
+      CUDA(cudaStreamEndCapture(stream, &graph));
+      if (graph != nullptr) {
+        CUDA(cudaGraphDestroy(graph));
+      }
+      state.wait_for_everyone(stream);
+      CUDA(cudaStreamSynchronize(stream));
+      state.wait_for_everyone();
+    });
+    EXPECT_EQ(failures(ends), "") << mode;
+  }
+}
+
 // A program that never calls the GPU barrier (or device()) never loads the CUDA driver.
 TEST(GpuBarrier, TheHostBarrierAloneNeverLoadsCuda) {
   SKIP_WITHOUT_GPU();

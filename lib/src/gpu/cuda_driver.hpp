@@ -27,6 +27,8 @@ struct Driver {
   CUresult (*stream_create)(CUstream*, unsigned int);
   CUresult (*stream_query)(CUstream);
   CUresult (*stream_get_ctx)(CUstream, CUcontext*);
+  CUresult (*stream_get_id)(CUstream, unsigned long long*);  // NOLINT(google-runtime-int): CUDA's
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*);
   CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
   CUresult (*stream_wait_event)(CUstream, CUevent, unsigned int);
   CUresult (*mem_alloc)(CUdeviceptr*, size_t);

@@ -1,11 +1,15 @@
 #include "gpu/flag_barrier.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <string>
+#include <utility>
 
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
@@ -19,6 +23,9 @@ constexpr std::uint32_t kFlagsReady = 3;  // GpuSlot::ready: this process set fl
 // by another process, this process's deadlines. A dead peer wakes it at once (pidfd). The issue's
 // bound for releasing every stream after a death is 0.5 s; 20 ms costs 50 wake-ups a second.
 constexpr int kWatchMs = 20;
+// How often it looks, while a timed call waits for this process's own stream to reach the
+// barrier, for the moment its deadline starts (which it may then see up to this much late).
+constexpr int kStartMs = 1;
 // Without pidfds (a kernel before 5.3, gVisor, the pids of another namespace): a full liveness
 // check (a /proc read per peer) this often, as the CPU barrier's waiters poll (kPollInterval).
 constexpr auto kFullCheck = kPollInterval;
@@ -35,6 +42,14 @@ void raise_to(std::atomic<std::uint64_t>& word, std::uint64_t target) noexcept {
   std::uint64_t seen = word.load(std::memory_order_relaxed);
   while (cyclic_before(seen, target) &&
          !word.compare_exchange_weak(seen, target, std::memory_order_relaxed)) {
+  }
+}
+
+bool still_runs(pid_t pid, std::uint64_t start_time) noexcept {
+  try {
+    return process_liveness(pid, start_time) == Liveness::alive;
+  } catch (...) {
+    return false;  // an unreadable /proc: the full check decides
   }
 }
 
@@ -95,20 +110,31 @@ const volatile std::uint32_t* FlagBarrier::release_word() const noexcept {
 
 void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
                        const Meet& meet, const char* what) {
+  if (stream_ops_->capturing(stream, what)) {
+    throw Error(capture_refusal(what));
+  }
   if (!set_up_) {
     set_up(meet, what);
   }
   const int me = segment_.my_slot();
+  const std::uint64_t stream_id = stream_ops_->stream_id(stream, what);
+  const bool new_stream = episode_ != 0 && stream_id != last_stream_;
   const std::uint64_t episode = episode_ + 1;
-  for (MemOp& op : ops_) {
+  ops_.front().value = episode_;  // the order after the previous stream (see the class)
+  for (MemOp& op : std::span(ops_).subspan(1)) {
     op.value = episode;
   }
   if (timeout) {
-    std::lock_guard lock(deadlines_mutex_);
-    deadlines_.push_back({episode, Clock::now() + *timeout, *timeout});
+    {
+      std::lock_guard lock(deadlines_mutex_);
+      deadlines_.push_back({episode, *timeout, Clock::time_point::max()});
+    }
+    // The watchdog looks more often until this process's stream arrives (deadline_poll_ms).
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(wake_fd_, &one, sizeof one);
   }
   try {
-    stream_ops_->enqueue(stream, ops_, what);
+    stream_ops_->enqueue(stream, new_stream ? std::span(ops_) : std::span(ops_).subspan(1), what);
   } catch (...) {
     if (timeout) {
       std::lock_guard lock(deadlines_mutex_);
@@ -117,6 +143,7 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
     throw;
   }
   episode_ = episode;
+  last_stream_ = stream_id;
   // seq_cst, with the watchdogs' loss mark (seq_cst) and their reads of `enqueued`: either a
   // watchdog that releases sees this episode, or this process sees the mark and releases.
   segment_.gpu_slot(me).enqueued.store(episode, std::memory_order_seq_cst);
@@ -146,6 +173,7 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
   const int me = segment_.my_slot();
   GpuFlag& flag = segment_.gpu_flag(me);
   ops_.clear();
+  ops_.push_back({MemOp::Kind::wait_at, &flag.passed, 0});
   ops_.push_back({MemOp::Kind::write, &flag.arrived, 0});
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     if (slot != me) {
@@ -157,7 +185,19 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
   if (wake_fd_ < 0) {
     throw_errno(what, "eventfd");
   }
-  watchdog_ = std::thread([this] { watch(); });
+  // The watchdog takes no signal: a Ctrl-C must reach the threads that wait, not this one.
+  sigset_t all;
+  sigset_t before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
+  try {
+    watchdog_ = std::thread([this] { watch(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  pthread_setname_np(watchdog_.native_handle(), "lockstep-gpu");
   set_up_ = true;
 }
 
@@ -168,12 +208,18 @@ void FlagBarrier::watch() noexcept {
   std::vector<pollfd>& fds = watch_fds_;
   std::vector<bool>& gone = gone_;
   fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+  // A pidfd names whichever process had the pid when it was opened: a peer that had already
+  // died, its pid reused, would be watched through a stranger. Checked once by start time.
+  bool stale_pidfd = false;
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     // Relaxed: written before the slot's owner joined, which this process saw complete.
     const pid_t pid = segment_.slot(slot).pid.load(std::memory_order_relaxed);
     if (slot != me) {
       if (int fd = open_pidfd(pid); fd >= 0) {
         fds.push_back({fd, POLLIN, 0});
+        stale_pidfd =
+            stale_pidfd ||
+            !still_runs(pid, segment_.slot(slot).start_time.load(std::memory_order_relaxed));
       }
     }
   }
@@ -182,9 +228,13 @@ void FlagBarrier::watch() noexcept {
   bool failed = false;
   auto last_full_check = Clock::now();
   while (!stop_.load(std::memory_order_seq_cst)) {
-    const int wait_ms = !failed ? kWatchMs : (drained(gone) ? kDrainedMs : kReleaseMs);
-    bool fired = false;
+    const int wait_ms = !failed ? deadline_poll_ms() : (drained(gone) ? kDrainedMs : kReleaseMs);
+    bool fired = std::exchange(stale_pidfd, false);
     if (::poll(fds.data(), fds.size(), wait_ms) > 0) {
+      if (fds[0].revents != 0) {
+        std::uint64_t count = 0;  // a timed call's nudge (or the stop): read, so poll sleeps again
+        [[maybe_unused]] const ssize_t got = ::read(wake_fd_, &count, sizeof count);
+      }
       for (std::size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].fd >= 0 && fds[i].revents != 0) {
           fired = true;  // that peer ended: check_peer below says how
@@ -257,18 +307,48 @@ bool FlagBarrier::broken(std::vector<bool>& gone, bool full_check) noexcept {
   }
 }
 
+int FlagBarrier::deadline_poll_ms() noexcept {
+  std::lock_guard lock(deadlines_mutex_);
+  if (deadlines_.empty()) {
+    return kWatchMs;
+  }
+  if (deadlines_.back().at == Clock::time_point::max()) {
+    return kStartMs;  // a deadline starts when this process's stream arrives: looked for often
+  }
+  auto earliest = Clock::time_point::max();
+  for (const Deadline& deadline : deadlines_) {
+    earliest = std::min(earliest, deadline.at);
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(earliest - Clock::now()).count();
+  return static_cast<int>(std::clamp<std::int64_t>(left, 1, kWatchMs));
+}
+
 bool FlagBarrier::check_deadline() noexcept {
   const int me = segment_.my_slot();
   std::unique_lock lock(deadlines_mutex_);
-  // Acquire: the stream wrote it; nothing else is read through it.
+  // Acquire: the stream wrote them; nothing else is read through them.
   const std::uint64_t passed = segment_.gpu_flag(me).passed.load(std::memory_order_acquire);
+  const std::uint64_t arrived = segment_.gpu_flag(me).arrived.load(std::memory_order_acquire);
   while (!deadlines_.empty() && !cyclic_before(passed, deadlines_.front().episode)) {
     deadlines_.pop_front();
   }
-  if (deadlines_.empty() || Clock::now() < deadlines_.front().at) {
+  const auto now = Clock::now();
+  const Deadline* expired = nullptr;
+  for (Deadline& deadline : deadlines_) {
+    if (deadline.at == Clock::time_point::max()) {
+      if (cyclic_before(arrived, deadline.episode)) {
+        break;  // nor have the later ones: this process's flags grow in episode order
+      }
+      deadline.at = now + deadline.timeout;  // its clock starts: the peers are measured from here
+    }
+    if (now >= deadline.at && expired == nullptr) {
+      expired = &deadline;
+    }
+  }
+  if (expired == nullptr) {
     return false;
   }
-  const Deadline late = deadlines_.front();
+  const Deadline late = *expired;
   lock.unlock();
   Failure failure;
   failure.kind = FailureKind::timeout;
@@ -285,10 +365,12 @@ bool FlagBarrier::check_deadline() noexcept {
   if (failure.missing.empty()) {
     return false;  // every stream arrived a moment ago: this one passes next
   }
-  failure.message =
-      "the GPU streams of process" + std::string(failure.missing.size() > 1 ? "es " : " ") + names +
-      " had not reached its stream barrier " + std::to_string(late.episode) + " within " +
-      std::to_string(late.timeout.count()) + " ms; every stream of the node was released";
+  failure.message = "the GPU streams of process" +
+                    std::string(failure.missing.size() > 1 ? "es " : " ") + names +
+                    " had not reached its stream barrier " + std::to_string(late.episode) +
+                    " within " + std::to_string(late.timeout.count()) + " ms of process " +
+                    std::to_string(segment_.slot(me).rank.load(std::memory_order_relaxed)) +
+                    "'s stream reaching it; every stream of the node was released";
   segment_.record_failure(failure);
   return true;
 }

@@ -48,6 +48,13 @@ class StreamOps {
   // Enqueues `ops` on `stream`, in order, after the stream's earlier work; returns without
   // waiting for any of them. Throws Error when the stream refuses them.
   virtual void enqueue(CUstream_st* stream, std::span<const MemOp> ops, const char* what) = 0;
+  // Whether `stream` is being captured into a CUDA graph (a barrier there is refused: each replay
+  // would repeat one episode's values). Throws Error when the stream cannot be asked.
+  [[nodiscard]] virtual bool capturing(CUstream_st* stream, const char* what) = 0;
+  // What tells `stream` apart from every other stream of the process while the process lives
+  // (CUDA's stream id: a handle's address may be reused). Throws Error when the stream belongs to
+  // another device than the area was mapped for (one device per process).
+  [[nodiscard]] virtual std::uint64_t stream_id(CUstream_st* stream, const char* what) = 0;
   // The address a kernel uses for `word` of the area; null when there is none.
   [[nodiscard]] virtual const volatile std::uint32_t* device_address(
       const std::atomic<std::uint32_t>* word) const noexcept = 0;
@@ -59,11 +66,17 @@ class StreamOps {
 // (it waits for the peer's write of the same episode), and flags only grow, so a wait never
 // sees a value of another episode that would let it pass early.
 //
+// Flags grow whatever streams a process uses: a call on another stream than the previous call's
+// first makes its stream wait until the process's `passed` is at least e - 1 (the previous
+// stream passed its episode), so the new stream's writes of e follow the old one's of e - 1. A
+// call on the same stream as the previous one pays nothing for this (a stream is ordered).
+//
 // The watchdog (a thread per process, started by the first call) releases every stream when
 // the job is broken: a peer died (pidfd) or left, a loss was recorded in the segment (by another
 // watchdog, a CPU waiter or the node's leader), or this process's timed call was not passed by
-// its stream before the deadline (it then records a TimeoutError naming the processes whose
-// streams had not arrived). Releasing: GpuAreaHeader::released := 1, then every process's
+// its stream within its timeout of the moment its own stream reached the barrier (it then records
+// a TimeoutError naming the processes whose streams had not arrived; this process's own backlog
+// never counts). Releasing: GpuAreaHeader::released := 1, then every process's
 // `arrived` is raised (with CAS, never lowered cyclically) to the highest episode any process
 // has enqueued plus 2^62. A live stream may still write its own smaller episode over that
 // afterwards, so the watchdog raises again every millisecond until every live process's stream
@@ -92,14 +105,17 @@ class FlagBarrier final : public StreamBarrier {
   using Clock = std::chrono::steady_clock;
   struct Deadline {
     std::uint64_t episode;
+    std::chrono::milliseconds timeout;
+    // timeout after the watchdog saw this process's stream arrive at the episode; max() before.
     Clock::time_point at;
-    std::chrono::milliseconds timeout;  // as the call gave it, for the message
   };
   void set_up(const Meet& meet, const char* what);
   void watch() noexcept;
   // One look at the job; true once it is broken (and the streams must be released).
   bool broken(std::vector<bool>& gone, bool full_check) noexcept;
   bool check_deadline() noexcept;
+  // How long the watchdog may sleep before check_deadline must look again.
+  [[nodiscard]] int deadline_poll_ms() noexcept;
   void release_streams() noexcept;
   [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
   void stop_watchdog() noexcept;
@@ -108,7 +124,10 @@ class FlagBarrier final : public StreamBarrier {
   std::unique_ptr<StreamOps> stream_ops_;
   bool set_up_ = false;
   std::uint64_t episode_ = 0;
-  std::vector<MemOp> ops_;  // an episode's operations (made by set_up; wait sets the episode)
+  std::uint64_t last_stream_ = 0;  // StreamOps::stream_id of the previous call's stream
+  // An episode's operations (made by set_up; wait sets the episode). The first one orders a new
+  // stream after the previous call's (see above); a call on the previous stream skips it.
+  std::vector<MemOp> ops_;
   std::mutex deadlines_mutex_;
   std::deque<Deadline> deadlines_;  // this process's timed calls not yet passed, oldest first
   // The watchdog thread's own state (see watch()).

@@ -37,4 +37,11 @@ std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
                        "for every process)");
 }
 
+std::string capture_refusal(const char* what) {
+  return std::string(what) +
+         ": the stream is being captured into a CUDA graph; a stream barrier cannot be captured "
+         "(each replay of the graph would repeat one episode and let the streams pass without "
+         "their peers): call it before cudaStreamBeginCapture or after cudaStreamEndCapture";
+}
+
 }  // namespace lockstep::detail

@@ -68,6 +68,10 @@ void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make);
 // GpuSlot::ready is `ready`).
 std::string peer_form_error(const char* what, int rank, std::uint32_t ready);
 
+// "<what>: the stream is being captured into a CUDA graph ...": why a stream barrier refuses a
+// capturing stream (a graph would replay one episode's values and let streams pass early).
+std::string capture_refusal(const char* what);
+
 // The CUDA barrier of mode config.gpu_barrier (stream_barrier_cuda.cpp), or ConfigError in a
 // build without CUDA (stream_barrier_none.cpp).
 std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,

@@ -16,8 +16,14 @@ namespace {
 static_assert(sizeof(CUipcEventHandle) == kIpcHandle, "GpuSlot holds CUDA's handles");
 
 constexpr std::uint32_t kEventsReady = 1;  // GpuSlot::ready: this process set events mode up
-// cuStreamBatchMemOp takes at most this many operations a call (CUDA documents 256).
-constexpr std::size_t kMaxBatch = 256;
+// cuStreamBatchMemOp takes fewer than 256 operations a call (its documented limit).
+constexpr std::size_t kMaxBatch = 255;
+
+bool is_capturing(const cuda::Driver& cuda, CUstream_st* stream, const char* what) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuda::check(cuda, cuda.stream_is_capturing(stream, &status), what, "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;  // active, or invalidated and not yet ended
+}
 
 // Flags mode's streams: CUDA's stream memory operations on the registered GPU area.
 class CudaStreamOps final : public StreamOps {
@@ -53,6 +59,33 @@ class CudaStreamOps final : public StreamOps {
                 "cuMemHostGetDevicePointer");
     host_base_ = static_cast<unsigned char*>(area);
     device_base_ = base;
+    device_ = device;
+    cuda::check(cuda_, cuda_.ctx_get_current(&context_), what, "cuCtxGetCurrent");
+  }
+
+  bool capturing(CUstream_st* stream, const char* what) override {
+    return is_capturing(cuda_, stream, what);
+  }
+
+  std::uint64_t stream_id(CUstream_st* stream, const char* what) override {
+    unsigned long long id = 0;  // NOLINT(google-runtime-int): CUDA's type
+    cuda::check(cuda_, cuda_.stream_get_id(stream, &id), what, "cuStreamGetId");
+    if (id != checked_id_) {
+      // A stream not seen last time: the area is mapped for the first call's context alone.
+      CUcontext context = nullptr;
+      cuda::check(cuda_, cuda_.stream_get_ctx(stream, &context), what, "cuStreamGetCtx");
+      if (context != context_) {
+        throw Error(std::string(what) +
+                    ": the stream belongs to another CUDA context than this process's first "
+                    "GPU barrier (device " +
+                    std::to_string(device_) +
+                    "); a process's stream barriers use one device: run one process per GPU, "
+                    "or pass streams of device " +
+                    std::to_string(device_));
+      }
+      checked_id_ = id;
+    }
+    return id;
   }
 
   void enqueue(CUstream_st* stream, std::span<const MemOp> ops, const char* what) override {
@@ -94,6 +127,9 @@ class CudaStreamOps final : public StreamOps {
   }
 
   const cuda::Driver& cuda_;
+  CUcontext context_ = nullptr;  // the context the area was mapped in (map's caller's)
+  CUdevice device_ = -1;
+  unsigned long long checked_id_ = ~0ULL;  // NOLINT(google-runtime-int): the last stream checked
   unsigned char* host_base_ = nullptr;
   CUdeviceptr device_base_ = 0;
   unsigned int wait_flags_ = 0;
@@ -110,6 +146,9 @@ class IpcEventBarrier final : public StreamBarrier {
 
   void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout, const Meet& meet,
             const char* what) override {
+    if (is_capturing(cuda_, stream, what)) {
+      throw Error(capture_refusal(what));
+    }
     if (!set_up_) {
       set_up(meet, what);
     }

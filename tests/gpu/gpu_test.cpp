@@ -265,6 +265,59 @@ TEST(GpuBarrier, AKilledPeerNeverLeavesAStreamHung) {
   EXPECT_EQ(failures(ends, 1), "");
 }
 
+// Events mode's hole, measured: rank 1 calls the stream barrier with its stream 1 s behind, so
+// its host meets the others at once, then dies (SIGKILL) before its stream reaches its event
+// record. The survivors' streams wait on rank 1's interprocess event; what CUDA does then is
+// not documented. The test prints what happened and fails if a survivor's stream is still
+// waiting 5 s after the death (the promise that a dead peer never leaves a stream hung).
+TEST(GpuBarrier, EventsAPeerKilledBeforeItsStreamRecorded) {
+  SKIP_WITHOUT_GPU();
+  constexpr int kN = 3;
+  auto* killed_at = shared_array<std::atomic<double>>(1);
+  auto* called = shared_array<std::atomic<int>>(1);
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "events";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    cudaStream_t stream = stream_on_own_device(state);
+    for (int i = 0; i < 10; ++i) {
+      state.wait_for_everyone(stream);
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    state.wait_for_everyone();
+    if (rank == 1) {
+      static int one_second = 1000;
+      CUDA(cudaLaunchHostFunc(stream, sleep_on_gpu, &one_second));
+      state.wait_for_everyone(stream);  // the host meet passes; the record is still queued
+      while (called->load() < kN - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      killed_at->store(seconds_now());
+      ::raise(SIGKILL);
+    }
+    state.wait_for_everyone(stream);
+    called->fetch_add(1);
+    const auto limit = Clock::now() + std::chrono::seconds(8);
+    cudaError_t status = cudaErrorNotReady;
+    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const double after = seconds_now() - killed_at->load();
+    std::printf("rank %d (events mode): %s %.2f s after the death (%s)\n", rank,
+                status == cudaErrorNotReady ? "stream STILL WAITING" : "stream finished", after,
+                cudaGetErrorName(status));
+    std::fflush(stdout);
+    RANK_CHECK(status != cudaErrorNotReady);
+    try {
+      state.wait_for_everyone();
+      throw std::logic_error("the host barrier after the death returned");
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 1);
+    }
+  });
+  EXPECT_EQ(failures(ends, 1), "");
+}
+
 // A timed stream barrier on the real GPU: rank 1's stream sleeps 2 s before its barrier, the
 // others give up after 100 ms, every stream is released, and every next call names rank 1.
 TEST(GpuBarrier, ATimedStreamBarrierReleasesTheStreams) {

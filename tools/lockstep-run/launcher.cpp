@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -33,6 +34,13 @@
 namespace lockstep::run {
 
 namespace {
+
+// "5", "0.5": seconds as the user gave them (the stream's shortest form, as CLI11 shows them).
+std::string seconds_text(double seconds) {
+  std::ostringstream text;
+  text << seconds;
+  return text.str();
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) {
@@ -425,7 +433,7 @@ void Launcher::supervise(int signals) {
       report_joining();
     }
     if (kill_at_ && Clock::now() >= *kill_at_ && any_running()) {
-      say("grace period of " + CLI::detail::to_string(options_.grace_period) +
+      say("grace period of " + seconds_text(options_.grace_period) +
           " s over; killing the remaining ranks");
       stop_all(SIGKILL);
       kill_at_.reset();
@@ -456,7 +464,7 @@ void Launcher::finish_groups() {
       return;
     }
     if (Clock::now() >= until) {
-      say("grace period of " + CLI::detail::to_string(options_.grace_period) +
+      say("grace period of " + seconds_text(options_.grace_period) +
           " s over; killing what the ranks left running (their process groups)");
       for (pid_t group : lingering) {
         ::kill(-group, SIGKILL);

@@ -171,7 +171,7 @@ std::string launched_job_id(const Options& options) {
 
 // The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
 // spellings too).
-void add_flags(CLI::App& app, Options& options, bool& cleanup) {
+static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
   app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_text,
                  "Processes to start on this node: a number (1-4096), gpu (one per CUDA device "
@@ -277,7 +277,7 @@ std::optional<std::string> torchrun_flag(const std::string& arg) {
 
 // torchrun's habits (see Options): the program as Python runs it, and --standalone's port. An
 // exit status when the flags contradict each other.
-std::optional<int> as_torchrun_would(const CLI::App& app, Options& options) {
+static std::optional<int> as_torchrun_would(const CLI::App& app, Options& options) {
   if (options.module && options.no_python) {
     say("-m runs a Python module and --no-python runs no Python: give one of them");
     return 2;
@@ -306,7 +306,7 @@ std::optional<int> as_torchrun_would(const CLI::App& app, Options& options) {
 }
 
 // Refuses options that parse but do not make a job: the exit status (2), having said why.
-std::optional<int> check_options(const CLI::App& app, Options& options) {
+static std::optional<int> check_options(const CLI::App& app, Options& options) {
   if (options.command.empty()) {
     say("no program given (usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...])");
     return 2;
@@ -361,6 +361,61 @@ std::optional<int> check_options(const CLI::App& app, Options& options) {
     }
   }
   return std::nullopt;
+}
+
+std::optional<int> read_command_line(int argc, char** argv, Options& options, bool& cleanup) {
+  CLI::App app{
+      "lockstep-run: start a program as a lockstep job of N processes on this machine.\n"
+      "Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,\n"
+      "GROUP_RANK, MASTER_ADDR, MASTER_PORT) and a job identity of its own (LOCKSTEP_JOB_ID).\n"
+      "A job of several nodes runs one lockstep-run per node, each with the same --nnodes,\n"
+      "--master-addr, --master-port and --job-id, and its own --node-rank.\n"
+      "When a process fails, the others are stopped (SIGTERM, then SIGKILL after the grace\n"
+      "period) and lockstep-run exits with the failed process's status.",
+      "lockstep-run"};
+  add_flags(app, options, cleanup);
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForVersion& version) {
+    return app.exit(version);
+  } catch (const CLI::ParseError& error) {
+    // CLI11's own words, as one line of ours.
+    std::string what = error.what();
+    if (auto torchrun = torchrun_flag(
+            what.substr(what.find("--") == std::string::npos ? 0 : what.find("--")))) {
+      say(*torchrun);
+    } else {
+      say(what + " (see lockstep-run --help)");
+    }
+    return 2;
+  }
+  options.command = app.remaining();
+  if (cleanup) {
+    if (!options.command.empty()) {
+      say("--cleanup runs no program: remove '" + options.command.front() + "'");
+      return 2;
+    }
+    return std::nullopt;
+  }
+  if (!options.command.empty() && options.command.front() == "--") {
+    options.command.erase(options.command.begin());
+  } else if (!options.command.empty() && options.command.front().size() > 1 &&
+             options.command.front()[0] == '-') {
+    const std::string& flag = options.command.front();
+    if (auto torchrun = torchrun_flag(flag)) {
+      say(flag + ": " + *torchrun);
+    } else {
+      say("unknown option '" + flag + "' (see lockstep-run --help)");
+    }
+    return 2;
+  }
+  if (auto refused = as_torchrun_would(app, options)) {
+    return refused;
+  }
+  return check_options(app, options);
 }
 
 }  // namespace lockstep::run

@@ -2,7 +2,6 @@
 // and habits) and resolved into a job (sizes, logs, placement), and what is refused.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,18 +52,13 @@ std::optional<int> number_in(const std::string& text, int low, int high);
 // job id, when none is given, is 24 characters).
 std::string launched_job_id(const Options& options);
 
-// The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
-// spellings too).
-void add_flags(CLI::App& app, Options& options, bool& cleanup);
-
 // torchrun's flags that lockstep-run does not have, and what to do instead.
 std::optional<std::string> torchrun_flag(const std::string& arg);
 
-// torchrun's habits (see Options): the program as Python runs it, and --standalone's port. An
-// exit status when the flags contradict each other.
-std::optional<int> as_torchrun_would(const CLI::App& app, Options& options);
-
-// Refuses options that parse but do not make a job: the exit status (2), having said why.
-std::optional<int> check_options(const CLI::App& app, Options& options);
+// Reads the command line into `options`, as torchrun names the flags where it has them, and
+// with torchrun's habits (see Options): an exit status when lockstep-run ends here (--help,
+// --version, a flag refused or contradicted, no program; having said why), else none. Sets
+// `cleanup` for --cleanup (with no program). CLI11 is compiled in options.cpp alone.
+std::optional<int> read_command_line(int argc, char** argv, Options& options, bool& cleanup);
 
 }  // namespace lockstep::run

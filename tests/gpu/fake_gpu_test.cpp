@@ -202,6 +202,23 @@ void episode(lockstep::State& state, FakeStream& stream, Shared* shared, int ran
   });
 }
 
+// In a rank, after a timed stream barrier timed out waiting for rank 2's stream: once the release
+// is recorded, the next call throws TimeoutError naming rank 2 alone, with `phrase` in its
+// message, and the stream is not left hung.
+void expect_timeout_of_rank_2(lockstep::State& state, FakeStream& stream, const char* phrase) {
+  while (!state.gpu_barrier_released()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  try {
+    state.wait_for_everyone(stream.handle());
+    throw std::logic_error("the call after the timeout returned");
+  } catch (const lockstep::TimeoutError& error) {
+    RANK_CHECK(error.missing() == std::vector<int>{2});
+    RANK_CHECK(lockstep::testing::contains(error.what(), phrase));
+  }
+  RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+}
+
 TEST(FakeGpu, NoStreamPassesBeforeEveryStreamArrived) {
   // More processes than cores, each with a host thread and a stream thread.
   const int n = static_cast<int>(std::thread::hardware_concurrency()) * 2 + 1;
@@ -394,17 +411,7 @@ TEST(FakeGpu, ATimedOutStreamBarrierReleasesAndNamesTheLateProcess) {
       }
     }
     // Every process learns of it (rank 2 too, once the release is recorded).
-    while (!state.gpu_barrier_released()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    try {
-      state.wait_for_everyone(stream.handle());
-      throw std::logic_error("the call after the timeout returned");
-    } catch (const lockstep::TimeoutError& error) {
-      RANK_CHECK(error.missing() == std::vector<int>{2});
-      RANK_CHECK(lockstep::testing::contains(error.what(), "had not reached"));
-    }
-    RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+    expect_timeout_of_rank_2(state, stream, "had not reached");
   });
   EXPECT_EQ(failures(ends), "");
 }
@@ -510,17 +517,7 @@ TEST(FakeGpu, ATimedCallMeasuresThePeersNotItsOwnBacklog) {
                                " s after the call (own stream busy 0.3 s, timeout 0.1 s)");
       }
     }
-    while (!state.gpu_barrier_released()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    try {
-      state.wait_for_everyone(stream.handle());
-      throw std::logic_error("the call after the timeout returned");
-    } catch (const lockstep::TimeoutError& error) {
-      RANK_CHECK(error.missing() == std::vector<int>{2});
-      RANK_CHECK(lockstep::testing::contains(error.what(), "of process 0's stream reaching it"));
-    }
-    RANK_CHECK(stream.synchronize(std::chrono::seconds(5)));
+    expect_timeout_of_rank_2(state, stream, "of process 0's stream reaching it");
   });
   EXPECT_EQ(failures(ends), "");
 }

@@ -212,6 +212,17 @@ double seconds_now() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
+// Waits up to `limit` for `stream` to finish without blocking in CUDA: cudaErrorNotReady if it
+// has not by then.
+cudaError_t finish(cudaStream_t stream, std::chrono::seconds limit) {
+  const auto until = Clock::now() + limit;
+  cudaError_t status = cudaErrorNotReady;
+  while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return status;
+}
+
 // Flags mode on the real GPU: rank 1 is killed (SIGKILL) while the others' streams wait for it
 // in a stream barrier. Their streams must finish (within 0.5 s of the death), and their next
 // call must throw PeerLostError naming rank 1.
@@ -242,11 +253,7 @@ TEST(GpuBarrier, AKilledPeerNeverLeavesAStreamHung) {
     state.wait_for_everyone(stream);
     CUDA(cudaLaunchHostFunc(stream, record_time, &passed_at[rank]));
     called->fetch_add(1);
-    const auto limit = Clock::now() + std::chrono::seconds(10);
-    cudaError_t status = cudaErrorNotReady;
-    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < limit) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const cudaError_t status = finish(stream, std::chrono::seconds(10));
     RANK_CHECK(status == cudaSuccess);  // not hung, and no CUDA error
     const double after = passed_at[rank].load() - killed_at->load();
     if (after > 0.5) {
@@ -297,11 +304,7 @@ TEST(GpuBarrier, EventsAPeerKilledBeforeItsStreamRecorded) {
     }
     state.wait_for_everyone(stream);
     called->fetch_add(1);
-    const auto limit = Clock::now() + std::chrono::seconds(8);
-    cudaError_t status = cudaErrorNotReady;
-    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < limit) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    const cudaError_t status = finish(stream, std::chrono::seconds(8));
     const double after = seconds_now() - killed_at->load();
     std::printf("rank %d (events mode): %s %.2f s after the death (%s)\n", rank,
                 status == cudaErrorNotReady ? "stream STILL WAITING" : "stream finished", after,

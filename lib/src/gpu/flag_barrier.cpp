@@ -13,6 +13,7 @@
 
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
+#include "engine/segment.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {

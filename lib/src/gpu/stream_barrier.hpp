@@ -7,13 +7,12 @@
 #include <optional>
 #include <string>
 
-#include "engine/segment.hpp"
-#include "job/job_config.hpp"
-
 struct CUstream_st;  // CUDA's stream (cudaStream_t and CUstream are CUstream_st*)
 
 namespace lockstep::detail {
 
+class NodeSegment;  // engine/segment.hpp
+struct JobConfig;   // job/job_config.hpp
 class StreamOps;
 
 // Orders GPU work across the node's processes. Two modes (LOCKSTEP_GPU_BARRIER):

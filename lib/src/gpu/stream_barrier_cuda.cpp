@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/segment.hpp"
 #include "gpu/cuda_driver.hpp"
 #include "gpu/flag_barrier.hpp"
 #include "gpu/stream_barrier.hpp"
+#include "job/job_config.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {

@@ -54,7 +54,7 @@ FutexResult futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t exp
     return FutexResult::timed_out;
   }
   // Untimed when it may be: a timed FUTEX_WAIT costs an episode of a loaded machine's barrier
-  // 12-15% more than an untimed one (docs/performance.md, "What a sleep costs").
+  // 12-15% more than an untimed one (docs/performance-history.md, "What a sleep costs").
   timespec relative{};
   const bool untimed = timeout == std::chrono::nanoseconds::max();
   relative.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);

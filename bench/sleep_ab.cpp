@@ -43,13 +43,13 @@
 // overheads and the tails (with each variant's largest 10% of episodes, for pooling passes). Last,
 // for the adaptive variant, each rank's waiter counts: waits that began with the machine seen
 // loaded, load samples, turns to loaded and to idle, yields, sleeps, loaded spins and how many of
-// them caught the peer (docs/performance-history.md, "What a load sample sees"). With --wakes, every rank
-// reads the clock as it arrives and as it returns, and each variant's wake-up order is printed: the
-// time from an episode's last arrival to the first, second, ... last rank's return (median and p90
-// over the variant's episodes), which tells a slow wake-up chain from a slow path around the sleep
-// (the same two clock reads per rank and episode in every variant); a variant that let a rank
-// return before its episode's last arrival fails the run. Run it beside the load to study
-// (tools/bench-report's loads; docs/performance-history.md, "What a sleep costs").
+// them caught the peer (docs/performance-history.md, "What a load sample sees"). With --wakes,
+// every rank reads the clock as it arrives and as it returns, and each variant's wake-up order is
+// printed: the time from an episode's last arrival to the first, second, ... last rank's return
+// (median and p90 over the variant's episodes), which tells a slow wake-up chain from a slow path
+// around the sleep (the same two clock reads per rank and episode in every variant); a variant that
+// let a rank return before its episode's last arrival fails the run. Run it beside the load to
+// study (tools/bench-report's loads; docs/performance-history.md, "What a sleep costs").
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -557,9 +557,9 @@ TEST(Waiter, OnlyAWaitThatSleepsAtOnceWithoutADeadlineReadsTheCoarseClock) {
 }
 
 // After a sleep the clock is read only where the time serves: a read there cost 1-2% of a
-// loaded machine's episode (bench/sleep-ab, docs/performance-history.md, "What a sleep costs"). A wait
-// that learns from its length (adaptive, idle: SpinShrinksWhenPeersAreLateByMilliseconds) or goes
-// on sleeping still reads it.
+// loaded machine's episode (bench/sleep-ab, docs/performance-history.md, "What a sleep costs"). A
+// wait that learns from its length (adaptive, idle: SpinShrinksWhenPeersAreLateByMilliseconds) or
+// goes on sleeping still reads it.
 TEST(Waiter, AWaitThatEndsAtItsFirstWakeReadsTheClockOnlyBeforeItsSleep) {
   FakeMachine machine;
   Waiter block(WaitPolicy::block, {2, 2, false}, machine);

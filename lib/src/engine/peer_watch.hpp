@@ -4,9 +4,9 @@
 // A process asleep in the node barrier must notice a peer that dies without arriving. Polling
 // for it (a futex wait with a timeout, then a look at the peers' pids) costs every sleep: on a
 // loaded machine a timed FUTEX_WAIT made episodes 12-15% slower than an untimed one, and an
-// untimed futex_waitv on the peers' words 6-64% (docs/performance-history.md, "What a sleep costs").
-// Instead each process holds a pidfd of every other process of its node, and a thread polls
-// them. When one becomes readable (its process exited, or became a zombie), the thread raises
+// untimed futex_waitv on the peers' words 6-64% (docs/performance-history.md, "What a sleep
+// costs"). Instead each process holds a pidfd of every other process of its node, and a thread
+// polls them. When one becomes readable (its process exited, or became a zombie), the thread raises
 // this process's alarm and wakes the node's sleepers (NodeSegment::wake_waiters); from then on
 // this process's waits poll again, as they always did. Until then the thread also wakes an
 // untimed sleeper of this process whose stall line is due (see wake_me_at), a few times per

@@ -125,10 +125,10 @@ inline constexpr int kSpinsPerClockRead = 64;
 // other (12-15 us). With 6 us against 1 us, `lockstep-bench -n 2 -f adaptive -i 300000` beside one,
 // two and four busy loops, three runs each alternating: 8.3-8.8 against 11.4-11.9 us, 2.1-9.3
 // against 11.9-17.0, 5.5-12.2 against 24.6-37.1. The paired runs, which sleep every episode, and
-// the training-like loop did not move (docs/performance-history.md, "Where the loaded spin's cost goes").
-// Those 6 us followed the 64 quick polls (about 1.6 us); since a loaded wait makes one poll only
-// (Waiter::wait), the spin runs 8 us from its first clock read, the same reach: beside two busy
-// loops at N=2, BM_LockstepAdaptive/ranks:2 at 6 us against 8 us, 16 runs alternating, had
+// the training-like loop did not move (docs/performance-history.md, "Where the loaded spin's cost
+// goes"). Those 6 us followed the 64 quick polls (about 1.6 us); since a loaded wait makes one poll
+// only (Waiter::wait), the spin runs 8 us from its first clock read, the same reach: beside two
+// busy loops at N=2, BM_LockstepAdaptive/ranks:2 at 6 us against 8 us, 16 runs alternating, had
 // medians 4.71 and 3.42 us (8 us faster in 12 of 16), beside one busy loop 11.9 and 11.2, beside
 // one busy loop and two bursty processes 20.5 and 19.7; the training-like loop (sleep-ab --compute
 // 50) did not move (2026-12-02). Longer costs more where it misses: in the training-like loop with
@@ -245,8 +245,8 @@ class Waiter {
   // this one reads is written there. So a node reads about one sample per period, not one per
   // process: each read costs 1.5-5 us of a CPU that a late peer may be waiting for, and at N=4
   // and 8 beside a busy loop on 2 vCPUs the samples cost the episodes' p99 2-6%
-  // (docs/performance-history.md, "Sharing the load samples"). A sample taken at once (a lost CPU) is
-  // always read.
+  // (docs/performance-history.md, "Sharing the load samples"). A sample taken at once (a lost CPU)
+  // is always read.
   void share_samples(std::atomic<std::uint64_t>* word) noexcept { shared_ = word; }
 
   // Waits until `site.done()`, or until `deadline` passes (then End::timed_out, after a last

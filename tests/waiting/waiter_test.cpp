@@ -781,7 +781,9 @@ TEST(SystemSignals, SeeBusyProcesses) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-      for (;;) {
+      // A loop with no side effect may be assumed to end ([intro.progress]): clang removed it,
+      // and the children ran on into the test's own code. The volatile counter keeps it.
+      for (volatile unsigned long spins = 0;; spins = spins + 1) {
       }
     }
     ASSERT_GT(pid, 0);

@@ -430,7 +430,7 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
   if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {
     area.size = data.size();
     area.status = data.size() > kMaxBroadcast ? 1 : 0;
-    if (area.status == 0) {
+    if (area.status == 0 && !data.empty()) {  // an empty span's data() may be null
       std::memcpy(area.data, data.data(), data.size());
     }
   }
@@ -458,7 +458,9 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
                       "0) for a broadcast across machines; this job places it elsewhere");
   }
   std::vector<std::byte> out(area.size);
-  std::memcpy(out.data(), area.data, out.size());
+  if (!out.empty()) {  // an empty vector's data() may be null, which memcpy may not take
+    std::memcpy(out.data(), area.data, out.size());
+  }
   arrive(std::nullopt, what);
   return out;
 }

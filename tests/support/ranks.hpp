@@ -13,6 +13,23 @@
 
 #include "job/launch_env.hpp"  // free_port
 
+// Whether this build has AddressSanitizer or ThreadSanitizer, whichever compiler: GCC defines
+// __SANITIZE_ADDRESS__ and __SANITIZE_THREAD__, clang answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define LOCKSTEP_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LOCKSTEP_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define LOCKSTEP_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LOCKSTEP_TEST_TSAN 1
+#endif
+#endif
+
 namespace lockstep::testing {
 
 // Throws (in a child rank) when `condition` is false; the rank then exits 1 naming the line.

@@ -782,8 +782,9 @@ TEST(SystemSignals, SeeBusyProcesses) {
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
       // A loop with no side effect may be assumed to end ([intro.progress]): clang removed it,
-      // and the children ran on into the test's own code. The volatile counter keeps it.
-      for (volatile unsigned long spins = 0;; spins = spins + 1) {
+      // and the children ran on into the test's own code. Reading a volatile is a side effect.
+      volatile bool spinning = true;
+      while (spinning) {
       }
     }
     ASSERT_GT(pid, 0);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/proc.hpp"  // lib/src: usable_cpus
 #include "families.hpp"
 #include "ranks.hpp"
 
@@ -110,12 +111,6 @@ std::vector<FamilyName> parse_families(const std::string& text) {
   return chosen;
 }
 
-int usable_cpus() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  return ::sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
-}
-
 // Runs one cell: `nproc` processes of `family`; nullopt if a rank failed.
 template <class Family>
 std::optional<Row> measure(Family& family, int nproc, const Options& options) {
@@ -172,7 +167,7 @@ std::string first_line_after(const char* path, const std::string& prefix) {
 }
 
 struct Machine {
-  int cpus = usable_cpus();
+  int cpus = lockstep::detail::usable_cpus();
   std::string model = first_line_after("/proc/cpuinfo", "model name");
   std::string kernel;
   std::string load;

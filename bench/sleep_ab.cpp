@@ -73,6 +73,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/proc.hpp"  // lib/src: usable_cpus
 #include "base/text.hpp"  // lib/src: parse_integer
 #include "families.hpp"
 #include "job/job_config.hpp"      // lib/src: read_job_config

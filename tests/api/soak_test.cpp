@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "base/proc.hpp"  // usable_cpus
 #include "ranks.hpp"
-#include "waiting/waiter.hpp"
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/proc.hpp"
 #include "base/text.hpp"
 #include "gpu/devices.hpp"
 #include "job/job_config.hpp"
@@ -17,7 +18,6 @@
 #include "lockstep/wait_policy.hpp"
 #include "output.hpp"
 #include "placement.hpp"
-#include "waiting/waiter.hpp"
 
 namespace lockstep::run {
 

@@ -15,7 +15,6 @@
 #include "base/text.hpp"
 #include "gpu/devices.hpp"
 #include "output.hpp"
-#include "waiting/waiter.hpp"
 
 namespace lockstep::run {
 

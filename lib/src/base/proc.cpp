@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -151,6 +152,16 @@ std::uint64_t pid_namespace() {
     return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
   }();
   return inode;
+}
+
+int usable_cpus() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
+    return 1;
+  }
+  const int count = CPU_COUNT(&set);
+  return count > 0 ? count : 1;
 }
 
 std::string error_text(int error_number) {

@@ -32,6 +32,9 @@ std::optional<pid_t> flock_holder(ino_t inode);
 // times mean something only within one namespace.
 std::uint64_t pid_namespace();
 
+// CPUs this process may run on (its affinity mask), at least 1.
+int usable_cpus() noexcept;
+
 // strerror for `error_number`, thread-safe.
 std::string error_text(int error_number);
 

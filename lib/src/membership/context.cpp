@@ -13,8 +13,8 @@
 #include "base/fault_points.hpp"
 #include "base/little_endian.hpp"
 #include "base/log.hpp"
+#include "base/proc.hpp"
 #include "lockstep/error.hpp"
-#include "lockstep/state.hpp"
 
 #ifndef LOCKSTEP_DEFAULT_WAIT_POLICY
 #define LOCKSTEP_DEFAULT_WAIT_POLICY adaptive

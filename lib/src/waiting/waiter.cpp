@@ -145,16 +145,6 @@ WaitSignals& system_signals() noexcept {
   return *signals;
 }
 
-int usable_cpus() noexcept {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
-    return 1;
-  }
-  const int count = CPU_COUNT(&set);
-  return count > 0 ? count : 1;
-}
-
 WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
                       nanoseconds learned_spin) noexcept {
   switch (policy) {

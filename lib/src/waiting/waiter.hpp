@@ -75,9 +75,6 @@ class WaitSignals {
 // sched_yield.
 WaitSignals& system_signals() noexcept;
 
-// CPUs this process may run on (its affinity mask), at least 1.
-int usable_cpus() noexcept;
-
 // Interrupting waits (lockstep_set_interrupt_fd): while the descriptor set here (-1: none) is
 // readable, every wait of the process gives up (a signal handler's self-pipe, such as Python's
 // signal.set_wakeup_fd: a signal that arrives while a wait sleeps ends the sleep with EINTR,

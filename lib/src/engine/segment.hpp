@@ -15,7 +15,6 @@
 #include "base/failure_record.hpp"
 #include "base/text.hpp"
 #include "engine/layout.hpp"
-#include "job/job_config.hpp"
 
 namespace lockstep::detail {
 
@@ -51,6 +50,24 @@ std::optional<std::vector<int>> joined_ranks(const std::string& name);
 // sweep, so that killed jobs (a launcher killed with SIGKILL) leave nothing behind for long.
 std::vector<std::string> sweep_abandoned_segments(bool other_versions = false);
 
+struct JobConfig;  // job/job_config.hpp
+
+// What joining its node's segment takes of a process and its job: JobConfig's fields of the
+// same names, no more.
+struct NodeMember {
+  std::string identity;
+  std::uint64_t launch = 0;  // LOCKSTEP_LAUNCH_ID; 0: none
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = -1;  // -1: not given; the node's processes elect it when they join
+  int local_size = 1;
+  int node_index = 0;
+  int num_nodes = 1;
+  std::chrono::milliseconds join_timeout{300'000};
+
+  static NodeMember of(const JobConfig& config);
+};
+
 // A peer found gone: which slot, and a sentence on how.
 struct LostPeer {
   int slot;
@@ -65,7 +82,7 @@ struct LostPeer {
 // unlinks the segment.
 class NodeSegment {
  public:
-  static std::unique_ptr<NodeSegment> join(const JobConfig& config);
+  static std::unique_ptr<NodeSegment> join(const NodeMember& member);
   ~NodeSegment();
   NodeSegment(const NodeSegment&) = delete;
   NodeSegment& operator=(const NodeSegment&) = delete;
@@ -132,24 +149,24 @@ class NodeSegment {
   NodeSegment() = default;
   // join()'s steps. attach: opens or creates the segment under its lock (replacing an ended
   // job's, laying out a new one) and claims a slot; false when it must start again.
-  bool attach(const JobConfig& config, Clock::time_point deadline);
+  bool attach(const NodeMember& member, Clock::time_point deadline);
   SegmentHeader* lay_out(boost::interprocess::shared_memory_object& shm, int fd,
-                         const JobConfig& config,
+                         const NodeMember& member,
                          std::optional<boost::interprocess::mapped_region>& region) const;
   // The laid-out segment, checked as this job's and joinable; null when it was removed.
   SegmentHeader* open_laid_out(boost::interprocess::shared_memory_object& shm,
-                               const struct stat& st, const JobConfig& config,
+                               const struct stat& st, const NodeMember& member,
                                std::optional<boost::interprocess::mapped_region>& region) const;
-  static int claim_slot(SegmentHeader& header, const JobConfig& config);
+  static int claim_slot(SegmentHeader& header, const NodeMember& member);
   // Waits until every process of the node has claimed its slot.
-  void await_peers(const JobConfig& config, Clock::time_point deadline);
+  void await_peers(const NodeMember& member, Clock::time_point deadline);
   class JoinSite;  // the rendezvous as a Waiter's site (segment.cpp)
   // The join's check: PeerLostError for a peer lost before the node joined; true when every
   // process joined after all.
   bool check_joining(std::uint32_t local_size);
-  [[noreturn]] void throw_join_timeout(const JobConfig& config, std::uint32_t joined) const;
+  [[noreturn]] void throw_join_timeout(const NodeMember& member, std::uint32_t joined) const;
   // The local index and the node's leader.
-  void elect(const JobConfig& config);
+  void elect(const NodeMember& member);
   void leave() noexcept;
   [[nodiscard]] std::optional<LostPeer> check_peer(int slot) const;
 

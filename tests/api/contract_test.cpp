@@ -1,6 +1,7 @@
-// Regression tests for the faults found when lockstep was tried as a hostile user would (issue
-// 12), in the public State's contract: each failed before its fix. Those of the node segment are
-// in tests/engine/segment_faults_test.cpp.
+// The public State's contract where it was found broken when lockstep was tried as a hostile
+// user would (issue 12): a process exiting while its thread waits, a withdrawn peer counted as
+// missing, a moved-from State, out-of-range timeouts, main_process_first after a lost peer. Each
+// failed before its fix. The node segment's are in tests/engine/segment_faults_test.cpp.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

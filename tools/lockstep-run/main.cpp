@@ -1,6 +1,7 @@
 // lockstep-run: starts N processes of a program as one lockstep job, as torchrun does. The
-// flags are options.hpp's, the ranks' placement placement.hpp's, their output output.hpp's, and
-// starting and supervising them launcher.hpp's.
+// flags are options.hpp's, the ranks' placement placement.hpp's, the streams of their output
+// output.hpp's, and starting and supervising them launcher.hpp's (launcher.cpp, and
+// launcher_output.cpp for relaying their output).
 #include <exception>
 #include <utility>
 

@@ -28,7 +28,6 @@ using lockstep::WaitPolicy;
 using lockstep::detail::CrossNodeStep;
 using lockstep::detail::JobConfig;
 using lockstep::detail::NodeBarrier;
-using lockstep::detail::NodeMember;
 using lockstep::detail::NodeSegment;
 using lockstep::detail::PeerWatch;
 using lockstep::detail::Waiter;
@@ -69,7 +68,7 @@ TEST_P(NodeEngine, NoProcessLeavesAnEpisodeBeforeEveryoneArrived) {
   Job job = Job::of(processes);
   job.plain = true;
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(NodeMember::of(node_job(rank, processes, id, policy)));
+    auto segment = NodeSegment::join(node_job(rank, processes, id, policy));
     Waiter waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false});
     NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
     std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 1U);
@@ -95,7 +94,7 @@ TEST_P(NodeEngine, AProcessThatDiesBeforeItArrivesIsReported) {
   Job job = Job::of(kProcesses);
   job.plain = true;
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(NodeMember::of(node_job(rank, kProcesses, id, policy)));
+    auto segment = NodeSegment::join(node_job(rank, kProcesses, id, policy));
     Waiter waiter(policy, WaitShape{kProcesses, lockstep::detail::usable_cpus(), false});
     NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
     barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
@@ -130,7 +129,7 @@ TEST_P(NodeEngine, WatchedSleepsHaveNoTimeoutYetMissNoEpisodeAndNoDeath) {
   job.plain = true;
   job.limit = std::chrono::seconds(40);
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(NodeMember::of(node_job(rank, processes, id, policy)));
+    auto segment = NodeSegment::join(node_job(rank, processes, id, policy));
     auto watch = PeerWatch::start(*segment);
     RANK_CHECK(watch != nullptr && !watch->alarmed());
     Waiter waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false});
@@ -172,7 +171,7 @@ TEST(PeerWatch, APeerThatExitedBeforeTheWatchStartedAlarmsIt) {
   job.plain = true;
   auto* joined = shared_array<std::atomic<int>>(1);
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(NodeMember::of(node_job(rank, 2, id, WaitPolicy::block)));
+    auto segment = NodeSegment::join(node_job(rank, 2, id, WaitPolicy::block));
     if (rank == 1) {
       ::kill(::getpid(), SIGKILL);
     }

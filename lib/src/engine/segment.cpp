@@ -21,7 +21,6 @@
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
 #include "engine/segment_file.hpp"
-#include "job/job_config.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/version.hpp"
 #include "waiting/futex.hpp"
@@ -187,12 +186,6 @@ void check_joinable(SegmentHeader& header, const NodeMember& member, const std::
 }
 
 }  // namespace
-
-NodeMember NodeMember::of(const JobConfig& config) {
-  return NodeMember{config.identity,   config.launch,     config.rank,
-                    config.world_size, config.local_rank, config.local_size,
-                    config.node_index, config.num_nodes,  config.join_timeout};
-}
 
 std::unique_ptr<NodeSegment> NodeSegment::join(const NodeMember& member) {
   const auto deadline = Clock::now() + member.join_timeout;

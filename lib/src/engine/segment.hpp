@@ -15,6 +15,7 @@
 #include "base/failure_record.hpp"
 #include "base/text.hpp"
 #include "engine/layout.hpp"
+#include "job/job_config.hpp"  // NodeMember
 
 namespace lockstep::detail {
 
@@ -49,24 +50,6 @@ std::optional<std::vector<int>> joined_ranks(const std::string& name);
 // looked at); returns the names removed. Every lockstep-run and every process's first State
 // sweep, so that killed jobs (a launcher killed with SIGKILL) leave nothing behind for long.
 std::vector<std::string> sweep_abandoned_segments(bool other_versions = false);
-
-struct JobConfig;  // job/job_config.hpp
-
-// What joining its node's segment takes of a process and its job: JobConfig's fields of the
-// same names, no more.
-struct NodeMember {
-  std::string identity;
-  std::uint64_t launch = 0;  // LOCKSTEP_LAUNCH_ID; 0: none
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = -1;  // -1: not given; the node's processes elect it when they join
-  int local_size = 1;
-  int node_index = 0;
-  int num_nodes = 1;
-  std::chrono::milliseconds join_timeout{300'000};
-
-  static NodeMember of(const JobConfig& config);
-};
 
 // A peer found gone: which slot, and a sentence on how.
 struct LostPeer {

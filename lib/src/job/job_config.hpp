@@ -23,9 +23,9 @@ EnvLookup process_environment();
 // puts more on a node is refused with ConfigError rather than laid out.
 inline constexpr int kMaxLocalProcesses = 4096;
 
-// Who this process is in its job. Validated: every index lies inside its size.
-struct JobConfig {
-  std::string source = "none";  // which set of variables described the job
+// What joining its node's segment takes of a process and its job (engine/segment.hpp's
+// NodeSegment::join), and no more.
+struct NodeMember {
   int rank = 0;
   int world_size = 1;
   int local_rank = -1;  // -1: not given; the node's processes elect it when they join
@@ -36,8 +36,13 @@ struct JobConfig {
   // LOCKSTEP_LAUNCH_ID (lockstep-run sets a random one per launch; 0: none): the node's
   // processes must share it, so that two launches given one job id never meet.
   std::uint64_t launch = 0;
-  WaitPolicy wait_policy = WaitPolicy::adaptive;
   std::chrono::milliseconds join_timeout{300'000};
+};
+
+// Who this process is in its job. Validated: every index lies inside its size.
+struct JobConfig : NodeMember {
+  std::string source = "none";  // which set of variables described the job
+  WaitPolicy wait_policy = WaitPolicy::adaptive;
   // LOCKSTEP_STALL_WARNING (seconds; 0: never): a wait or a join that lasts this long says what
   // it waits for, then again after twice as long each time.
   std::chrono::milliseconds stall_warning{60'000};

@@ -171,7 +171,7 @@ void Context::join() {
   }
   const auto deadline = std::chrono::steady_clock::now() + config_.join_timeout;
   (void)set_stall_warning(config_.stall_warning);  // the join's waits, then every barrier's
-  segment_ = NodeSegment::join(NodeMember::of(config_));
+  segment_ = NodeSegment::join(config_);
   local_index_ = segment_->local_index();
   watch_ = PeerWatch::start(*segment_);  // every slot is claimed: the peers' pids are there
   waiter_.emplace(config_.wait_policy, WaitShape{config_.local_size, usable_cpus(), hierarchical,

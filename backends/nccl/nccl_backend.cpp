@@ -228,6 +228,7 @@ void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadlin
         if (ready()) {
           return true;
         }
+        backend.check_cancelled(what);
         backend.bootstrap_->poll(what);
       } catch (const Error&) {
         backend.abort_communicator();

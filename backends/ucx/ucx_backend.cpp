@@ -93,7 +93,8 @@ void UcxBackend::start_ucx() {
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // One thread at a time, not always the same one (Leaders: the GPU relay's meets).
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   check(ucx_api().worker_create(context_, &worker_params, &worker_), "ucp_worker_create");
   check(ucx_api().worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
 
@@ -420,6 +421,7 @@ void UcxBackend::check_links(const char* what) {
 
 void UcxBackend::check_members(const char* what) {
   check_aborted(what);
+  check_cancelled(what);
   for (int node = 0; node < num_nodes_; ++node) {
     const Endpoint* member = members_[static_cast<std::size_t>(node)];
     if (member != nullptr && member->error != UCS_OK) {

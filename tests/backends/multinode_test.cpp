@@ -594,6 +594,99 @@ TEST_P(MultiNode, ALeaderKilledAtEachStepFailsEveryNode) {
   }
 }
 
+// Flags mode across nodes (issue 42, item 4), on a fake GPU: every node's leader polls its
+// node's streams, meets the others on the host and releases its node; no stream passes a round
+// before every process of every node did its work, host barriers and a second stream between,
+// and no call waits for its stream (the first, behind 300 ms of work, returns at once).
+TEST_P(MultiNode, StreamBarriersAcrossNodesNeverPassEarly) {
+  if (GetParam() != std::string("tcp")) {
+    GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
+  }
+  run_job(2, 2, {"streams", shared_.string(), "600"});
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "streams 600 early 0 drained 1 first call returned at once") << "rank " << rank;
+  }
+}
+
+// A process SIGKILLed while every stream waits in a stream barrier across nodes: every
+// survivor's stream, on its node and the other, is released within the bound, and the next call
+// names the dead process. A node's main process, and another.
+TEST_P(MultiNode, AKilledProcessReleasesEveryNodesStreams) {
+  if (GetParam() != std::string("tcp")) {
+    GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
+  }
+#if defined(LOCKSTEP_TEST_ASAN) || defined(LOCKSTEP_TEST_TSAN)
+  constexpr double kBound = 2.0;
+#else
+  constexpr double kBound = 0.5;
+#endif
+  for (int victim : {3, 2}) {
+    std::ofstream(shared_, std::ios::trunc).put('\0');
+    nodes_.clear();
+    for (int node = 0; node < 2; ++node) {
+      start(node, 2, 2, {"stream-kill", shared_.string(), std::to_string(victim)});
+    }
+    wait_all();
+    std::map<int, std::string> released;
+    std::map<int, std::string> ended;
+    for (const auto& node : nodes_) {
+      std::istringstream lines(node.output());
+      for (std::string line; std::getline(lines, line);) {
+        int rank = -1;
+        if (std::sscanf(line.c_str(), "[rank %d] RESULT", &rank) != 1) {
+          continue;
+        }
+        const std::string text = line.substr(line.find("RESULT ") + 7);
+        (text.starts_with("stream released") ? released : ended)[rank] = text;
+      }
+    }
+    for (int rank = 0; rank < 4; ++rank) {
+      if (rank == victim) {
+        continue;
+      }
+      double after = -1;
+      int ok = 0;
+      ASSERT_EQ(std::sscanf(released[rank].c_str(), "stream released %d after %lf", &ok, &after), 2)
+          << "victim " << victim << ", rank " << rank << "\n"
+          << all_output();
+      std::cout << "victim " << victim << ", rank " << rank << ": " << released[rank] << "; "
+                << ended[rank] << "\n";
+      EXPECT_EQ(ok, 1) << "victim " << victim << ", rank " << rank << "'s stream still waits";
+      EXPECT_LT(after, kBound) << "victim " << victim << ", rank " << rank;
+      EXPECT_TRUE(ended[rank].starts_with("lost " + std::to_string(victim) + " "))
+          << "victim " << victim << ", rank " << rank << ": " << ended[rank];
+    }
+  }
+}
+
+// A node whose streams are late to a timed stream barrier across nodes: the other node's relay
+// gives up after the timeout, every stream of both nodes is released (node 1's work is still
+// running), and every process's next call throws the TimeoutError naming node 1's processes.
+TEST_P(MultiNode, AStreamBarrierAcrossNodesTimesOutOnALateNode) {
+  if (GetParam() != std::string("tcp")) {
+    GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
+  }
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"stream-late", shared_.string()});
+  }
+  wait_all();
+  const std::string out = all_output();
+  for (int rank = 0; rank < 2; ++rank) {
+    int ms = -1;
+    const auto at = out.find("[rank " + std::to_string(rank) + "] RESULT released after ");
+    ASSERT_NE(at, std::string::npos) << out;
+    ASSERT_EQ(std::sscanf(out.c_str() + at, "[rank %*d] RESULT released after %d ms", &ms), 1);
+    EXPECT_LT(ms, 2500) << "rank " << rank << "'s stream waited for node 1's work";
+  }
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << out;
+  for (const auto& [rank, text] : ends) {
+    EXPECT_TRUE(text.starts_with("timeout missing=2,3, ")) << "rank " << rank << ": " << text;
+  }
+}
+
 TEST_P(MultiNode, AStrayConnectionIsRefusedAndNeverJoins) {
   start(0, 2, 2, {"rounds", shared_.string(), "200"});
   // A plain TCP client that sends junk to node 0's port.

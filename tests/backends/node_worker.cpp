@@ -1,4 +1,6 @@
-// One process of a multi-node test job, started by lockstep-run (see multinode_test.cpp).
+// One process of a multi-node test job, started by lockstep-run (see multinode_test.cpp). The
+// stream scenarios drive flags mode's stream barrier through a fake GPU (linked from the library's
+// internals: tests/support/fake_gpu.hpp).
 //
 //   node_worker SCENARIO SHARED_FILE [ARGS...]
 //
@@ -19,12 +21,18 @@
 #include <string>
 #include <thread>
 
+#include "fake_gpu.hpp"
+
 namespace {
 
 struct Shared {
   std::atomic<std::int64_t> round[64];             // per process: the round it last entered
   std::atomic<std::int32_t> local_main_calls[16];  // per node
   std::atomic<std::int32_t> prepared;
+  // The stream scenarios: each process's stream's work (the round it finished), and the time
+  // (steady clock, ns) the victim died.
+  std::atomic<std::uint64_t> stream_work[64];
+  std::atomic<std::int64_t> killed_at;
 };
 
 Shared* map_shared(const char* path) {
@@ -138,6 +146,150 @@ int broadcast_rounds(lockstep::State& state, int rounds) {
   return 0;
 }
 
+std::int64_t now_ns() {
+  return std::chrono::steady_clock::now().time_since_epoch().count();
+}
+
+// Flags mode across nodes on a fake GPU (tests/support/fake_gpu.hpp): `rounds` stream barriers,
+// each stream doing its round's work first (now and then behind a random delay) and checking
+// after the barrier, on the stream, that every process of every node had done it. Every 16th
+// round a host barrier comes between, checked the same way on the host, and the last process's
+// stream is 30 ms late to the stream barrier before it (each node's leader meets the stream
+// episodes first, in the same order on every node),
+// every 8th round's call is on a second stream, and every 4th is timed. First, each stream
+// is behind 300 ms of work, and no call may wait for it: every call returns at once.
+int stream_rounds(lockstep::State& state, Shared& shared, int rounds) {
+  using lockstep::testing::FakeStream;
+  const int me = state.process_index();
+  const int n = state.num_processes();
+  FakeStream first(static_cast<unsigned>(me) * 31U + 1U);
+  FakeStream second(static_cast<unsigned>(me) * 31U + 2U);
+  std::atomic<int> early{0};
+  first.launch([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+  const auto before = std::chrono::steady_clock::now();
+  state.wait_for_everyone(first.handle());
+  const auto took = std::chrono::steady_clock::now() - before;
+  std::mt19937 random(static_cast<unsigned>(me) * 7919U + 17U);
+  for (int r = 1; r <= rounds; ++r) {
+    FakeStream& stream = r % 8 == 0 ? second : first;
+    unsigned delay = random() % 20 == 0 ? random() % 2000 : 0;
+    if (r % 16 == 0 && me == n - 1) {
+      delay = 30000;  // its node's leader meets this episode late, but before the host barrier
+    }
+    stream.launch([&shared, me, r, delay] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      // The largest round done: this work on a new stream is not ordered after the old
+      // stream's work (only the barrier's operations are), which may write a smaller round.
+      auto& work = shared.stream_work[me];
+      for (auto seen = work.load();
+           seen < static_cast<std::uint64_t>(r) &&
+           !work.compare_exchange_weak(seen, static_cast<std::uint64_t>(r));) {
+      }
+    });
+    if (r % 4 == 0) {
+      state.wait_for_everyone(stream.handle(), std::chrono::seconds(20));
+    } else {
+      state.wait_for_everyone(stream.handle());
+    }
+    stream.launch([&shared, &early, n, r] {
+      for (int p = 0; p < n; ++p) {
+        if (shared.stream_work[p].load() < static_cast<std::uint64_t>(r)) {
+          early.fetch_add(1);
+        }
+      }
+    });
+    if (r % 16 == 0) {
+      if (state.node_index() == 0 && !stream.synchronize(std::chrono::seconds(20))) {
+        // Node 0's leader has met this stream episode before it comes to the host barrier; node
+        // 1's comes to it at once, its stream late: their meets must still pair in one order.
+        early.fetch_add(1000);
+      }
+      shared.round[me].store(r);
+      state.wait_for_everyone();
+      for (int p = 0; p < n; ++p) {
+        if (shared.round[p].load() < r) {
+          early.fetch_add(1);  // a host barrier passed before p came
+        }
+      }
+    }
+  }
+  const bool drained =
+      first.synchronize(std::chrono::seconds(20)) && second.synchronize(std::chrono::seconds(20));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+  std::cout << "RESULT streams " << rounds << " early " << early.load() << " drained " << drained
+            << " first call " << (ms < 100 ? "returned at once" : std::to_string(ms) + " ms")
+            << std::endl;
+  state.wait_for_everyone();
+  CHECK(early.load() == 0 && drained && ms < 100);
+  return 0;
+}
+
+// Flags mode across nodes on a fake GPU: 10 stream barriers, then process `victim` queues 1 s of
+// work and a barrier, and dies 300 ms later. Every other process's stream, waiting in that
+// barrier, must be released (on every node) within 0.5 s of the death (2 s under a sanitizer),
+// and its next call throws.
+int stream_kill(lockstep::State& state, Shared& shared, int victim) {
+  using lockstep::testing::FakeStream;
+  const int me = state.process_index();
+  FakeStream stream(static_cast<unsigned>(me) + 5U);
+  for (int r = 0; r < 10; ++r) {
+    state.wait_for_everyone(stream.handle());
+  }
+  if (!stream.synchronize(std::chrono::seconds(10))) {
+    std::cout << "RESULT the first rounds never finished" << std::endl;
+    return 1;
+  }
+  state.wait_for_everyone();
+  if (me == victim) {
+    stream.launch([] { std::this_thread::sleep_for(std::chrono::seconds(1)); });
+    state.wait_for_everyone(stream.handle());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    shared.killed_at.store(now_ns());
+    ::kill(::getpid(), SIGKILL);
+  }
+  state.wait_for_everyone(stream.handle());
+  const bool released = stream.synchronize(std::chrono::seconds(5));
+  const std::int64_t killed = shared.killed_at.load();
+  const double after = killed == 0 ? -1.0 : static_cast<double>(now_ns() - killed) / 1e9;
+  std::cout << "RESULT stream released " << released << " after " << after << " s" << std::endl;
+  state.wait_for_everyone(stream.handle());  // throws: the job is broken
+  std::cout << "RESULT passed" << std::endl;
+  return 1;
+}
+
+// Flags mode across nodes on a fake GPU: node 1's streams are 3 s late to a stream barrier that
+// every process calls with a 300 ms timeout. Node 0's leader's relay gives up 300 ms after its
+// node's streams arrived; every stream of both nodes is released, long before node 1's work
+// ends, and every process's next call throws the TimeoutError naming node 1's processes.
+int stream_late(lockstep::State& state) {
+  using lockstep::testing::FakeStream;
+  const int me = state.process_index();
+  FakeStream stream(static_cast<unsigned>(me) + 9U);
+  state.wait_for_everyone(stream.handle());
+  if (state.node_index() == 1) {
+    stream.launch([] { std::this_thread::sleep_for(std::chrono::seconds(3)); });
+  }
+  const auto start = std::chrono::steady_clock::now();
+  state.wait_for_everyone(stream.handle(), std::chrono::milliseconds(300));
+  FakeStream other(static_cast<unsigned>(me) + 99U);  // node 1's own stream is still busy
+  if (state.node_index() == 0 && !stream.synchronize(std::chrono::seconds(5))) {
+    std::cout << "RESULT stream still waits" << std::endl;
+    return 1;
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  if (state.node_index() == 0) {
+    std::cout << "RESULT released after " << ms << " ms" << std::endl;
+  }
+  while (!state.gpu_barrier_released()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  state.wait_for_everyone(other.handle());  // throws
+  std::cout << "RESULT passed" << std::endl;
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,6 +303,9 @@ int main(int argc, char** argv) {
   // When one process fails, lockstep-run stops the node's others with SIGTERM: they must still
   // report how their wait ended (the test gives the launcher a long grace period).
   (void)std::signal(SIGTERM, SIG_IGN);
+  if (scenario.starts_with("streams") || scenario.starts_with("stream-")) {
+    lockstep::testing::use_fake_gpu();
+  }
   try {
     lockstep::State state;
     std::cout << "RESULT joined " << state.process_index() << std::endl;
@@ -178,6 +333,15 @@ int main(int argc, char** argv) {
     }
     if (scenario == "broadcast") {
       return broadcast_rounds(state, arg);
+    }
+    if (scenario == "streams") {
+      return stream_rounds(state, shared, arg);
+    }
+    if (scenario == "stream-late") {
+      return stream_late(state);
+    }
+    if (scenario == "stream-kill") {
+      return stream_kill(state, shared, arg);
     }
     if (scenario == "stall") {  // node 1's processes come `arg` ms late to an untimed wait
       if (state.node_index() == 1) {

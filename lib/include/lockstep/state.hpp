@@ -198,24 +198,27 @@ class LOCKSTEP_API State {
   std::string broadcast(std::string_view text);
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling
-  // thread does not wait for the GPU (on one node; across nodes each process first waits for its
-  // own stream). `stream` must belong to the current device (cudaSetDevice first), and every
+  // thread does not wait for the GPU (in events mode across nodes each process first waits for
+  // its own stream). `stream` must belong to the current device (cudaSetDevice first), and every
   // process must call this form at the same point. Events mode (the default): each call records
   // an interprocess event and meets the others on the host; a process that dies after its call
   // but before its stream reached the event leaves the others' streams waiting on an event whose
-  // process is gone. Flags mode (LOCKSTEP_GPU_BARRIER=flags, one node): the call only enqueues;
-  // each stream writes a flag in host memory and waits for its peers' flags, and a watchdog
-  // thread in each process (started by the first call) releases every waiting stream within
-  // about 20 ms when a process of the node dies or leaves; the streams then run on without the
-  // lost process's work, and every later lockstep call in every process throws PeerLostError
-  // naming it (gpu_barrier_released() says so without throwing).
+  // process is gone. Flags mode (LOCKSTEP_GPU_BARRIER=flags): the call only enqueues; each
+  // stream writes a flag in host memory and waits for its peers' flags (across nodes, for its
+  // node's word, which the node's main process's relay thread raises once the node's streams
+  // have arrived and the nodes have met), and a watchdog thread in each process (started by the
+  // first call) releases every waiting stream within about 20 ms when a process dies or leaves
+  // (on any node); the streams then run on without the lost process's work, and every later
+  // lockstep call in every process throws PeerLostError naming it (gpu_barrier_released() says
+  // so without throwing).
   // Throws ConfigError when lockstep was built without CUDA or finds no driver, Error on a CUDA
   // failure, and what wait_for_everyone() throws.
   void wait_for_everyone(CUstream_st* stream);
-  // As above; when this process's stream has not passed this barrier `timeout` after the call
-  // (flags mode: because another process's stream had not arrived), every stream of the node is
-  // released and every later call in every process throws TimeoutError naming the processes
-  // whose streams had not arrived. Events mode: the host meet times out as
+  // As above. Flags mode: when this process's stream has not passed this barrier `timeout`
+  // after it reached it (its own backlog never counts; across nodes the other nodes are bounded
+  // by the node's main process's call, from when its node's streams have all arrived), every
+  // stream is released and every later call in every process throws TimeoutError naming the
+  // processes whose streams had not arrived. Events mode: the host meet times out as
   // wait_for_everyone(timeout) does. Negative: ConfigError; beyond a century: no timeout.
   void wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout);
   // Whether a failure (a lost process, a stream barrier's timeout) released this node's GPU

@@ -17,7 +17,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 12;
+inline constexpr std::uint32_t kLayoutVersion = 13;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -154,6 +154,9 @@ struct alignas(kCacheLine) GpuSlot {
 inline constexpr std::size_t kGpuAreaAlign = 65536;  // the largest page of CUDA's hosts (arm64)
 struct alignas(kCacheLine) GpuAreaHeader {
   std::atomic<std::uint32_t> released;  // nonzero once a failure released the streams
+  // Across nodes: the last episode the node's leader met the other nodes at (its relay writes it;
+  // the node's streams wait on it). Layout 13: in 12 flags mode ran on one node only.
+  std::atomic<std::uint64_t> node_met;
 };
 struct alignas(kCacheLine) GpuFlag {
   std::atomic<std::uint64_t> arrived;  // the last episode the owner's stream reached
@@ -179,14 +182,14 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 12, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 13, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 12, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 13, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 2048 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
                   sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12,
-              "layout 12: sizes");
+              "layout 13: sizes");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
@@ -194,17 +197,18 @@ static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader,
                   offsetof(SegmentHeader, sleepers) == 832 &&
                   offsetof(SegmentHeader, load_sample) == 896 &&
                   offsetof(SegmentHeader, failure) == 960,
-              "layout 12: the header's fields");
+              "layout 13: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 12: a slot's fields");
+              "layout 13: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
-                  offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8,
-              "layout 12: a GPU slot's fields");
+                  offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8 &&
+                  offsetof(GpuAreaHeader, released) == 0 && offsetof(GpuAreaHeader, node_met) == 8,
+              "layout 13: a GPU slot's fields and the GPU area's header");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&

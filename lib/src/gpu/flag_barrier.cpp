@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "base/proc.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
+#include "waiting/waiter.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -39,10 +41,11 @@ constexpr int kDrainedMs = 10;
 constexpr std::uint64_t kReleaseLead = 1ULL << 62;
 
 void raise_to(std::atomic<std::uint64_t>& word, std::uint64_t target) noexcept {
-  // Relaxed: the word is a signal to the streams; nothing else is published through it.
+  // Release: a relay that reads a raised `arrived` (acquire) sees the `released` mark before it.
   std::uint64_t seen = word.load(std::memory_order_relaxed);
   while (cyclic_before(seen, target) &&
-         !word.compare_exchange_weak(seen, target, std::memory_order_relaxed)) {
+         !word.compare_exchange_weak(seen, target, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
   }
 }
 
@@ -63,13 +66,43 @@ int open_pidfd(pid_t pid) noexcept {
 #endif
 }
 
+// The relay's polls of its node's streams: yields first, then naps, longer once a wait lasts
+// (a stream behind long work: 5,000 looks a second rather than 50,000).
+constexpr int kRelayYields = 64;
+constexpr auto kRelayNap = std::chrono::microseconds(20);
+constexpr auto kRelayLongNap = std::chrono::microseconds(200);
+constexpr auto kRelayLongAfter = std::chrono::milliseconds(2);
+constexpr const char* kRelayWhat = "lockstep: wait_for_everyone(stream)";
+
 }  // namespace
 
-FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops)
-    : segment_(segment), stream_ops_(std::move(ops)) {}
+FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, bool across_nodes,
+                         StreamRelay relay)
+    : segment_(segment),
+      stream_ops_(std::move(ops)),
+      across_nodes_(across_nodes),
+      relay_link_(std::move(relay)) {}
 
 FlagBarrier::~FlagBarrier() {
+  stop_relay();
   stop_watchdog();
+}
+
+void FlagBarrier::stop_relay() noexcept {
+  if (!relay_.joinable()) {
+    return;
+  }
+  // seq_cst, with the relay's `relay_meeting_` store and its read of the stop: either it sees the
+  // stop before it meets, or this sees it meeting and cancels the meet.
+  relay_stop_.store(true, std::memory_order_seq_cst);
+  if (relay_meeting_.load(std::memory_order_seq_cst)) {
+    relay_link_.cancel();  // the process leaves: the other nodes see its leader gone
+  }
+  {
+    std::lock_guard lock(relay_mutex_);  // the relay reads the stop under it before it sleeps
+  }
+  relay_changed_.notify_all();
+  relay_.join();
 }
 
 void FlagBarrier::stop_watchdog() noexcept {
@@ -94,8 +127,10 @@ void FlagBarrier::abandon() noexcept {
   // Kept where a leak checker sees them reachable (a forked child exits with them).
   static auto* threads = new std::vector<std::unique_ptr<std::thread>>();  // NOLINT: never freed
   static auto* ops = new std::vector<std::unique_ptr<StreamOps>>();        // NOLINT: never freed
-  if (watchdog_.joinable()) {
-    threads->push_back(std::make_unique<std::thread>(std::move(watchdog_)));
+  for (std::thread* thread : {&watchdog_, &relay_}) {
+    if (thread->joinable()) {
+      threads->push_back(std::make_unique<std::thread>(std::move(*thread)));
+    }
   }
   ops->push_back(std::move(stream_ops_));
 }
@@ -151,6 +186,57 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
   if (segment_.header().lost.value.load(std::memory_order_seq_cst) != 0) {
     release_streams();
   }
+  if (relay_.joinable()) {
+    {
+      std::lock_guard lock(relay_mutex_);
+      posted_.push_back(timeout);
+    }
+    relay_changed_.notify_one();
+  }
+}
+
+void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* what) {
+  if (!relay_.joinable()) {
+    return;
+  }
+  std::unique_lock lock(relay_mutex_);
+  while (!posted_.empty() && !relay_ended_) {
+    auto slice = std::chrono::milliseconds(kWatchMs);
+    if (deadline) {
+      const auto now = Clock::now();
+      if (now >= *deadline) {
+        const std::uint64_t episode = met_ + 1;
+        lock.unlock();
+        std::vector<int> missing;
+        std::string names;
+        for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+          // Acquire: the stream wrote it; only compared.
+          if (cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire),
+                            episode)) {
+            missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
+            names += (names.empty() ? "" : ", ") + std::to_string(missing.back());
+          }
+        }
+        throw TimeoutError(
+            std::string(what) + ": every node meets its GPU streams' barrier " +
+                std::to_string(episode) +
+                " before this one, and this node's had not met the "
+                "others there when the timeout passed (" +
+                (missing.empty() ? std::string("every stream of this node had reached it")
+                                 : "the GPU streams of process" +
+                                       std::string(missing.size() > 1 ? "es " : " ") + names +
+                                       " had not reached it") +
+                "); nothing arrived at this barrier",
+            missing);
+      }
+      slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
+    }
+    relay_changed_.wait_for(lock, slice);
+    if (interrupt_pending()) {
+      lock.unlock();
+      check_interrupt(what);
+    }
+  }
 }
 
 void FlagBarrier::set_up(const Meet& meet, const char* what) {
@@ -176,9 +262,13 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
   ops_.clear();
   ops_.push_back({MemOp::Kind::wait_at, &flag.passed, 0});
   ops_.push_back({MemOp::Kind::write, &flag.arrived, 0});
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    if (slot != me) {
-      ops_.push_back({MemOp::Kind::wait_at, &segment_.gpu_flag(slot).arrived, 0});
+  if (across_nodes_) {
+    ops_.push_back({MemOp::Kind::wait_at, &segment_.gpu_area_header().node_met, 0});
+  } else {
+    for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+      if (slot != me) {
+        ops_.push_back({MemOp::Kind::wait_at, &segment_.gpu_flag(slot).arrived, 0});
+      }
     }
   }
   ops_.push_back({MemOp::Kind::write, &flag.passed, 0});
@@ -186,20 +276,155 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
   if (wake_fd_ < 0) {
     throw_errno(what, "eventfd");
   }
-  // The watchdog takes no signal: a Ctrl-C must reach the threads that wait, not this one.
+  watchdog_ = start_thread([this] { watch(); }, "lockstep-gpu");
+  if (relay_link_.given()) {
+    try {
+      relay_ = start_thread([this] { relay(); }, "lockstep-relay");
+    } catch (...) {
+      stop_watchdog();
+      throw;
+    }
+  }
+  set_up_ = true;
+}
+
+std::thread FlagBarrier::start_thread(std::function<void()> body, const char* name) {
   sigset_t all;
   sigset_t before;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &before);
+  std::thread thread;
   try {
-    watchdog_ = std::thread([this] { watch(); });
+    thread = std::thread(std::move(body));
   } catch (...) {
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
     throw;
   }
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  pthread_setname_np(watchdog_.native_handle(), "lockstep-gpu");
-  set_up_ = true;
+  pthread_setname_np(thread.native_handle(), name);
+  return thread;
+}
+
+void FlagBarrier::relay() noexcept {
+  stream_ops_->enter_thread();
+  ignore_interrupts_on_this_thread();  // a Ctrl-C is the caller's; the relay ends by stop_relay
+  std::uint64_t episode = 0;
+  for (;;) {
+    std::optional<std::chrono::milliseconds> timeout;
+    {
+      std::unique_lock lock(relay_mutex_);
+      while (posted_.empty() && !relay_stop_.load(std::memory_order_seq_cst)) {
+        relay_changed_.wait_for(lock, std::chrono::milliseconds(kWatchMs));
+        // Idle, a loss on this node: the other nodes' relays would wait for this one for ever.
+        // Acquire: the mark's writer recorded the loss before it.
+        if (posted_.empty() && segment_.header().lost.value.load(std::memory_order_acquire) != 0) {
+          lock.unlock();
+          tell_other_nodes();
+          lock.lock();
+        }
+      }
+      if (relay_stop_.load(std::memory_order_seq_cst)) {
+        break;
+      }
+      timeout = posted_.front();
+    }
+    ++episode;
+    if (!node_arrived(episode)) {
+      tell_other_nodes();
+      break;
+    }
+    fault_point("gpu.relay.arrived");
+    std::optional<Clock::time_point> deadline;
+    if (timeout) {
+      deadline = Clock::now() + *timeout;  // the other nodes, from this node's last arrival
+    }
+    relay_meeting_.store(true, std::memory_order_seq_cst);  // see stop_relay
+    try {
+      if (relay_stop_.load(std::memory_order_seq_cst)) {
+        break;
+      }
+      relay_link_.meet(deadline, kRelayWhat);
+    } catch (const std::exception& error) {
+      relay_meeting_.store(false, std::memory_order_seq_cst);
+      if (!relay_stop_.load(std::memory_order_seq_cst)) {
+        // Every process of the node throws it; every watchdog releases the streams (this one
+        // at once). A loss already recorded here (a local death) stays the node's, and is told.
+        segment_.record_failure(failure_of(error, kRelayWhat));
+        release_streams();
+        tell_other_nodes();
+      }
+      break;
+    }
+    relay_meeting_.store(false, std::memory_order_seq_cst);
+    fault_point("gpu.relay.met");
+    raise_to(segment_.gpu_area_header().node_met, episode);
+    {
+      std::lock_guard lock(relay_mutex_);
+      posted_.pop_front();
+      met_ = episode;
+    }
+    relay_changed_.notify_all();
+  }
+  {
+    std::lock_guard lock(relay_mutex_);
+    relay_ended_ = true;
+  }
+  relay_changed_.notify_all();
+}
+
+bool FlagBarrier::node_arrived(std::uint64_t episode) noexcept {
+  const auto start = Clock::now();
+  for (int looks = 0;; ++looks) {
+    // seq_cst, as the watchdogs' mark and `released`: a released flag is not an arrival.
+    const auto broken = [this] {
+      return segment_.header().lost.value.load(std::memory_order_seq_cst) != 0 || released();
+    };
+    if (relay_stop_.load(std::memory_order_relaxed) || broken()) {
+      return false;
+    }
+    bool all = true;
+    for (int slot = 0; slot < segment_.num_slots() && all; ++slot) {
+      // Acquire: pairs with a release's raise (after its `released` mark), so that a raised flag
+      // is seen with the mark.
+      all =
+          !cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire), episode);
+    }
+    if (all) {
+      return !broken();
+    }
+    if (looks < kRelayYields) {
+      ::sched_yield();
+    } else {
+      std::this_thread::sleep_for(Clock::now() - start < kRelayLongAfter ? kRelayNap
+                                                                         : kRelayLongNap);
+    }
+  }
+}
+
+void FlagBarrier::tell_other_nodes() noexcept {
+  if (told_) {
+    return;
+  }
+  try {
+    const std::optional<LostPeer> lost = segment_.recorded_lost();
+    if (!lost) {
+      return;  // stopped, not broken
+    }
+    Failure failure;
+    if (lost->how == LostHow::elsewhere) {
+      failure = segment_.recorded_failure();
+    } else {
+      const int rank = segment_.slot(lost->slot).rank.load(std::memory_order_relaxed);
+      failure = Failure{FailureKind::peer_lost,
+                        rank,
+                        {},
+                        segment_.describe(lost->slot) + " " + describe(lost->how) +
+                            " while the GPU streams waited"};
+    }
+    told_ = relay_link_.try_abort(failure);
+  } catch (...) {
+    // Out of memory for the message: the other nodes see this leader gone when it exits.
+  }
 }
 
 void FlagBarrier::watch() noexcept {
@@ -364,7 +589,14 @@ bool FlagBarrier::check_deadline() noexcept {
     }
   }
   if (failure.missing.empty()) {
-    return false;  // every stream arrived a moment ago: this one passes next
+    if (across_nodes_) {
+      // Every stream of this node has arrived: what is late is another node, which the
+      // leader's relay bounds (its meet's deadline). Not looked at again.
+      std::lock_guard relock(deadlines_mutex_);
+      std::erase_if(deadlines_,
+                    [&late](const Deadline& deadline) { return deadline.episode == late.episode; });
+    }
+    return false;  // on one node: every stream arrived a moment ago, and this one passes next
   }
   failure.message = "the GPU streams of process" +
                     std::string(failure.missing.size() > 1 ? "es " : " ") + names +
@@ -389,6 +621,9 @@ void FlagBarrier::release_streams() noexcept {
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     raise_to(segment_.gpu_flag(slot).arrived, top + kReleaseLead);
     fault_point("gpu.releasing");
+  }
+  if (across_nodes_) {
+    raise_to(segment_.gpu_area_header().node_met, top + kReleaseLead);
   }
 }
 

@@ -5,10 +5,13 @@
 #include <poll.h>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -58,6 +61,9 @@ class StreamOps {
   // The address a kernel uses for `word` of the area; null when there is none.
   [[nodiscard]] virtual const volatile std::uint32_t* device_address(
       const std::atomic<std::uint32_t>* word) const noexcept = 0;
+  // Called first on the relay thread (across nodes, the leader's): makes the thread's CUDA calls
+  // (the backend's) run where the process's first stream barrier's did.
+  virtual void enter_thread() noexcept {}
 };
 
 // Episode e of a process (counted from 1): its stream writes e to its own GpuFlag::arrived,
@@ -86,11 +92,27 @@ class StreamOps {
 // Every later call in every process throws the recorded failure (PeerLostError naming the peer,
 // or TimeoutError), through the node barrier's check (Context::wait_stream).
 //
+// Across nodes a stream does not wait for its peers' flags but for its node's
+// GpuAreaHeader::node_met: it writes e to `arrived`, waits until `node_met` is at least e, then
+// writes e to `passed`. The node leader's relay thread (started by its first call) takes its
+// episodes in order: it polls until every stream of its node has arrived at e (spinning briefly,
+// then sleeping 20 us, and 200 us once a wait has lasted 2 ms), meets the other nodes' leaders
+// on the host (StreamRelay::meet), then raises `node_met` to e. No CPU waits for a GPU: the
+// callers return at once, and the relay polls memory. A failure of the meet (a node lost, its
+// timeout) is recorded in the segment, which every watchdog of the node sees and releases the
+// streams (a release raises `node_met` too); a loss on this node is told to the other nodes
+// (StreamRelay::try_abort), whose relays then fail their meets and release their streams. A
+// timed call's deadline bounds the other nodes from when its node's streams have all arrived (the
+// leader's call's timeout; the node's own processes are each measured by their own watchdog).
+// The leader's host barriers come after its stream episodes in every node's order (settle).
+//
 // Memory ordering: a stream's `arrived` write follows a system-wide fence after its earlier
 // work, so a peer's stream that passed its wait on that write sees that work.
 class FlagBarrier final : public StreamBarrier {
  public:
-  FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops);
+  // `across_nodes`: the job spans nodes; `relay`: given on the node's leader there.
+  FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, bool across_nodes = false,
+              StreamRelay relay = {});
   ~FlagBarrier() override;  // stops the watchdog; the area stays registered to the process's end
   FlagBarrier(const FlagBarrier&) = delete;
   FlagBarrier& operator=(const FlagBarrier&) = delete;
@@ -100,6 +122,8 @@ class FlagBarrier final : public StreamBarrier {
   [[nodiscard]] bool released() const noexcept override;
   [[nodiscard]] const volatile std::uint32_t* release_word() const noexcept override;
   void abandon() noexcept override;
+  void settle(std::optional<std::chrono::steady_clock::time_point> deadline,
+              const char* what) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -119,6 +143,18 @@ class FlagBarrier final : public StreamBarrier {
   void release_streams() noexcept;
   [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
   void stop_watchdog() noexcept;
+  // Starts `body` on a thread named `name` that takes no signal (a Ctrl-C must reach the
+  // threads that wait, not this one).
+  static std::thread start_thread(std::function<void()> body, const char* name);
+  // The relay thread (see the class): meets the other nodes for each episode this process
+  // posted, in order, until stopped or the job breaks.
+  void relay() noexcept;
+  // Polls until every stream of the node has arrived at `episode`: false if the job broke (or
+  // the relay was stopped) first.
+  bool node_arrived(std::uint64_t episode) noexcept;
+  // Tells the other nodes why this node cannot go on, once: the loss recorded in the segment.
+  void tell_other_nodes() noexcept;
+  void stop_relay() noexcept;
 
   NodeSegment& segment_;
   std::unique_ptr<StreamOps> stream_ops_;
@@ -136,6 +172,19 @@ class FlagBarrier final : public StreamBarrier {
   std::thread watchdog_;
   int wake_fd_ = -1;  // eventfd: stops the watchdog
   std::atomic<bool> stop_{false};
+  // Across nodes (see the class).
+  bool across_nodes_;
+  StreamRelay relay_link_;  // the leader's; empty elsewhere
+  std::thread relay_;
+  std::mutex relay_mutex_;
+  std::condition_variable relay_changed_;
+  // Under relay_mutex_: the timeouts of the episodes posted and not yet met, oldest first.
+  std::deque<std::optional<std::chrono::milliseconds>> posted_;
+  std::uint64_t met_ = 0;     // the last episode met (relay_mutex_)
+  bool relay_ended_ = false;  // it stopped or the job broke: nothing more is met (relay_mutex_)
+  std::atomic<bool> relay_stop_{false};
+  std::atomic<bool> relay_meeting_{false};  // in StreamRelay::meet now
+  bool told_ = false;                       // the relay thread's: tell_other_nodes ran
 };
 
 }  // namespace lockstep::detail

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gpu/flag_barrier.hpp"
+#include "job/job_config.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -19,14 +20,16 @@ void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make) {
   overridden = std::move(make);
 }
 
-std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config) {
+std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config,
+                                                   StreamRelay relay) {
   {
     std::lock_guard lock(override_mutex);
     if (overridden && segment != nullptr) {
-      return std::make_unique<FlagBarrier>(*segment, overridden());
+      return std::make_unique<FlagBarrier>(*segment, overridden(), config.num_nodes > 1,
+                                           std::move(relay));
     }
   }
-  return make_cuda_stream_barrier(segment, config);
+  return make_cuda_stream_barrier(segment, config, std::move(relay));
 }
 
 std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {

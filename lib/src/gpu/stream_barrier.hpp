@@ -13,22 +13,25 @@ namespace lockstep::detail {
 
 class NodeSegment;  // engine/segment.hpp
 struct JobConfig;   // job/job_config.hpp
+struct Failure;     // base/failure_record.hpp
 class StreamOps;
 
-// Orders GPU work across the node's processes. Two modes (LOCKSTEP_GPU_BARRIER):
+// Orders GPU work across the job's processes. Two modes (LOCKSTEP_GPU_BARRIER):
 //
-// flags (one node; gpu/flag_barrier.hpp): no host rendezvous and no CPU wait.
-// Each process's stream writes its episode number to its own flag in host memory that every
-// GPU maps, and waits for its peers' flags; a watchdog thread per process releases every stream
-// when a peer dies or leaves, or a timed call's deadline passes, and the job then throws.
+// flags (gpu/flag_barrier.hpp): no host rendezvous and no CPU wait. Each process's stream writes
+// its episode number to its own flag in host memory that every GPU maps. On one node it waits
+// for its peers' flags; across nodes it waits for its node's `node_met` word, which the node
+// leader's relay thread writes once every stream of the node has arrived and the leaders have
+// met on the host. A watchdog thread per process releases every stream when a peer dies or
+// leaves, a node fails, or a timed call's deadline passes, and the job then throws.
 //
-// events (the default; the only mode across nodes; gpu/stream_barrier_cuda.cpp): each call records
-// an interprocess event on the stream, meets the others on the host barrier, then makes the stream
-// wait on every peer's event of the same episode. Across nodes, where the other nodes' events
-// cannot be waited on, each process first waits for its own stream (cuEventSynchronize), then
-// meets the job on the host. Its hole: a peer that dies after the host meet but before its
-// stream reached its event leaves the survivors' streams waiting on an event whose exporter is
-// gone (CUDA does not say what then happens).
+// events (the default; gpu/stream_barrier_cuda.cpp): each call records an interprocess event on
+// the stream, meets the others on the host barrier, then makes the stream wait on every peer's
+// event of the same episode. Across nodes, where the other nodes' events cannot be waited on,
+// each process first waits for its own stream (cuEventSynchronize), then meets the job on the
+// host. Its hole: a peer that dies after the host meet but before its stream reached its event
+// leaves the survivors' streams waiting on an event whose exporter is gone (CUDA does not say
+// what then happens).
 class StreamBarrier {
  public:
   // Runs the host barrier (all nodes) with an optional deadline.
@@ -53,11 +56,35 @@ class StreamBarrier {
   }
   // Called in a forked child: forget everything without touching it (threads, CUDA objects).
   virtual void abandon() noexcept {}
+  // A node leader's host barrier (and broadcast) across nodes calls this first: it returns once
+  // the stream episodes this process called before have met the other nodes, so that every node's
+  // leader meets them in one order, the stream episodes first. Throws TimeoutError when
+  // `deadline` passes first (nothing arrived: the caller may retry), InterruptedError on an
+  // interrupt. A no-op but in flags mode across nodes.
+  virtual void settle(std::optional<std::chrono::steady_clock::time_point> /*deadline*/,
+                      const char* /*what*/) {}
 };
 
-// The barrier for this process (`segment` null in a job of one). Throws ConfigError when this
-// build has no CUDA support (unless the stream operations are overridden).
-std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config);
+// What the node's leader, in a job across nodes, gives its flags-mode barrier: its link to the
+// other nodes' leaders (the context's backend), used from the barrier's relay thread. Empty
+// (null functions) on every other process.
+struct StreamRelay {
+  // Meets the other nodes' leaders (Backend::barrier; the caller serializes it with the
+  // process's own uses, see StreamBarrier::settle).
+  std::function<void(std::optional<std::chrono::steady_clock::time_point>, const char*)> meet;
+  // Tells the other nodes' leaders that this node cannot go on; never throws. False when the
+  // backend is busy in another thread's call (that call's own checks then tell them).
+  std::function<bool(const Failure&)> try_abort;
+  // Makes a meet that waits now end soon with Error (the process leaves); any thread.
+  std::function<void()> cancel;
+  [[nodiscard]] bool given() const noexcept { return static_cast<bool>(meet); }
+};
+
+// The barrier for this process (`segment` null in a job of one; `relay`: given to the node's
+// leader across nodes). Throws ConfigError when this build has no CUDA support (unless the stream
+// operations are overridden).
+std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const JobConfig& config,
+                                                   StreamRelay relay);
 
 // Tests: every later make_stream_barrier() of this process makes a flags-mode barrier whose
 // streams are driven by `make` (a fake GPU) instead of CUDA. Null restores CUDA.
@@ -74,6 +101,6 @@ std::string capture_refusal(const char* what);
 // The CUDA barrier of mode config.gpu_barrier (stream_barrier_cuda.cpp), or ConfigError in a
 // build without CUDA (stream_barrier_none.cpp).
 std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,
-                                                        const JobConfig& config);
+                                                        const JobConfig& config, StreamRelay relay);
 
 }  // namespace lockstep::detail

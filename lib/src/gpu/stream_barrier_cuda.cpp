@@ -69,6 +69,11 @@ class CudaStreamOps final : public StreamOps {
     return is_capturing(cuda_, stream, what);
   }
 
+  void enter_thread() noexcept override {
+    // The relay's backend (NCCL's) calls CUDA from this thread: the same context as the caller's.
+    (void)cuda_.ctx_set_current(context_);
+  }
+
   std::uint64_t stream_id(CUstream_st* stream, const char* what) override {
     unsigned long long id = 0;  // NOLINT(google-runtime-int): CUDA's type
     cuda::check(cuda_, cuda_.stream_get_id(stream, &id), what, "cuStreamGetId");
@@ -236,14 +241,14 @@ class SoleProcessBarrier final : public StreamBarrier {
 }  // namespace
 
 std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,
-                                                        const JobConfig& config) {
+                                                        const JobConfig& config,
+                                                        StreamRelay relay) {
   if (segment == nullptr) {
     return std::make_unique<SoleProcessBarrier>();
   }
-  // Flags mode on one node when asked for; across nodes events (the leaders meet on the host
-  // there, after each process's stream has finished).
-  if (config.gpu_barrier == "flags" && config.num_nodes == 1) {
-    return std::make_unique<FlagBarrier>(*segment, std::make_unique<CudaStreamOps>());
+  if (config.gpu_barrier == "flags") {
+    return std::make_unique<FlagBarrier>(*segment, std::make_unique<CudaStreamOps>(),
+                                         config.num_nodes > 1, std::move(relay));
   }
   return std::make_unique<IpcEventBarrier>(*segment, config.num_nodes > 1);
 }

@@ -5,7 +5,8 @@
 namespace lockstep::detail {
 
 std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* /*segment*/,
-                                                        const JobConfig& /*config*/) {
+                                                        const JobConfig& /*config*/,
+                                                        StreamRelay /*relay*/) {
   throw ConfigError(
       "lockstep: wait_for_everyone(stream): this build of lockstep has no CUDA support "
       "(reconfigure with -Dcuda=enabled where CUDA's headers are installed)");

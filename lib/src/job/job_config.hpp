@@ -55,9 +55,9 @@ struct JobConfig : NodeMember {
   int rendezvous_port = 0;
   std::string rendezvous_port_source;  // "LOCKSTEP_MASTER_PORT=N" or "MASTER_PORT=N + 1"
   std::string backend;
-  // LOCKSTEP_GPU_BARRIER: "events" (the default) or "flags" (one node; see
-  // gpu/stream_barrier.hpp); 0.2's "memops" is read as "flags". Across nodes: events. Flags
-  // becomes the default once tools/gpu-check has passed on a GPU (issue 20).
+  // LOCKSTEP_GPU_BARRIER: "events" (the default) or "flags" (see gpu/stream_barrier.hpp); 0.2's
+  // "memops" is read as "flags". Flags becomes the default once tools/gpu-check has passed on a
+  // GPU (issue 20).
   std::string gpu_barrier = "events";
   // LOCKSTEP_LOG (or LOCKSTEP_DEBUG=1): what the process says about itself (base/log.hpp).
   LogLevel log_level = LogLevel::off;

@@ -21,6 +21,7 @@ const BackendType& find_built(const std::string& name) {
 }  // namespace
 
 void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  std::lock_guard lock(mutex_);
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
   }
@@ -34,6 +35,7 @@ void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* wha
 
 std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from_node0,
                                       std::optional<Clock::time_point> deadline, const char* what) {
+  std::lock_guard lock(mutex_);
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
   }
@@ -86,10 +88,36 @@ std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from
 }
 
 void Leaders::abort(const Failure& failure) noexcept {
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    backend_->cancel();  // the relay's meet ends within a slice; the job is over anyway
+    lock.lock();
+  }
+  abort_locked(failure);
+}
+
+bool Leaders::try_abort(const Failure& failure) noexcept {
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return false;
+  }
+  abort_locked(failure);
+  return true;
+}
+
+void Leaders::abort_locked(const Failure& failure) noexcept {
   if (!broken_) {
     broken_ = failure;
   }
   backend_->abort(failure);
+}
+
+void Backend::check_cancelled(const char* what) const {
+  if (cancelled_.load(std::memory_order_relaxed)) {
+    throw Error(std::string(what) +
+                ": this process stopped waiting for the other nodes (it leaves the job, or its "
+                "node cannot go on)");
+  }
 }
 
 void check_backend_built(const JobConfig& job) {

@@ -8,10 +8,12 @@
 // creates none.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -63,6 +65,17 @@ class Backend {
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws.
   virtual void abort(const Failure& failure) noexcept = 0;
+  // Makes a barrier() that another thread waits in end within the backend's sleep slice, and
+  // every later one at once, with Error (the process leaves the job, or gives up on it, while
+  // its GPU relay thread waits for the other nodes). Any thread; abort() still sends.
+  void cancel() noexcept { cancelled_.store(true, std::memory_order_relaxed); }
+
+ protected:
+  // Throws Error if cancel() was called (a backend's waits ask between their polls).
+  void check_cancelled(const char* what) const;
+
+ private:
+  std::atomic<bool> cancelled_{false};
 };
 
 // What a backend that builds its own communicator is given to set it up (UCC's out-of-band
@@ -113,6 +126,8 @@ struct BackendType {
 // The node's link to the other leaders: a backend, and the latch that keeps it broken once one of
 // its calls has failed (an episode cannot be taken back): every later barrier() throws the same
 // failure. Context and the tests use backends through this alone.
+// The leader's use of its backend. Two threads may use it (the caller's, and across nodes in
+// flags mode the GPU relay's: gpu/flag_barrier.hpp), one at a time: each call holds a mutex.
 class Leaders {
  public:
   explicit Leaders(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
@@ -126,11 +141,20 @@ class Leaders {
   static constexpr std::size_t kMaxShare = std::size_t{48} * 1024;
   std::vector<std::byte> share(std::span<const std::byte> data, bool from_node0,
                                std::optional<Clock::time_point> deadline, const char* what);
-  // Best effort, never throws; broken afterwards.
+  // Best effort, never throws; broken afterwards. If another thread's barrier holds the backend,
+  // that barrier is cancelled (it ends within a sleep slice) and the failure is sent after it.
   void abort(const Failure& failure) noexcept;
+  // As abort, but only if no other thread's call holds the backend now; false (nothing done)
+  // if one does.
+  bool try_abort(const Failure& failure) noexcept;
+  // Backend::cancel: a barrier another thread waits in ends soon with Error, as every later call.
+  void cancel() noexcept { backend_->cancel(); }
 
  private:
+  void abort_locked(const Failure& failure) noexcept;
+
   std::unique_ptr<Backend> backend_;
+  std::mutex mutex_;  // held by each call (the backend is used by one thread at a time)
   std::optional<Failure> broken_;
 };
 // Leaders::share's chunks, the length's 8 bytes included, all fit the window of broadcasts a

@@ -321,7 +321,17 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   if (timeout = bounded(timeout); timeout) {
     deadline = std::chrono::steady_clock::now() + *timeout;
   }
+  if (backend_) [[unlikely]] {  // a leader across nodes (one node: nothing more to read)
+    settle_streams(deadline, what);
+  }
   arrive(deadline, what);
+}
+
+void Context::settle_streams(std::optional<std::chrono::steady_clock::time_point> deadline,
+                             const char* what) {
+  if (stream_barrier_ && backend_) {
+    stream_barrier_->settle(deadline, what);
+  }
 }
 
 bool Context::try_wait(const char* what) {
@@ -425,6 +435,7 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
     NoInterrupts& operator=(const NoInterrupts&) = delete;
     ~NoInterrupts() { (void)set_interrupt_fd(saved); }
   } no_interrupts;
+  settle_streams(std::nullopt, what);
   BroadcastArea& area = segment_->broadcast_area();
   const bool main_leads_node0 = config_.node_index == 0 && local_index_ == 0;
   if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {
@@ -489,7 +500,14 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
     barrier_->check_intact(what);  // a lost peer, a released stream barrier: the job is broken
   }
   if (!stream_barrier_) {
-    stream_barrier_ = make_stream_barrier(segment_.get(), config_);
+    StreamRelay relay;  // the leader's link across nodes, for flags mode's relay thread
+    if (Leaders* leaders = backend_.get()) {
+      relay.meet = [leaders](std::optional<std::chrono::steady_clock::time_point> deadline,
+                             const char* meet_what) { leaders->barrier(deadline, meet_what); };
+      relay.try_abort = [leaders](const Failure& failure) { return leaders->try_abort(failure); };
+      relay.cancel = [leaders] { leaders->cancel(); };
+    }
+    stream_barrier_ = make_stream_barrier(segment_.get(), config_, std::move(relay));
     // Release: a thread that asks stream_released() sees the barrier made.
     published_stream_barrier_.store(stream_barrier_.get(), std::memory_order_release);
   }

@@ -89,6 +89,10 @@ class Context {
   [[noreturn]] static void throw_too_large(std::uint64_t size, const char* what);
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
+  // A leader across nodes, before its backend meets the other nodes for a host barrier or a
+  // broadcast: its stream episodes meet them first (StreamBarrier::settle).
+  [[gnu::noinline]] void settle_streams(
+      std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
   [[noreturn, gnu::noinline]] void throw_left(const char* what) const;
 
   JobConfig config_;

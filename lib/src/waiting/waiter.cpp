@@ -88,6 +88,7 @@ constexpr std::uint64_t kStampMask = (std::uint64_t{1} << (64 - kSampleBits)) - 
 
 namespace {
 std::atomic<int> interrupt_fd{-1};
+thread_local bool deaf_to_interrupts = false;  // ignore_interrupts_on_this_thread
 std::atomic<std::int64_t> stall_after_ns{0};
 }  // namespace
 
@@ -120,7 +121,7 @@ int set_interrupt_fd(int fd) noexcept {
 bool interrupt_pending() noexcept {
   // Relaxed: the descriptor is set before the wait by the thread that waits.
   const int fd = interrupt_fd.load(std::memory_order_relaxed);
-  if (fd < 0) {
+  if (fd < 0 || deaf_to_interrupts) {  // the thread-local only read where a descriptor is set
     return false;
   }
   pollfd entry{fd, POLLIN, 0};
@@ -128,7 +129,11 @@ bool interrupt_pending() noexcept {
 }
 
 bool interrupt_armed() noexcept {
-  return interrupt_fd.load(std::memory_order_relaxed) >= 0;
+  return interrupt_fd.load(std::memory_order_relaxed) >= 0 && !deaf_to_interrupts;
+}
+
+void ignore_interrupts_on_this_thread() noexcept {
+  deaf_to_interrupts = true;
 }
 
 void check_interrupt(const std::string& what) {

@@ -87,6 +87,10 @@ void check_interrupt(const std::string& what);
 // Whether an interrupt descriptor is set: then an interruptible wait never sleeps without a
 // timeout (the signal may be handled on another thread, and not end its sleep).
 bool interrupt_armed() noexcept;
+// From now on the calling thread's waits are not interrupted (interrupt_pending and
+// interrupt_armed say no there): for a thread of the library's own (the GPU relay across nodes)
+// that waits for the other nodes while the user's threads take the signals.
+void ignore_interrupts_on_this_thread() noexcept;
 
 // A wait that lasts says so (LOCKSTEP_STALL_WARNING, set by the context when it joins): after
 // `after` (zero: never), then again after twice as long each time, a wait calls its site's

@@ -371,10 +371,19 @@ class PartialState:
     def on_last_process(self, function):
         return self._only(lambda: self.is_last_process, function)
 
+    @staticmethod
+    def _check_index(what, index):
+        # As C++'s State: a negative index runs nowhere, which is never what was meant.
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise ConfigError(f"lockstep: {what}: a process index is an int, not {index!r}")
+        if index < 0:
+            raise ConfigError(f"lockstep: {what}: process index {index} is negative")
+
     def on_process(self, function=None, process_index=None):
         """@state.on_process(process_index=k)"""
         if process_index is None:
             raise ValueError("lockstep: on_process needs process_index=")
+        self._check_index("on_process", process_index)
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
         return self._only(lambda: self.process_index == process_index, function)
@@ -383,6 +392,7 @@ class PartialState:
         """@state.on_local_process(local_process_index=k)"""
         if local_process_index is None:
             raise ValueError("lockstep: on_local_process needs local_process_index=")
+        self._check_index("on_local_process", local_process_index)
         if function is None:
             return functools.partial(self.on_local_process,
                                      local_process_index=local_process_index)

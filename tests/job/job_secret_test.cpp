@@ -87,6 +87,30 @@ TEST_F(Secret, AFileMustBeOursRegularAndPrivate) {
   EXPECT_NE(error().find("fewer than 16"), std::string::npos) << error();
 }
 
+// Issue 45's edges: a file written with a Windows line ending holds the same secret as one
+// with a Unix one (not the secret plus '\r'), and only one line ending goes.
+TEST_F(Secret, OneLineEndingGoesUnixOrWindows) {
+  for (const char* ending : {"", "\n", "\r\n"}) {
+    const auto file = write("crlf", std::string("a secret of twenty bytes") + ending, 0600);
+    env_["LOCKSTEP_SECRET_FILE"] = file.string();
+    EXPECT_EQ(load_job_secret(lookup()).bytes, "a secret of twenty bytes")
+        << "ending " << fs::path(ending);
+  }
+  const auto two = write("two", "a secret of twenty bytes\n\n", 0600);
+  env_["LOCKSTEP_SECRET_FILE"] = two.string();
+  EXPECT_EQ(load_job_secret(lookup()).bytes, "a secret of twenty bytes\n");
+}
+
+// A relative XDG_CONFIG_HOME is ignored (the XDG spec says so): the key file is HOME's, wherever
+// the process runs; an absolute one is used.
+TEST_F(Secret, ARelativeXdgConfigHomeIsIgnored) {
+  env_["XDG_CONFIG_HOME"] = "relative/config";
+  EXPECT_EQ(load_job_secret(lookup()).source, (home_ / ".config" / "lockstep" / "secret").string());
+  EXPECT_FALSE(fs::exists("relative"));
+  env_["XDG_CONFIG_HOME"] = (home_ / "xdg").string();
+  EXPECT_EQ(load_job_secret(lookup()).source, (home_ / "xdg" / "lockstep" / "secret").string());
+}
+
 TEST_F(Secret, TheUsersKeyFileIsCreatedOnceOwnerOnly) {
   const auto first = load_job_secret(lookup());
   const fs::path path = home_ / ".config" / "lockstep" / "secret";

@@ -14,9 +14,11 @@
 namespace lockstep::detail {
 namespace {
 
-// The user's key file and its folder; empty when neither XDG_CONFIG_HOME nor HOME is set.
+// The user's key file and its folder; empty when neither XDG_CONFIG_HOME nor HOME is set. A
+// relative XDG_CONFIG_HOME is ignored, as the XDG Base Directory spec says (it would make a key
+// per working folder).
 std::string key_file(const EnvLookup& env) {
-  if (auto xdg = env("XDG_CONFIG_HOME"); xdg && !xdg->empty()) {
+  if (auto xdg = env("XDG_CONFIG_HOME"); xdg && xdg->starts_with('/')) {
     return *xdg + "/lockstep/secret";
   }
   if (auto home = env("HOME"); home && !home->empty()) {
@@ -73,7 +75,11 @@ std::optional<std::string> read_secret_file(const std::string& path, const std::
   if (!problem.empty()) {
     refuse(source, problem);
   }
-  if (!text.empty() && text.back() == '\n') {
+  // One line ending goes, a Unix or a Windows one: a file written with "\r\n" holds the same
+  // secret as one written with "\n" (docs/threat-model.md).
+  if (text.ends_with("\r\n")) {
+    text.resize(text.size() - 2);
+  } else if (text.ends_with('\n')) {
     text.pop_back();
   }
   if (text.size() < kMinSecret) {

@@ -74,6 +74,16 @@ constexpr auto kRelayLongNap = std::chrono::microseconds(200);
 constexpr auto kRelayLongAfter = std::chrono::milliseconds(2);
 constexpr const char* kRelayWhat = "lockstep: wait_for_everyone(stream)";
 
+// "the GPU streams of process 3", "the GPU streams of processes 3, 5".
+std::string streams_of(const std::vector<int>& ranks) {
+  std::string text =
+      ranks.size() > 1 ? "the GPU streams of processes " : "the GPU streams of process ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  return text;
+}
+
 }  // namespace
 
 FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, bool across_nodes,
@@ -207,25 +217,14 @@ void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* 
       if (now >= *deadline) {
         const std::uint64_t episode = met_ + 1;
         lock.unlock();
-        std::vector<int> missing;
-        std::string names;
-        for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-          // Acquire: the stream wrote it; only compared.
-          if (cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire),
-                            episode)) {
-            missing.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
-            names += (names.empty() ? "" : ", ") + std::to_string(missing.back());
-          }
-        }
+        std::vector<int> missing = late_streams(episode);
         throw TimeoutError(
             std::string(what) + ": every node meets its GPU streams' barrier " +
                 std::to_string(episode) +
                 " before this one, and this node's had not met the "
                 "others there when the timeout passed (" +
                 (missing.empty() ? std::string("every stream of this node had reached it")
-                                 : "the GPU streams of process" +
-                                       std::string(missing.size() > 1 ? "es " : " ") + names +
-                                       " had not reached it") +
+                                 : streams_of(missing) + " had not reached it") +
                 "); nothing arrived at this barrier",
             missing);
       }
@@ -578,16 +577,7 @@ bool FlagBarrier::check_deadline() noexcept {
   lock.unlock();
   Failure failure;
   failure.kind = FailureKind::timeout;
-  std::string names;
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    // Acquire: the stream wrote it.
-    if (cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire),
-                      late.episode)) {
-      const int rank = segment_.slot(slot).rank.load(std::memory_order_relaxed);
-      failure.missing.push_back(rank);
-      names += (names.empty() ? "" : ", ") + std::to_string(rank);
-    }
-  }
+  failure.missing = late_streams(late.episode);
   if (failure.missing.empty()) {
     if (across_nodes_) {
       // Every stream of this node has arrived: what is late is another node, which the
@@ -598,14 +588,24 @@ bool FlagBarrier::check_deadline() noexcept {
     }
     return false;  // on one node: every stream arrived a moment ago, and this one passes next
   }
-  failure.message = "the GPU streams of process" +
-                    std::string(failure.missing.size() > 1 ? "es " : " ") + names +
-                    " had not reached its stream barrier " + std::to_string(late.episode) +
-                    " within " + std::to_string(late.timeout.count()) + " ms of process " +
+  failure.message = streams_of(failure.missing) + " had not reached its stream barrier " +
+                    std::to_string(late.episode) + " within " +
+                    std::to_string(late.timeout.count()) + " ms of process " +
                     std::to_string(segment_.slot(me).rank.load(std::memory_order_relaxed)) +
                     "'s stream reaching it; every stream of the node was released";
   segment_.record_failure(failure);
   return true;
+}
+
+std::vector<int> FlagBarrier::late_streams(std::uint64_t episode) const {
+  std::vector<int> ranks;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    // Acquire: the stream wrote it; only compared.
+    if (cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire), episode)) {
+      ranks.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
+    }
+  }
+  return ranks;
 }
 
 void FlagBarrier::release_streams() noexcept {

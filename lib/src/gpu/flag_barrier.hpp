@@ -141,6 +141,8 @@ class FlagBarrier final : public StreamBarrier {
   // How long the watchdog may sleep before check_deadline must look again.
   [[nodiscard]] int deadline_poll_ms() noexcept;
   void release_streams() noexcept;
+  // The ranks of the node's processes whose streams had not arrived at `episode`.
+  [[nodiscard]] std::vector<int> late_streams(std::uint64_t episode) const;
   [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
   void stop_watchdog() noexcept;
   // Starts `body` on a thread named `name` that takes no signal (a Ctrl-C must reach the

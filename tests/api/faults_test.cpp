@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include <lockstep/lockstep.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <lockstep/lockstep.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ranks.hpp"
 
@@ -132,6 +134,53 @@ TEST_P(PeerLost, PeerKilledFromOutsideMidWait) {
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   ::kill(running.pids[1], SIGKILL);
   EXPECT_EQ(failures(wait_ranks(running), /*killed=*/1), "");
+}
+
+// Issue 45: a peer SIGKILLed between waits, while the other's next wait spins, yields or sleeps:
+// the survivor's PeerLostError comes within 10 ms of the death (median over the rounds; 50 ms at
+// most), not at its wait's next periodic check (0.1 s).
+TEST_P(PeerLost, APeerKilledBetweenWaitsIsNoticedAtOnce) {
+#if defined(LOCKSTEP_TEST_ASAN) || defined(LOCKSTEP_TEST_TSAN)
+  constexpr double kScale = 4;  // sanitizers slow everything several times
+#else
+  constexpr double kScale = 1;
+#endif
+  constexpr int kRounds = 25;
+  auto* killed_at = shared_array<std::atomic<std::int64_t>>(1);
+  auto* noticed_after_us = shared_array<std::atomic<std::int64_t>>(kRounds);
+  for (int round = 0; round < kRounds; ++round) {
+    Job job = Job::of(2);
+    job.env["LOCKSTEP_WAIT_POLICY"] = GetParam();
+    killed_at->store(0);
+    auto ends = run_ranks(job, [=](int rank) {
+      lockstep::State state;
+      for (int i = 0; i < 5; ++i) {
+        state.wait_for_everyone();
+      }
+      if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::microseconds(round * 120));  // 0-3 ms
+        killed_at->store(Clock::now().time_since_epoch().count());
+        ::raise(SIGKILL);
+      }
+      try {
+        state.wait_for_everyone();
+        RANK_CHECK(false);
+      } catch (const lockstep::PeerLostError& error) {
+        const auto now = Clock::now().time_since_epoch().count();
+        noticed_after_us[round].store((now - killed_at->load()) / 1000);
+        RANK_CHECK(error.process_index() == 1);
+      }
+    });
+    ASSERT_EQ(failures(ends, /*killed=*/1), "") << "round " << round;
+  }
+  std::vector<std::int64_t> after(kRounds);
+  for (int round = 0; round < kRounds; ++round) {
+    after[round] = noticed_after_us[round].load();
+  }
+  std::sort(after.begin(), after.end());
+  const std::string all = ::testing::PrintToString(after);
+  EXPECT_LE(after[kRounds / 2], 10'000 * kScale) << GetParam() << ": median; all (us): " << all;
+  EXPECT_LE(after.back(), 50'000 * kScale) << GetParam() << ": max; all (us): " << all;
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PeerLost, ::testing::Values("adaptive", "spin", "block"));

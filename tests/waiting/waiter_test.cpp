@@ -652,6 +652,66 @@ TEST(Waiter, AWatchedWaitSleepsUntimedAndChecksAtOnceWhenWokenNotDone) {
   (void)lockstep::detail::set_stall_warning(before);
 }
 
+// A site whose watch raises its alarm at `alarm_at` (a peer exited): a sleeper is woken then, as
+// the watch wakes the node's sleepers; a spinning or yielding wait is not.
+struct AlarmedSite : FakeSite {
+  using FakeSite::FakeSite;
+  [[nodiscard]] bool watched() const noexcept { return clock() < alarm_at; }
+  [[nodiscard]] bool alarmed() const noexcept { return clock() >= alarm_at; }
+  void block(nanoseconds limit) {
+    const Time start = clock();
+    Time until =
+        limit >= Time::max() - start ? Time::max() : start + std::max(limit, nanoseconds(0));
+    if (start < alarm_at) {
+      until = std::min(until, alarm_at);
+    }
+    FakeSite::block(until - start);
+  }
+  bool check() {
+    checked_at.push_back(clock());
+    return FakeSite::check();
+  }
+  [[nodiscard]] Time clock() const { return machine->clock; }
+
+  FakeMachine* machine = nullptr;
+  Time alarm_at = Time::max();
+  std::vector<Time> checked_at;
+};
+
+// Issue 45: a peer lost while a wait spins or yields, or before a wait begins, is looked for at
+// once (within 10 ms of the alarm, here within a few clock reads), not at the wait's next
+// periodic check (0.1 s), under every policy and machine state.
+TEST(Waiter, AnAlarmIsLookedIntoAtOnceWhateverTheWaitIsDoing) {
+  struct Case {
+    const char* name;
+    WaitPolicy policy;
+    int runnable;  // tasks on the 2 CPUs: 1 is idle
+    nanoseconds alarm_after;
+  };
+  for (const Case& c : {Case{"spin, mid-spin", WaitPolicy::spin, 1, milliseconds(3)},
+                        Case{"adaptive idle, mid-spin", WaitPolicy::adaptive, 1, microseconds(5)},
+                        Case{"adaptive idle, yielding", WaitPolicy::adaptive, 1, milliseconds(1)},
+                        Case{"block, asleep", WaitPolicy::block, 1, milliseconds(3)},
+                        Case{"adaptive loaded", WaitPolicy::adaptive, 6, milliseconds(3)},
+                        Case{"spin, before the wait", WaitPolicy::spin, 1, nanoseconds(0)},
+                        Case{"block, before the wait", WaitPolicy::block, 1, nanoseconds(0)}}) {
+    FakeMachine machine;
+    Waiter waiter(c.policy, {2, 2, false}, machine);
+    machine.runnable = c.runnable;
+    sample_all(machine, {&waiter}, 4, milliseconds(1));
+    AlarmedSite site(machine);
+    site.machine = &machine;
+    site.alarm_at = machine.clock + c.alarm_after;
+    site.ready_at = Time::max();
+    site.lost = true;
+    EXPECT_THROW((void)waiter.wait(site, std::nullopt, milliseconds(100)), std::runtime_error)
+        << c.name;
+    ASSERT_EQ(site.checked_at.size(), 1U) << c.name;
+    EXPECT_GE(site.checked_at.front(), site.alarm_at) << c.name;
+    EXPECT_LT(site.checked_at.front() - site.alarm_at, milliseconds(10)) << c.name;
+  }
+}
+
 // Loaded with a CPU per process, adaptive spins only where its late peer runs elsewhere; where the
 // peer may be on this CPU it sleeps at once, and takes block's short path to that sleep (one
 // coarse clock read, an untimed sleep), not wait_long's loop around it.

@@ -246,6 +246,7 @@ class NodeBarrier::Site : public WaitSite {
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
   // A lost peer wakes this site's sleepers (the watch), so they need no periodic check.
   [[nodiscard]] bool watched() const noexcept { return barrier_.watched(); }
+  [[nodiscard]] bool alarmed() const noexcept { return barrier_.alarmed(); }
   void wake_me_at(std::chrono::steady_clock::time_point when) noexcept { stall_ = when; }
   void stalled(std::chrono::nanoseconds waited) const noexcept {
     barrier_.report_stall(what_, waited);

@@ -110,6 +110,14 @@ class NodeBarrier {
   // Whether this process's watch would wake a sleeper that a lost peer leaves waiting: there is
   // one, and it has not raised its alarm.
   [[nodiscard]] bool watched() const noexcept { return watch_ != nullptr && !watch_->alarmed(); }
+  // Whether a wait should look for a lost peer at once (WaitSite::alarmed): this process's watch
+  // saw a peer exit, or a peer left or was recorded lost. Relaxed: a hint; check_peers decides.
+  [[nodiscard]] bool alarmed() const noexcept {
+    const SegmentHeader& header = segment_.header();
+    return (watch_ != nullptr && watch_->saw_an_exit()) ||
+           header.lost.value.load(std::memory_order_relaxed) != 0 ||
+           header.left.value.load(std::memory_order_relaxed) != 0;
+  }
   // Whether a sleeper may sleep until woken: watched(), and nobody has left or been lost (read
   // after the futex word: see NodeSegment::wake_waiters).
   [[nodiscard]] bool quiet() const noexcept;

@@ -136,7 +136,8 @@ void PeerWatch::wake_me_at(Clock::time_point when) noexcept {
                  std::memory_order_relaxed);
 }
 
-void PeerWatch::raise() noexcept {
+void PeerWatch::raise(bool exited) noexcept {
+  exited_.store(exited, std::memory_order_relaxed);
   alarm_.store(true, std::memory_order_seq_cst);  // before the word changes: see alarmed()
   segment_.wake_waiters();
 }
@@ -179,7 +180,7 @@ void PeerWatch::run() noexcept {
     }
     for (std::size_t i = 1; i < entries.size(); ++i) {
       if (entries[i].revents != 0) {
-        raise();  // a peer exited: every wait of this process polls from now on
+        raise(true);  // a peer exited: every wait of this process polls from now on
         return;
       }
     }

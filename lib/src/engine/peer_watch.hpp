@@ -45,6 +45,11 @@ class PeerWatch {
   // seq_cst: read by a sleeper after it read the futex word (see NodeBarrier::sleep), raised
   // before the thread changes the word.
   [[nodiscard]] bool alarmed() const noexcept { return alarm_.load(std::memory_order_seq_cst); }
+  // Whether the thread saw a watched process exit (not an alarm raised from the start, where the
+  // waits poll anyway): a wait that sees it looks for the lost peer at once. Relaxed: a hint.
+  [[nodiscard]] bool saw_an_exit() const noexcept {
+    return exited_.load(std::memory_order_relaxed);
+  }
 
   // This process sleeps without a timeout and wants to be woken at `when` (its stall line is
   // due); WaitClock::time_point::max(): never. clear_wake() when the sleep is over.
@@ -54,13 +59,16 @@ class PeerWatch {
  private:
   PeerWatch(NodeSegment& segment, std::vector<int> pidfds, int stop) noexcept;
   void run() noexcept;
-  void raise() noexcept;
+  // Raises the alarm (`exited`: a watched process exited, not a failure of the watch) and wakes
+  // the node's sleepers.
+  void raise(bool exited = false) noexcept;
 
   NodeSegment& segment_;
   std::vector<int> pidfds_;  // the node's other processes
   int stop_;                 // an eventfd: readable when the watch must end
   pid_t owner_;
   std::atomic<bool> alarm_{false};
+  std::atomic<bool> exited_{false};       // see saw_an_exit
   std::atomic<std::int64_t> wake_at_{0};  // steady clock ns; 0: no sleeper to wake
   std::thread thread_;
 };

@@ -221,8 +221,13 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
 //                               block ends without it being done, and one without a deadline
 //                               blocks with nanoseconds::max() (no timeout), asking first to be
 //                               woken when its stall line is due: wake_me_at(time_point)
+//   bool alarmed()              whether something that check() looks for has happened since the
+//                               job began (a peer exited, a loss recorded): a wait that sees it
+//                               checks at once, once, rather than at its next check_interval
+//                               (a spinning or yielding wait is not woken by the watch)
 struct WaitSite {
   static bool check() { return false; }
+  static bool alarmed() noexcept { return false; }
   static bool late_peer_here() noexcept { return true; }
   static void stalled(std::chrono::nanoseconds /*waited*/) noexcept {}
   static bool watched() noexcept { return false; }
@@ -435,7 +440,15 @@ Waiter::End Waiter::wait_long(Site& site, std::optional<WaitClock::time_point> d
     return End::done;
   };
   auto interrupted = [&] { return interruptible && interrupt_pending(); };
+  bool alarm_heard = false;  // site.alarmed() seen, and checked for at once
   for (;;) {
+    if (!alarm_heard && site.alarmed()) [[unlikely]] {
+      // A peer may be lost: look now. A spinning or yielding wait is not woken by the watch, and
+      // one that began after the alarm would otherwise look only check_interval later (0.1 s,
+      // seen from Python: issue 45).
+      alarm_heard = true;
+      next_check = now;
+    }
     if (now >= next_check || (deadline && now >= *deadline)) {
       if (site.check()) {
         return finish();

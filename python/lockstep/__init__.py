@@ -25,6 +25,7 @@ import math
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 
@@ -152,14 +153,16 @@ def available_backends():
 
 
 def _configure(kwargs):
-    """PartialState's backend and timeout, as the variables they stand for (before joining)."""
-    if "backend" in kwargs and kwargs["backend"] is not None:
-        backend = str(kwargs["backend"])
-        if backend not in available_backends():
-            raise ValueError(f"lockstep.PartialState: backend={backend!r}: lockstep's backends "
-                             f"between machines are {available_backends() or 'none in this build'}"
-                             " (on one machine none is needed)")
-        os.environ["LOCKSTEP_BACKEND"] = backend
+    """PartialState's backend and timeout (before joining): the timeout as the variable it stands
+    for; the backend, torch.distributed's in Accelerate ("nccl", "gloo", ...), is recorded for
+    `state.backend` and acts on nothing (lockstep's own transport is LOCKSTEP_BACKEND's)."""
+    backend = kwargs.get("backend")
+    if backend is not None:
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(f"lockstep.PartialState: backend={backend!r}: a backend's name, "
+                             "such as \"nccl\" or \"gloo\" (torch.distributed's, which lockstep "
+                             "records and does not start), or None")
+        PartialState._backend = backend
     if "timeout" in kwargs and kwargs["timeout"] is not None:
         timeout = kwargs["timeout"]
         seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
@@ -203,19 +206,22 @@ def _padded(share, last, padding, inputs):
 
 
 def _split(inputs, num_processes, process_index, apply_padding):
-    """split_between_processes's share, for any process (pure)."""
+    """split_between_processes's share, for any process (pure). Padding repeats the input's last
+    item, as Accelerate's does (10 items on 4 processes: process 2 takes [6, 7, 9]). A dict's
+    values are split alike, but for strings and bytes, which Accelerate passes whole."""
     if isinstance(inputs, dict):
-        lengths = {len(value) for value in inputs.values()}
+        whole = (str, bytes)
+        lengths = {len(value) for value in inputs.values() if not isinstance(value, whole)}
         if len(lengths) > 1:
             raise ValueError("lockstep: split_between_processes: the dict's values have different "
                              f"lengths {sorted(lengths)}")
-        return {key: _split(value, num_processes, process_index, apply_padding)
+        return {key: value if isinstance(value, whole) else
+                _split(value, num_processes, process_index, apply_padding)
                 for key, value in inputs.items()}
     start, stop, padding = split_range(len(inputs), num_processes, process_index, apply_padding)
     share = inputs[start:stop]
     if padding:
-        last = inputs[stop - 1:stop] if stop > start else inputs[len(inputs) - 1:]
-        share = _padded(share, last, padding, inputs)
+        share = _padded(share, inputs[len(inputs) - 1:], padding, inputs)
     return share
 
 
@@ -227,13 +233,15 @@ class PartialState:
     _handle = None
     _cpu = False
     _left = False
+    _backend = None  # the backend= given, torch.distributed's (see backend)
 
     def __init__(self, cpu=False, **kwargs):
-        """Accelerate's arguments: `cpu` (use no GPU: `device` is "cpu"); `backend`, one of
-        lockstep's cross-node backends (lockstep.available_backends()), as LOCKSTEP_BACKEND;
+        """Accelerate's arguments: `cpu` (use no GPU: `device` is "cpu"); `backend`,
+        torch.distributed's ("nccl", "gloo", ...), recorded for `backend` (lockstep starts no
+        torch.distributed, and its own transport between machines is LOCKSTEP_BACKEND's);
         `timeout` (seconds, or a datetime.timedelta) for joining, as LOCKSTEP_JOIN_TIMEOUT.
         Both act on the first instance only, before it joins. Accelerate's other arguments
-        configure torch.distributed, which lockstep does not start: TypeError naming them."""
+        configure torch.distributed: TypeError naming them."""
         unknown = sorted(set(kwargs) - {"backend", "timeout"})
         if unknown:
             raise TypeError(f"lockstep.PartialState: {', '.join(unknown)}: Accelerate passes "
@@ -285,8 +293,11 @@ class PartialState:
 
     @property
     def backend(self):
-        """The backend between machines ("ucx" or "nccl") in a job of several; None in a job of
-        one machine, which needs none (Accelerate names torch.distributed's here)."""
+        """The `backend` the first PartialState was given (torch.distributed's, as Accelerate
+        names here); without one, lockstep's backend between machines ("ucx" or "nccl") in a job
+        of several, None in a job of one machine, which needs none."""
+        if PartialState._backend is not None:
+            return PartialState._backend
         if self.num_nodes <= 1:
             return None
         return os.environ.get("LOCKSTEP_BACKEND") or available_backends()[0]
@@ -301,10 +312,16 @@ class PartialState:
 
     def destroy_process_group(self, group=None):
         """Leaves the job now (State::leave): the others' waits that need this process fail
-        with PeerLostError naming it; later calls of this process raise lockstep.Error."""
+        with PeerLostError naming it; later calls of this process raise lockstep.Error. As
+        Accelerate's, it also destroys torch.distributed's default group where this process
+        initialized one (torch already imported: a process that never imported it has none)."""
         if group is not None:
             raise ValueError("lockstep.PartialState.destroy_process_group: lockstep has one "
                              "group, the job: call it without a group")
+        distributed = getattr(sys.modules.get("torch"), "distributed", None)
+        if (distributed is not None and distributed.is_available()
+                and distributed.is_initialized()):
+            distributed.destroy_process_group()
         if PartialState._handle is not None and not PartialState._left:
             _check(_lib.lockstep_leave(PartialState._handle))
             PartialState._left = True
@@ -353,11 +370,12 @@ class PartialState:
         return pickle.loads(received)
 
     # Running a function on some processes only: each decorator (Accelerate's) returns a function
-    # that runs the original where it applies and returns None elsewhere.
+    # that runs the original where it applies and returns None elsewhere. As Accelerate's, it
+    # runs everywhere in a job of one process (on_process(process_index=3) included).
     def _only(self, applies, function):
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
-            if applies():
+            if applies() or self.num_processes == 1:
                 return function(*args, **kwargs)
             return None
         return wrapper

@@ -316,8 +316,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{{"--nnodes", "x", "true"}, "--nnodes x: not a number of nodes"},
         BadFlags{{"--max-restarts", "3", "true"}, "does not restart failed"},
         BadFlags{{"--max_restarts=3", "true"}, "does not restart failed"},
-        BadFlags{{"--rdzv-backend", "c10d", "true"}, "no rendezvous backend"},
-        BadFlags{{"--rdzv_endpoint", "h:1", "true"}, "no rendezvous backend"},
+        BadFlags{{"--max-restarts", "x", "true"}, "--max-restarts x: not a number of restarts"},
+        BadFlags{{"--monitor-interval", "-1", "true"}, "--monitor-interval -1: not a number"},
+        BadFlags{{"--start-method", "thread", "true"}, "not one of spawn, fork, forkserver"},
+        BadFlags{{"--rdzv-backend", "etcd", "true"}, "no rendezvous backend but static and c10d"},
+        BadFlags{{"--rdzv-conf", "join_timeout=900", "true"}, "no rendezvous backend"},
+        BadFlags{{"--rdzv_endpoint", "::1:29400", "true"}, "an IPv6 address in brackets"},
+        BadFlags{{"--rdzv-endpoint", "h:0", "true"}, "with a port from 1 to 65535"},
+        BadFlags{{"--rdzv-endpoint", "h:1", "--master-port", "5", "true"},
+                 "leave out --master-addr and --master-port"},
+        BadFlags{{"--standalone", "--rdzv-endpoint", "h:1", "true"}, "leave out --standalone"},
+        BadFlags{{"no-such-script.py"},
+                 "cannot run 'no-such-script.py': No such file or directory (the Python script"},
         BadFlags{{"--nproc-per-node"}, "--nproc-per-node"},
         BadFlags{{"--redirects", "3", "true"}, "--redirects needs --log-dir"},
         BadFlags{{"--log-dir", "/tmp", "--tee", "4", "true"}, "--tee 4: not 0-3"},
@@ -797,6 +807,68 @@ TEST(Launcher, RunsPythonAsTorchrunDoes) {
   EXPECT_EQ(nodes.code(), 2);
   EXPECT_TRUE(contains(nodes.err, "--standalone is a job of one node")) << nodes.err;
   (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
+}
+
+// Issue 46: torchrun command lines copied from real scripts ran nowhere (exit 2). The flags whose
+// values lockstep-run already has are accepted; c10d's endpoint stands for node 0's address and
+// port; the ranks get torchrun's TORCHELASTIC_* variables; PYTHON_EXEC names the interpreter.
+TEST(Launcher, TorchrunCommandLinesFromRealScriptsRun) {
+  auto dry =
+      run({tool("LOCKSTEP_RUN"), "--nnodes", "1", "--nproc_per_node", "2", "--max-restarts", "0",
+           "--monitor-interval", "5", "--start-method", "spawn", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", "127.0.0.1:29555", "--rdzv-id", "myjob", "--dry-run", "true"});
+  EXPECT_EQ(dry.code(), 0) << dry.err;
+  EXPECT_TRUE(contains(dry.out, " MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 ")) << dry.out;
+  EXPECT_TRUE(contains(dry.out, " LOCKSTEP_JOB_ID=myjob@127.0.0.1:29555 ")) << dry.out;
+  EXPECT_TRUE(contains(dry.out,
+                       " TORCHELASTIC_RUN_ID=myjob@127.0.0.1:29555 "
+                       "TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 "))
+      << dry.out;
+  auto v6 = run({tool("LOCKSTEP_RUN"), "--rdzv_endpoint=[::1]", "--dry-run", "true"});
+  EXPECT_TRUE(contains(v6.out, " MASTER_ADDR=::1 MASTER_PORT=29400 ")) << v6.out;  // torchrun's
+  const std::string dir = "/tmp/lockstep-pyexec-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  // An interpreter of the user's choosing: a wrapper that says it ran, then runs python3.
+  std::ofstream(dir + "/my-python") << "#!/bin/sh\necho \"my-python $*\"\nexec python3 \"$@\"\n";
+  ASSERT_EQ(::chmod((dir + "/my-python").c_str(), 0700), 0);
+  std::ofstream(dir + "/job.py") << "import os\nprint('job', os.environ['RANK'])\n";
+  auto ran = run({"/usr/bin/env", "PYTHON_EXEC=" + dir + "/my-python", tool("LOCKSTEP_RUN"),
+                  "--nproc-per-node", "2", "--tag-output", dir + "/job.py"});
+  EXPECT_EQ(ran.code(), 0) << ran.err;
+  EXPECT_TRUE(contains(ran.out, "[rank 1] my-python -u " + dir + "/job.py\n")) << ran.out;
+  EXPECT_TRUE(contains(ran.out, "[rank 1] job 1\n")) << ran.out;
+  auto empty = run({"/usr/bin/env", "PYTHON_EXEC=", tool("LOCKSTEP_RUN"), dir + "/job.py"});
+  EXPECT_EQ(empty.code(), 2);
+  EXPECT_TRUE(contains(empty.err, "PYTHON_EXEC is set but empty")) << empty.err;
+  (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
+}
+
+// Issues 45 and 46: started inside another job (mpirun, srun, a shell that ran one), lockstep-run
+// gave its ranks that job's OMPI_* and a stale LOCKSTEP_MASTER_PORT (which outranks MASTER_PORT);
+// it clears them, --dry-run says which, and several lockstep-runs on one machine under mpirun
+// are warned about.
+TEST(Launcher, AnotherJobsVariablesDoNotReachTheRanks) {
+  const std::string show =
+      "echo \"$RANK ${OMPI_COMM_WORLD_SIZE-none} ${LOCKSTEP_MASTER_PORT-none} "
+      "${LOCKSTEP_WAIT_POLICY-none}\"";
+  auto ran = run({"/usr/bin/env", "OMPI_COMM_WORLD_SIZE=8", "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+                  "LOCKSTEP_MASTER_PORT=1", "LOCKSTEP_WAIT_POLICY=block", tool("LOCKSTEP_RUN"),
+                  "--nproc-per-node", "2", "--tag-output", "sh", "-c", show});
+  EXPECT_EQ(ran.code(), 0) << ran.err;
+  // The user's choice of wait policy passes; the other job's variables do not.
+  EXPECT_TRUE(contains(ran.out, "[rank 0] 0 none none block\n")) << ran.out;
+  EXPECT_TRUE(contains(ran.out, "[rank 1] 1 none none block\n")) << ran.out;
+  EXPECT_TRUE(contains(ran.err,
+                       "warning: lockstep-run itself runs under an MPI launcher "
+                       "(OMPI_COMM_WORLD_LOCAL_SIZE=2)"))
+      << ran.err;
+  auto dry = run({"/usr/bin/env", "OMPI_COMM_WORLD_SIZE=8", "LOCKSTEP_MASTER_PORT=1",
+                  tool("LOCKSTEP_RUN"), "--dry-run", "true"});
+  EXPECT_TRUE(contains(dry.out,
+                       "cleared from each rank's environment (another job's): "
+                       "OMPI_COMM_WORLD_SIZE LOCKSTEP_MASTER_PORT\n"))
+      << dry.out;
+  EXPECT_FALSE(contains(dry.err, "MPI launcher")) << dry.err;  // one process per machine: fine
 }
 
 TEST(Launcher, HelpDocumentsEveryFlag) {

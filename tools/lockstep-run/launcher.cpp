@@ -20,6 +20,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -165,6 +166,30 @@ void Launcher::prepare() {
   set_omp_threads_ =
       options_.nproc_per_node > 1 &&
       std::getenv("OMP_NUM_THREADS") == nullptr;  // NOLINT(concurrency-mt-unsafe): one thread
+  const auto ours = environment_of(0);
+  for (const std::string& name : lockstep::detail::job_variables()) {
+    const bool set_here = std::any_of(
+        ours.begin(), ours.end(), [&name](const auto& variable) { return variable.first == name; });
+    // The user's choices for this job's processes, which --backend and --wait-policy also set.
+    const bool a_choice = name == "LOCKSTEP_BACKEND" || name == "LOCKSTEP_WAIT_POLICY";
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): one thread
+    if (!set_here && !a_choice && std::getenv(name.c_str()) != nullptr) {
+      cleared_.push_back(name);
+    }
+  }
+  // Started by an MPI launcher with several processes on this machine: each is a lockstep-run
+  // that starts a job of its own, which is seldom what was meant.
+  for (const char* local_size : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(local_size);  // NOLINT(concurrency-mt-unsafe): one thread
+    if (value != nullptr && std::string_view(value) != "1" && std::string_view(value) != "0") {
+      say(std::string("warning: lockstep-run itself runs under an MPI launcher (") + local_size +
+          "=" + value + "): each of its processes on this machine starts a job of " +
+          std::to_string(options_.nproc_per_node) +
+          " processes of its own; start one lockstep-run per machine (mpirun -npernode 1, or "
+          "srun --ntasks-per-node 1), or run the program under mpirun alone");
+      break;
+    }
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> Launcher::environment_of(int local_rank) const {
@@ -209,6 +234,13 @@ int Launcher::dry_run() {
     }
     (void)std::printf("%s\n", line.c_str());
   }
+  if (!cleared_.empty()) {
+    std::string names;
+    for (const auto& name : cleared_) {
+      names += " " + name;
+    }
+    (void)std::printf("cleared from each rank's environment (another job's):%s\n", names.c_str());
+  }
   if (options_.nnodes > 1) {
     // The nodes prove this secret to each other when they join (nothing is created here).
     (void)std::printf(
@@ -248,6 +280,9 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
     if (relay) {
       ::dup2(pipes[0][1], STDOUT_FILENO);
       ::dup2(pipes[1][1], STDERR_FILENO);
+    }
+    for (const auto& name : cleared_) {
+      ::unsetenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): one thread
     }
     for (const auto& [name, value] : env) {
       ::setenv(name.c_str(), value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): one thread

@@ -75,7 +75,10 @@ class Launcher {
   std::optional<Clock::time_point> join_notice_at_;
   std::optional<int> exit_code_;
   bool set_omp_threads_ = false;  // OMP_NUM_THREADS=1 for each rank (see prepare)
-  std::string log_dir_;           // this run's log folder (--log-dir), or empty
+  // Another job's variables in the launcher's environment (a launch inside mpirun, srun or a
+  // shell that ran a job): each rank starts without them, so that it joins this job alone.
+  std::vector<std::string> cleared_;
+  std::string log_dir_;  // this run's log folder (--log-dir), or empty
 };
 
 // lockstep-run --cleanup.

@@ -1,10 +1,14 @@
 // lockstep-run's flags (options.hpp).
 #include "options.hpp"
 
+#include <sys/stat.h>
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -238,6 +242,21 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
                  "use); numa (on the CPUs of NUMA node r mod nodes); gpu (on the CPUs of its "
                  "GPU's NUMA node)")
       ->capture_default_str();
+  app.add_option("--max-restarts,--max_restarts", options.max_restarts_text,
+                 "torchrun's: only 0, what lockstep-run does (a failed process stops the job; "
+                 "nothing is restarted)");
+  app.add_option("--monitor-interval,--monitor_interval", options.monitor_interval_text,
+                 "torchrun's: accepted (seconds, 0 or more) with no effect: lockstep-run learns "
+                 "of a process's end at once");
+  app.add_option("--start-method,--start_method", options.start_method,
+                 "torchrun's: spawn, fork or forkserver, accepted: every process is a program "
+                 "started afresh");
+  app.add_option("--rdzv-backend,--rdzv_backend", options.rdzv_backend,
+                 "torchrun's rendezvous: static or c10d, where --rdzv-endpoint stands for "
+                 "--master-addr and --master-port (the nodes' count stays fixed: --nnodes N)");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", options.rdzv_endpoint,
+                 "torchrun's HOST[:PORT] of node 0, as --master-addr HOST --master-port PORT "
+                 "(29400 when no port is given, as torchrun's)");
   app.add_flag("--dry-run,--dry_run", options.dry_run,
                "Print each process's command and environment, one line per process, and exit "
                "without starting anything");
@@ -248,14 +267,18 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
 }
 
+// torchrun's elastic restarts, which lockstep-run does not have.
+static const char* const kNoRestarts =
+    "lockstep-run does not restart failed processes (torchrun's elastic restarts): a failed "
+    "process stops the job, and its status is the launcher's; rerun the job, or launch with "
+    "torchrun itself (lockstep reads torchrun's variables)";
+
 // torchrun's flags that lockstep-run does not have, and what to do instead.
 std::optional<std::string> torchrun_flag(const std::string& arg) {
   std::string flag = arg.substr(0, arg.find('='));
   std::replace(flag.begin(), flag.end(), '_', '-');
-  if (flag == "--max-restarts" || flag == "--monitor-interval") {
-    return "lockstep-run does not restart failed processes (torchrun's elastic restarts): a "
-           "failed process stops the job, and its status is the launcher's; rerun the job, or "
-           "launch with torchrun itself (lockstep reads torchrun's variables)";
+  if (flag == "--max-restarts") {
+    return kNoRestarts;
   }
   if (flag.starts_with("--rdzv-")) {
     return "lockstep-run has no rendezvous backend: give every node the same --nnodes, "
@@ -268,15 +291,94 @@ std::optional<std::string> torchrun_flag(const std::string& arg) {
     return "lockstep-run starts a process per rank: give the script as the program (a .py file "
            "runs with python3 -u), or -m MODULE";
   }
-  if (flag == "--start-method" || flag == "--role" || flag == "--local-addr" ||
-      flag == "--max-nodes" || flag == "--min-nodes") {
+  if (flag == "--role" || flag == "--local-addr" || flag == "--max-nodes" ||
+      flag == "--min-nodes") {
     return "this torchrun option has no counterpart in lockstep-run (see lockstep-run --help)";
   }
   return std::nullopt;
 }
 
-// torchrun's habits (see Options): the program as Python runs it, and --standalone's port. An
-// exit status when the flags contradict each other.
+// torchrun's flags that lockstep-run accepts for what they already mean here (see Options): an
+// exit status when one asks for what lockstep-run does not do.
+static std::optional<int> torchrun_values(const CLI::App& app, Options& options) {
+  if (app.count("--max-restarts") > 0) {
+    const auto restarts = number_in(options.max_restarts_text, 0, std::numeric_limits<int>::max());
+    if (!restarts) {
+      say("--max-restarts " + options.max_restarts_text + ": not a number of restarts");
+      return 2;
+    }
+    if (*restarts > 0) {
+      say("--max-restarts " + options.max_restarts_text + ": " + kNoRestarts);
+      return 2;
+    }
+  }
+  if (app.count("--monitor-interval") > 0) {
+    double seconds = -1;
+    if (!CLI::detail::lexical_cast(options.monitor_interval_text, seconds) ||
+        !std::isfinite(seconds) || seconds < 0) {
+      say("--monitor-interval " + options.monitor_interval_text +
+          ": not a number of seconds, 0 or more");
+      return 2;
+    }
+  }
+  if (app.count("--start-method") > 0 && options.start_method != "spawn" &&
+      options.start_method != "fork" && options.start_method != "forkserver") {
+    say("--start-method " + options.start_method + ": not one of spawn, fork, forkserver");
+    return 2;
+  }
+  if (app.count("--rdzv-backend") > 0 && options.rdzv_backend != "static" &&
+      options.rdzv_backend != "c10d") {
+    say("--rdzv-backend " + options.rdzv_backend +
+        ": lockstep-run has no rendezvous backend but static and c10d's endpoint: give every "
+        "node the same --nnodes, --master-addr, --master-port and --job-id, and each its own "
+        "--node-rank");
+    return 2;
+  }
+  if (app.count("--rdzv-endpoint") == 0) {
+    return std::nullopt;
+  }
+  if (options.standalone || app.count("--master-addr") > 0 || app.count("--master-port") > 0) {
+    say("--rdzv-endpoint " + options.rdzv_endpoint +
+        " names node 0's address and port: leave "
+        "out " +
+        (options.standalone ? "--standalone" : "--master-addr and --master-port"));
+    return 2;
+  }
+  // HOST, HOST:PORT, [IPV6] or [IPV6]:PORT.
+  const std::string& endpoint = options.rdzv_endpoint;
+  std::string host = endpoint;
+  std::string port = "29400";
+  if (endpoint.starts_with('[')) {
+    const std::size_t close = endpoint.find(']');
+    if (close == std::string::npos || (close + 1 < endpoint.size() && endpoint[close + 1] != ':')) {
+      host.clear();
+    } else {
+      host = endpoint.substr(1, close - 1);
+      if (close + 1 < endpoint.size()) {
+        port = endpoint.substr(close + 2);
+      }
+    }
+  } else if (const std::size_t colon = endpoint.rfind(':'); colon != std::string::npos) {
+    host = endpoint.substr(0, colon);
+    port = endpoint.substr(colon + 1);
+    if (host.find(':') != std::string::npos) {
+      host.clear();  // an IPv6 address without brackets: its port cannot be told apart
+    }
+  }
+  const auto port_number = number_in(port, 1, 65535);
+  if (host.empty() || !port_number) {
+    say("--rdzv-endpoint " + endpoint + ": not HOST[:PORT] with a port from 1 to 65535 (an " +
+        "IPv6 address in brackets: [ADDRESS]:PORT)");
+    return 2;
+  }
+  options.master_addr = host;
+  options.master_port = *port_number;
+  return std::nullopt;
+}
+
+// torchrun's habits (see Options): the program as Python runs it (PYTHON_EXEC's interpreter,
+// else python3), and --standalone's port. An exit status when the flags contradict each other,
+// or a Python script is not there.
 static std::optional<int> as_torchrun_would(const CLI::App& app, Options& options) {
   if (options.module && options.no_python) {
     say("-m runs a Python module and --no-python runs no Python: give one of them");
@@ -286,13 +388,36 @@ static std::optional<int> as_torchrun_would(const CLI::App& app, Options& option
     say("--standalone is a job of one node: leave out --nnodes " + options.nnodes_text);
     return 2;
   }
+  if (auto refused = torchrun_values(app, options)) {
+    return refused;
+  }
   if (options.command.empty()) {
     return std::nullopt;  // check_options says what is missing
   }
+  const bool script =
+      !options.module && !options.no_python && options.command.front().ends_with(".py");
+  std::string python = "python3";
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): one thread
+  if (const char* exec = std::getenv("PYTHON_EXEC");
+      exec != nullptr && (options.module || script)) {
+    python = exec;
+    if (python.empty()) {
+      say("PYTHON_EXEC is set but empty: unset it (python3 from PATH runs the program) or name "
+          "the interpreter");
+      return 2;
+    }
+  }
   if (options.module) {
-    options.command.insert(options.command.begin(), {"python3", "-u", "-m"});
-  } else if (!options.no_python && options.command.front().ends_with(".py")) {
-    options.command.insert(options.command.begin(), {"python3", "-u"});
+    options.command.insert(options.command.begin(), {python, "-u", "-m"});
+  } else if (script) {
+    // Said once here, rather than by Python on every process.
+    struct stat info {};
+    if (::stat(options.command.front().c_str(), &info) != 0) {
+      say("cannot run '" + options.command.front() + "': " + lockstep::detail::error_text(errno) +
+          " (the Python script that " + python + " -u would run on each process)");
+      return 2;
+    }
+    options.command.insert(options.command.begin(), {python, "-u"});
   }
   if (options.standalone && app.count("--master-port") == 0) {
     const int port = lockstep::detail::free_port();

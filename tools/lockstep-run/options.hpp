@@ -39,13 +39,21 @@ struct Options {
   bool module = false;
   bool no_python = false;
   bool standalone = false;
+  // torchrun's flags that scripts pass with values lockstep-run already has (as_torchrun_would):
+  // --max-restarts 0, --monitor-interval, --start-method, and a --rdzv-endpoint that stands for
+  // --master-addr and --master-port under the static or c10d rendezvous.
+  std::string max_restarts_text;
+  std::string monitor_interval_text;
+  std::string start_method;
+  std::string rdzv_backend;
+  std::string rdzv_endpoint;
   std::vector<std::string> command;
 };
 
 // `text` cut at each `separator`, every piece kept (empty ones too).
 std::vector<std::string> split(const std::string& text, char separator);
 
-// A whole number in [low, high] from `text`; the message when it is not one.
+// A whole number in [low, high] from `text`; none when it is not one.
 std::optional<int> number_in(const std::string& text, int low, int high);
 
 // LOCKSTEP_JOB_ID as the launcher gives it: the job id, node 0's address and port (a random

@@ -29,6 +29,11 @@ std::vector<std::pair<std::string, std::string>> job_environment(const LaunchSpe
       {"MASTER_PORT", std::to_string(spec.master_port)},
       {std::string(launcher.required[0]), spec.job_id},
       {std::string(launcher.nnodes[0]), std::to_string(spec.num_nodes)},
+      // What torchrun's agent sets beside them, which libraries test to tell that torchrun
+      // started them (PyTorch Lightning's TorchElasticEnvironment, ...); nothing restarts.
+      {"TORCHELASTIC_RUN_ID", spec.job_id},
+      {"TORCHELASTIC_RESTART_COUNT", "0"},
+      {"TORCHELASTIC_MAX_RESTARTS", "0"},
   };
   if (!spec.launch_id.empty()) {
     env.emplace_back("LOCKSTEP_LAUNCH_ID", spec.launch_id);

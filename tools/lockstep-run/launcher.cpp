@@ -343,28 +343,49 @@ bool Launcher::any_running() const {
 }
 
 void Launcher::reap() {
+  std::vector<Child*> ended;  // every child that has ended by now
   for (;;) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) {
-      return;
+      break;
     }
     for (Child& child : children_) {
-      if (child.pid != pid || !child.running) {
-        continue;
+      if (child.pid == pid && child.running) {
+        child.running = false;
+        child.status = status;
+        ended.push_back(&child);
       }
-      child.running = false;
-      child.status = status;
-      // A child that exits while the job is being stopped is not a new failure.
-      if (status != 0 && !exit_code_) {
-        say("rank " + std::to_string(child.rank) + " (pid " + std::to_string(pid) + ") " +
-            describe_status(status) + "; stopping the other ranks");
-        report_tail(child);
-        stop_job(SIGTERM, exit_code_for(status));
-      }
-      // The child's own group may hold its children still: stop them too.
-      ::kill(-pid, status != 0 ? SIGKILL : SIGTERM);
     }
+  }
+  // The failure to report (a child that fails while the job is being stopped is not a new one).
+  // A rank that dies is reapable before any other can learn of it, so a rank that failed because
+  // of it (PeerLostError: a C++ rank aborts, a Python one exits) is reaped in the same pass or a
+  // later one; within a pass waitpid's order is the children's, not their deaths'. So the cause
+  // is told from its consequences by kind: killed by a signal of its own (SIGKILL, SIGSEGV, ...)
+  // first, then a non-zero exit, then an abort or a SIGTERM.
+  auto rank_of = [](int status) {
+    if (WIFSIGNALED(status)) {
+      return WTERMSIG(status) == SIGABRT || WTERMSIG(status) == SIGTERM ? 2 : 0;
+    }
+    return 1;
+  };
+  Child* failed = nullptr;
+  for (Child* child : ended) {
+    if (child->status != 0 && !exit_code_ &&
+        (failed == nullptr || rank_of(child->status) < rank_of(failed->status))) {
+      failed = child;
+    }
+  }
+  if (failed != nullptr) {
+    say("rank " + std::to_string(failed->rank) + " (pid " + std::to_string(failed->pid) + ") " +
+        describe_status(failed->status) + "; stopping the other ranks");
+    report_tail(*failed);
+    stop_job(SIGTERM, exit_code_for(failed->status));
+  }
+  for (Child* child : ended) {
+    // The child's own group may hold its children still: stop them too.
+    ::kill(-child->pid, child->status != 0 ? SIGKILL : SIGTERM);
   }
 }
 

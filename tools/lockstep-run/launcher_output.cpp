@@ -96,7 +96,10 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
   }
   stream.pending.erase(0, start);
   if (flush_all && !stream.pending.empty()) {
+    // The last line, without its newline: the console (and the tail) get it ended, the file
+    // exactly what the rank wrote.
     take(stream.pending + "\n");
+    raw.pop_back();
     stream.pending.clear();
   } else if (stream.pending.size() > kMaxHeldLine) {
     take(stream.pending);  // a line without end in sight: relayed as it comes

@@ -31,7 +31,7 @@ import time
 
 from . import _library, _where
 
-__all__ = ["PartialState", "Error", "ConfigError", "TimeoutError", "PeerLostError",
+__all__ = ["PartialState", "Accelerator", "Error", "ConfigError", "TimeoutError", "PeerLostError",
            "SystemError", "split_range", "broadcast_object_list", "MAX_BROADCAST", "__version__"]
 
 MAX_BROADCAST = 32768  # bytes of a pickled object that broadcast_object carries (the C API's)
@@ -449,3 +449,68 @@ class PartialState:
         """print() once per machine, on its local main process (as Accelerate's)."""
         if self.is_local_main_process:
             builtins.print(*args, **kwargs)
+
+
+class Accelerator:
+    """The execution-control part of Accelerate's Accelerator, over the process's PartialState:
+    the snippets of Accelerate's execution-process guide run with `from lockstep import
+    Accelerator`. It is not the rest of Accelerate (prepare, backward, autocast, save_model,
+    gather, trackers ...): those members raise AttributeError saying so.
+
+        accelerator = Accelerator()
+        if accelerator.is_local_main_process:
+            print("once per machine")
+
+        @accelerator.on_local_process(local_process_idx=0)
+        def report():
+            ...
+        accelerator.wait_for_everyone()
+    """
+
+    # What PartialState answers under the same name (Accelerate's Accelerator forwards them).
+    _FORWARDED = frozenset({
+        "process_index", "local_process_index", "num_processes", "is_main_process",
+        "is_local_main_process", "is_last_process", "use_distributed", "device",
+        "distributed_type", "wait_for_everyone", "main_process_first", "local_main_process_first",
+        "split_between_processes", "on_main_process", "on_local_main_process", "on_last_process",
+        "print"})
+
+    def __init__(self, cpu=False, **kwargs):
+        """Accelerate's `cpu`; its other arguments configure training (mixed_precision,
+        gradient_accumulation_steps, ...), which lockstep does not do: TypeError naming them."""
+        if kwargs:
+            raise TypeError(f"lockstep.Accelerator: {', '.join(sorted(kwargs))}: lockstep covers "
+                            "Accelerate's execution control only (which process runs what, and "
+                            "when); it takes cpu")
+        self.state = PartialState(cpu=cpu)
+
+    def __getattr__(self, name):
+        if name in Accelerator._FORWARDED:
+            return getattr(self.state, name)
+        if name.startswith("__") or name == "state":
+            raise AttributeError(name)
+        raise AttributeError(f"lockstep.Accelerator has no {name!r}: lockstep covers Accelerate's "
+                             "execution control only (is_main_process, on_main_process, "
+                             "wait_for_everyone, main_process_first, split_between_processes, "
+                             "...); use Accelerate itself for the rest")
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | Accelerator._FORWARDED)
+
+    def on_process(self, function=None, process_index=None):
+        """@accelerator.on_process(process_index=k)"""
+        return self.state.on_process(function, process_index=process_index)
+
+    def on_local_process(self, function=None, local_process_index=None, local_process_idx=None):
+        """@accelerator.on_local_process(local_process_index=k); Accelerate's guide spells it
+        local_process_idx, which is taken too."""
+        if local_process_idx is not None:
+            if local_process_index is not None and local_process_index != local_process_idx:
+                raise ValueError(f"lockstep.Accelerator.on_local_process: local_process_index="
+                                 f"{local_process_index!r} and local_process_idx="
+                                 f"{local_process_idx!r} differ: give one")
+            local_process_index = local_process_idx
+        return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    def __repr__(self):
+        return f"lockstep.Accelerator({self.state!r})"

@@ -336,6 +336,38 @@ TEST(Interrupt, AJoinGivesUp) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Issue 45: a join that a signal interrupted, made again (as Python makes it after a handler that
+// returns), joins the same job. Its slot was marked as left, which ended the job: the second join
+// made a new segment while process 0 waited in the old one, and the job hung until the join
+// timeout. Process 0 waits, process 1 is interrupted and joins again, process 2 comes late.
+TEST(Interrupt, AJoinMadeAgainJoinsTheSameJob) {
+  Job job = Job::of(3);
+  job.env["LOCKSTEP_JOIN_TIMEOUT"] = "10";
+  auto ends = run_ranks(job, [](int rank) {
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    }
+    if (rank == 1) {
+      std::thread signaller = interrupt_this_thread_in(std::chrono::milliseconds(300));
+      try {
+        lockstep::State state;
+        RANK_CHECK(false);
+      } catch (const lockstep::InterruptedError& error) {
+        RANK_CHECK(contains(error.what(), "joining the job"));
+      }
+      signaller.join();
+      RANK_CHECK(lockstep_set_interrupt_fd(-1) == interrupt_pipe[0]);
+    }
+    const auto start = Clock::now();
+    lockstep::State state;  // process 1's second join
+    RANK_CHECK(Clock::now() - start < std::chrono::seconds(5));
+    for (int round = 0; round < 20; ++round) {
+      state.wait_for_everyone(std::chrono::seconds(5));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 // Issue 23: a wait that lasts says so (LOCKSTEP_STALL_WARNING), naming who it waits for, then
 // again after twice as long; a wait that does not last says nothing. Here 0.3 s: a join that
 // waits for a process starting 1 s late says it at 0.3 s and 0.9 s, a barrier that waits 1.6 s

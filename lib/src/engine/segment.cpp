@@ -208,7 +208,16 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const NodeMember& member) {
     }
   }
   try {
-    segment->await_peers(member, deadline);
+    try {
+      segment->await_peers(member, deadline);
+    } catch (const InterruptedError&) {
+      // The caller may join again (Python does, after a signal handler that returns): its slot
+      // is given back rather than left, which would end the job for every peer (issue 45).
+      if (segment->withdraw_join()) {
+        throw;
+      }
+      // Every process had joined meanwhile: the join is complete, and goes on.
+    }
     segment->elect(member);
     fault_point("join.joined");
   } catch (...) {

@@ -151,6 +151,12 @@ class NodeSegment {
   // The local index and the node's leader.
   void elect(const NodeMember& member);
   void leave() noexcept;
+  // After an interrupted join, which the caller may make again: under the segment's lock, while
+  // the node's processes have not all joined, this slot is given back (empty, as if this process
+  // had not come yet: its peers go on waiting for it, and a second join claims a slot again)
+  // and the segment is removed if nobody else is in it; true. False when every process has
+  // joined meanwhile (the join is complete and goes on) or the lock is not had within a bound.
+  bool withdraw_join() noexcept;
   [[nodiscard]] std::optional<LostPeer> check_peer(int slot) const;
 
   std::string name_;

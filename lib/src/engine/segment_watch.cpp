@@ -70,6 +70,35 @@ void NodeSegment::leave_mapped() noexcept {
   }
 }
 
+bool NodeSegment::withdraw_join() noexcept {
+  if (header_ == nullptr || left_) {
+    return false;
+  }
+  std::optional<FileLock> lock;
+  try {
+    lock.emplace(fd_, Clock::now() + kLeaveLockBound, name_);
+  } catch (...) {
+    return false;  // leaves instead (the destructor): its peers then fail their join
+  }
+  // Claims are made under the lock: no peer has seen every process joined unless all were.
+  if (header_->joined.value.load() >= static_cast<std::uint32_t>(num_slots_)) {
+    return false;
+  }
+  Slot& slot = slots_[my_slot_];
+  slot.status.store(static_cast<std::uint32_t>(SlotStatus::empty));  // first: see status_of
+  slot.pid.store(0);
+  header_->joined.value.fetch_sub(1);
+  left_ = true;  // nothing more to say: the destructor only unmaps
+  struct stat st {};
+  if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
+    try {
+      bip::shared_memory_object::remove(name_.c_str());
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the next join or sweep removes it
+    }
+  }
+  return true;
+}
+
 std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
   const Slot& peer = slots_[slot];
   if (status_of(peer) == SlotStatus::left) {

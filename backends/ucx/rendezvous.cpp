@@ -383,28 +383,28 @@ void Server::accept_new(Clock::time_point now) {
   }
 }
 
-int Server::take_link(int id) {
+int Server::take_link(int id, std::chrono::milliseconds timeout) {
   auto found = peers_.find(id);
   if (found == peers_.end() || !found->second.kept()) {
     return -1;
   }
   const int fd = found->second.fd;
   peers_.erase(found);
-  make_link(fd);
+  make_link(fd, timeout);
   return fd;
 }
 
-void make_link(int fd) {
+void make_link(int fd, std::chrono::milliseconds timeout) {
   const int on = 1;
   const int probe = static_cast<int>(kLinkProbe.count());
-  const int probes = static_cast<int>(kLinkTimeout / kLinkProbe);
-  const auto timeout = static_cast<unsigned>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(kLinkTimeout).count());
+  const int probes = std::max(1, static_cast<int>(timeout / kLinkProbe));
+  const auto user_timeout =
+      static_cast<unsigned>(std::max(timeout, std::chrono::milliseconds(kLinkProbe)).count());
   if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
       ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &probe, sizeof probe) != 0 ||
       ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &probe, sizeof probe) != 0 ||
       ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
-      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout) != 0) {
+      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout) != 0) {
     throw_errno("lockstep: the link between the nodes' main processes", "setsockopt");
   }
 }
@@ -541,7 +541,7 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
                                                std::span<const std::byte> hello,
                                                const Credentials& credentials,
                                                Clock::time_point deadline, std::string& last_error,
-                                               int* link) {
+                                               int* link, std::chrono::milliseconds link_timeout) {
   while (Clock::now() < deadline) {
     check_interrupt("lockstep: joining the job (connecting to node 0)");
     const auto retry_at = Clock::now() + kRetryDelay;
@@ -569,7 +569,7 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
       }
       if (answer && link != nullptr) {
         try {
-          make_link(fd);
+          make_link(fd, link_timeout);
         } catch (...) {
           ::close(fd);
           throw;

@@ -90,8 +90,9 @@ class Server {
   // Sends `message`, sealed and framed, on kept connection `id` by `deadline`; false if it could
   // not.
   bool send(int id, std::span<const std::byte> message, Clock::time_point deadline);
-  // Hands kept connection `id` to the caller as a link (make_link), or -1 if it is gone.
-  int take_link(int id);
+  // Hands kept connection `id` to the caller as a link (make_link with `timeout`), or -1 if it
+  // is gone.
+  int take_link(int id, std::chrono::milliseconds timeout);
   // The connections that were closed for breaking a bound (malformed, idle, too many), with why.
   [[nodiscard]] const std::vector<std::string>& dropped() const noexcept { return dropped_; }
 
@@ -125,14 +126,15 @@ class Server {
 };
 
 // Links: after the join, each node keeps its rendezvous connection to node 0 open for the job's
-// life, and the kernel watches it (keepalive probes every kLinkProbe, TCP_USER_TIMEOUT
-// kLinkTimeout): a node that the network no longer reaches is noticed within kLinkTimeout,
-// whatever the processes do (a busy or stopped process's kernel still answers), where UCX's
-// own connections would retransmit for a quarter of an hour. Nothing is sent on a link.
-inline constexpr auto kLinkTimeout = std::chrono::seconds(5);
+// life, and the kernel watches it (keepalive probes every kLinkProbe, TCP_USER_TIMEOUT the
+// job's link timeout, LOCKSTEP_LINK_TIMEOUT: 5 s by default): a node that the network no longer
+// reaches is noticed within that time, whatever the processes do (a busy or stopped process's
+// kernel still answers), where UCX's own connections would retransmit for a quarter of an hour.
+// Nothing is sent on a link.
 inline constexpr auto kLinkProbe = std::chrono::seconds(1);
-// Sets a connection's keepalive and user timeout; SystemError if the kernel refuses.
-void make_link(int fd);
+// Sets a connection's keepalive and user timeout (`timeout`, at least kLinkProbe); SystemError
+// if the kernel refuses.
+void make_link(int fd, std::chrono::milliseconds timeout);
 // What became of a link: fine (nothing to say); ended (the other side closed it, in order: its
 // process exited, which the backend learns from UCX too); or broken (an error: `*error` says
 // which, ETIMEDOUT when the network stopped answering).
@@ -157,11 +159,10 @@ struct Credentials {
 // `hello` and returns node 0's answer (its seal checked). Empty when `deadline` passes first;
 // then `last_error` says what happened last. ConfigError, at once, when what answers cannot
 // prove the secret or refuses this node's proof. With `link`, the connection stays open as the
-// node's link to node 0 (see make_link) and *link is its descriptor.
-std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, socklen_t length,
-                                               std::span<const std::byte> hello,
-                                               const Credentials& credentials,
-                                               Clock::time_point deadline, std::string& last_error,
-                                               int* link = nullptr);
+// node's link to node 0 (see make_link, with `link_timeout`) and *link is its descriptor.
+std::optional<std::vector<std::byte>> exchange(
+    const sockaddr_storage& address, socklen_t length, std::span<const std::byte> hello,
+    const Credentials& credentials, Clock::time_point deadline, std::string& last_error,
+    int* link = nullptr, std::chrono::milliseconds link_timeout = std::chrono::seconds(5));
 
 }  // namespace lockstep::detail::rendezvous

@@ -139,7 +139,7 @@ void UcxBackend::serve() {
     // A node that cannot take the welcome fails its own join; the others find it gone.
     const int joiner = joiners_[static_cast<std::size_t>(node)];
     (void)server.send(joiner, bytes, std::max(config_.deadline, Clock::now() + kCloseBound));
-    links_[static_cast<std::size_t>(node)] = server.take_link(joiner);
+    links_[static_cast<std::size_t>(node)] = server.take_link(joiner, config_.job.link_timeout);
   }
   joined_ = true;
   // The server goes: nobody else may join, and the port is free again.
@@ -242,7 +242,7 @@ void UcxBackend::connect() {
     links_.assign(static_cast<std::size_t>(num_nodes_), -1);
     auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello),
                                       {secret.bytes, secret.source}, config_.deadline, last_error,
-                                      &links_[0]);
+                                      &links_[0], config_.job.link_timeout);
     if (!bytes) {
       throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
                              std::to_string(me_) + " could not join node 0's main process at " +

@@ -364,6 +364,20 @@ TEST(Environment, StallWarningVariable) {
   }
 }
 
+// LOCKSTEP_LINK_TIMEOUT (issue 45): seconds, from 1 to 3600; 5 s unset.
+TEST(Environment, LinkTimeoutVariable) {
+  EXPECT_EQ(read({}).link_timeout.count(), 5000);
+  EXPECT_EQ(read({{"LOCKSTEP_LINK_TIMEOUT", "2.5"}}).link_timeout.count(), 2500);
+  EXPECT_EQ(read({{"LOCKSTEP_LINK_TIMEOUT", "3600"}}).link_timeout.count(), 3600000);
+  for (const char* bad : {"0", "0.5", "3601", "-1", "off", "", "1e3"}) {
+    auto message = config_error({{"LOCKSTEP_LINK_TIMEOUT", bad}});
+    EXPECT_NE(message.find("LOCKSTEP_LINK_TIMEOUT=\"" + std::string(bad) + "\""), std::string::npos)
+        << message;
+  }
+  EXPECT_NE(config_error({{"LOCKSTEP_LINK_TIMEOUT", "0.5"}}).find("is not from 1 to 3600 seconds"),
+            std::string::npos);
+}
+
 TEST(Environment, TooManyProcessesOnANodeAreRefused) {
   // Issue 12: WORLD_SIZE=1000000 laid out a 512 MB segment (SIGBUS on a small /dev/shm).
   auto message = config_error(torchrun(0, 1000000, 0, 1000000, 0));

@@ -437,6 +437,15 @@ void read_options(const EnvLookup& env, JobConfig& config) {
   if (auto stall = lookup(env, "LOCKSTEP_STALL_WARNING"); stall.present()) {
     config.stall_warning = seconds_of(stall, true);
   }
+  if (auto link = lookup(env, "LOCKSTEP_LINK_TIMEOUT"); link.present()) {
+    config.link_timeout = seconds_of(link);
+    if (config.link_timeout < std::chrono::seconds(1) ||
+        config.link_timeout > std::chrono::seconds(3600)) {
+      bad(link,
+          "is not from 1 to 3600 seconds (the kernel asks an unanswering machine once a "
+          "second)");
+    }
+  }
   if (auto launch = lookup(env, "LOCKSTEP_LAUNCH_ID"); launch.present()) {
     const std::string& text = *launch.value;
     if (text.empty() || text.size() > 16 ||

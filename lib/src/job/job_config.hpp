@@ -55,6 +55,9 @@ struct JobConfig : NodeMember {
   int rendezvous_port = 0;
   std::string rendezvous_port_source;  // "LOCKSTEP_MASTER_PORT=N" or "MASTER_PORT=N + 1"
   std::string backend;
+  // LOCKSTEP_LINK_TIMEOUT (seconds, 1 to 3600): how long a node's link to node 0 may go
+  // unanswered before the job fails naming the node the network no longer reaches.
+  std::chrono::milliseconds link_timeout{5'000};
   // LOCKSTEP_GPU_BARRIER: "events" (the default) or "flags" (see gpu/stream_barrier.hpp); 0.2's
   // "memops" is read as "flags". Flags becomes the default once tools/gpu-check has passed on a
   // GPU (issue 20).

@@ -45,6 +45,7 @@ struct Result {
   std::string err;
   double seconds = 0;
   double first_return_seconds = -1;  // when a '\r' first reached stdout
+  double first_out_seconds = -1;     // when stdout's first bytes came
   [[nodiscard]] int code() const {
     if (WIFEXITED(status)) {
       return WEXITSTATUS(status);
@@ -99,6 +100,9 @@ Result run(const std::vector<std::string>& args, int signal_to_send = 0,
           --open_streams;
         } else {
           (i == 0 ? result.out : result.err).append(buffer, static_cast<std::size_t>(n));
+          if (i == 0 && result.first_out_seconds < 0) {
+            result.first_out_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          }
           if (i == 0 && result.first_return_seconds < 0 &&
               std::memchr(buffer, '\r', static_cast<std::size_t>(n)) != nullptr) {
             result.first_return_seconds =
@@ -872,6 +876,46 @@ TEST(Launcher, AnotherJobsVariablesDoNotReachTheRanks) {
                        "OMPI_COMM_WORLD_SIZE LOCKSTEP_MASTER_PORT\n"))
       << dry.out;
   EXPECT_FALSE(contains(dry.err, "MPI launcher")) << dry.err;  // one process per machine: fine
+}
+
+// Issue 46: Python processes that lockstep-run runs unbuffered (python3 -u, as torchrun) write a
+// print() in pieces, and two of them on one terminal cut each other's lines (7 of 20 there).
+// Relayed, every line arrives whole; a line's start that waits more than a second for its end
+// (a prompt, "working...") is shown as it is, not held.
+TEST(Launcher, PythonProcessesPrintWholeLines) {
+  const std::string dir = "/tmp/lockstep-lines-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  // Each argument a separate write, 1 ms apart (an object slow to format, a tensor).
+  std::ofstream(dir + "/lines.py") << "import os, time\n"
+                                      "class Slow:\n"
+                                      "    def __str__(self):\n"
+                                      "        time.sleep(0.001)\n"
+                                      "        return 'slow'\n"
+                                      "rank = os.environ['RANK']\n"
+                                      "for i in range(40):\n"
+                                      "    print('line', rank, i, Slow(), Slow(), 'end')\n";
+  auto lines = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", dir + "/lines.py"});
+  EXPECT_EQ(lines.code(), 0) << lines.err;
+  std::istringstream text(lines.out);
+  int whole = 0;
+  for (std::string line; std::getline(text, line);) {
+    const bool ok = (line.starts_with("line 0 ") || line.starts_with("line 1 ")) &&
+                    line.ends_with(" slow slow end") && line.size() <= 24;
+    EXPECT_TRUE(ok) << "a line cut: '" << line << "'";
+    whole += ok ? 1 : 0;
+  }
+  EXPECT_EQ(whole, 80) << lines.out;
+  std::ofstream(dir + "/pause.py") << "import os, time\n"
+                                      "if os.environ['RANK'] == '0':\n"
+                                      "    print('working...', end='')\n"
+                                      "    time.sleep(3)\n"
+                                      "    print(' done')\n";
+  auto pause = run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "2", dir + "/pause.py"});
+  EXPECT_EQ(pause.code(), 0) << pause.err;
+  EXPECT_EQ(pause.out, "working... done\n");
+  EXPECT_GE(pause.first_out_seconds, 0);
+  EXPECT_LT(pause.first_out_seconds, 2.5) << "the line's start waited for its end";
+  (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
 }
 
 TEST(Launcher, HelpDocumentsEveryFlag) {

@@ -458,7 +458,16 @@ void Launcher::supervise(int signals) {
       }
     }
     int timeout_ms = -1;
-    for (const auto& at : {kill_at_, join_notice_at_}) {
+    std::optional<Clock::time_point> held_until;  // when a held line's start is due (pump)
+    for (const Child& child : children_) {
+      for (const Stream& stream : child.streams) {
+        if (stream.fd >= 0 && !stream.pending.empty()) {
+          const auto due = stream.held_since + kMaxHeldTime;
+          held_until = held_until ? std::min(*held_until, due) : due;
+        }
+      }
+    }
+    for (const auto& at : {kill_at_, join_notice_at_, held_until}) {
       if (at) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*at - Clock::now());
         const int ms = static_cast<int>(std::max<long long>(0, left.count()));
@@ -476,7 +485,8 @@ void Launcher::supervise(int signals) {
       break;
     }
     for (std::size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) {
+      if (fds[i].revents != 0 || (held_until && !owners[i].second->pending.empty() &&
+                                  Clock::now() >= owners[i].second->held_since + kMaxHeldTime)) {
         pump(*owners[i].second, owners[i].first->rank, false);
       }
     }

@@ -18,8 +18,11 @@ namespace lockstep::run {
 
 bool Launcher::route_streams(Child& child, int local_rank, int (&pipes)[2][2]) {
   // Each stream: to the console unless redirected or filtered out; to a file when redirected or
-  // teed. The launcher relays it when it tags, writes a file or hides it.
-  bool relay = options_.tag_output;
+  // teed. The launcher relays it when it tags, writes a file or hides it, and when several
+  // Python processes that it runs unbuffered share the console: print() writes a line in
+  // pieces (each argument, then the newline), which the terminal would interleave with the
+  // others' (issue 46: 7 of 20 lines cut); relayed, each line is written whole.
+  bool relay = options_.tag_output || (options_.python_unbuffered && options_.nproc_per_node > 1);
   for (int i = 0; i < 2; ++i) {
     const int bit = i == 0 ? 1 : 2;
     Stream& stream = child.streams[i];
@@ -64,6 +67,9 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
       flush_all = true;
       break;
     }
+    if (stream.pending.empty()) {
+      stream.held_since = std::chrono::steady_clock::now();
+    }
     stream.pending.append(buffer, static_cast<std::size_t>(n));
     if (static_cast<std::size_t>(n) < sizeof buffer) {
       break;
@@ -94,15 +100,20 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
     }
     take(stream.pending.substr(start, end + 1 - start));
   }
-  stream.pending.erase(0, start);
+  if (start > 0) {
+    stream.pending.erase(0, start);
+    stream.held_since = std::chrono::steady_clock::now();  // what is left began now, at the latest
+  }
   if (flush_all && !stream.pending.empty()) {
     // The last line, without its newline: the console (and the tail) get it ended, the file
     // exactly what the rank wrote.
     take(stream.pending + "\n");
     raw.pop_back();
     stream.pending.clear();
-  } else if (stream.pending.size() > kMaxHeldLine) {
-    take(stream.pending);  // a line without end in sight: relayed as it comes
+  } else if (stream.pending.size() > kMaxHeldLine ||
+             (!stream.pending.empty() &&
+              std::chrono::steady_clock::now() - stream.held_since >= kMaxHeldTime)) {
+    take(stream.pending);  // a line without end in sight, or a pause in it: relayed as it comes
     stream.pending.clear();
   }
   if (stream.console) {

@@ -409,6 +409,7 @@ static std::optional<int> as_torchrun_would(const CLI::App& app, Options& option
   }
   if (options.module) {
     options.command.insert(options.command.begin(), {python, "-u", "-m"});
+    options.python_unbuffered = true;
   } else if (script) {
     // Said once here, rather than by Python on every process.
     struct stat info {};
@@ -418,6 +419,7 @@ static std::optional<int> as_torchrun_would(const CLI::App& app, Options& option
       return 2;
     }
     options.command.insert(options.command.begin(), {python, "-u"});
+    options.python_unbuffered = true;
   }
   if (options.standalone && app.count("--master-port") == 0) {
     const int port = lockstep::detail::free_port();

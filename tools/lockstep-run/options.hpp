@@ -39,6 +39,9 @@ struct Options {
   bool module = false;
   bool no_python = false;
   bool standalone = false;
+  // The program is Python that lockstep-run runs unbuffered (-u: a .py program, or -m), whose
+  // print() writes a line in pieces: with several processes its output is relayed line by line.
+  bool python_unbuffered = false;
   // torchrun's flags that scripts pass with values lockstep-run already has (as_torchrun_would):
   // --max-restarts 0, --monitor-interval, --start-method, and a --rdzv-endpoint that stands for
   // --master-addr and --master-port under the static or c10d rendezvous.

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <string>
@@ -14,6 +15,8 @@ namespace lockstep::run {
 constexpr std::size_t kTailLines = 10;
 // A line longer than this is relayed in pieces as it comes (tagged once), not held whole.
 constexpr std::size_t kMaxHeldLine = std::size_t{64} * 1024;
+// A line's start that waits this long for its end is relayed as it is (a prompt, "working...").
+constexpr auto kMaxHeldTime = std::chrono::seconds(1);
 
 // A child's stdout or stderr, when the launcher relays it (tagging, logs, filtering) rather than
 // letting the child write to the launcher's own.
@@ -23,6 +26,7 @@ struct Stream {
   bool console = true;
   int file = -1;  // its log file, or -1
   std::string pending;
+  std::chrono::steady_clock::time_point held_since;  // when `pending` began (when not empty)
   bool mid_line = false;           // the last piece relayed ended inside a line (see kMaxHeldLine)
   std::deque<std::string> recent;  // its last kTailLines lines (for a failure's report)
 };

@@ -918,6 +918,47 @@ TEST(Launcher, PythonProcessesPrintWholeLines) {
   (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
 }
 
+// Issue 45: lockstep-run wrote the ranks' relayed output to its console itself, and blocked on a
+// console that nobody read (a paused `| less`): a failed rank then did not stop the job until the
+// reader came back. Here rank 0 writes without end, rank 1 fails after 0.5 s, and the launcher's
+// stdout is a pipe that is read only after 4 s: by 3 s rank 0 must be stopped.
+TEST(Launcher, AConsoleNobodyReadsDoesNotKeepAFailedJobRunning) {
+  const std::string dir = "/tmp/lockstep-console-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string script = "if [ $RANK = 0 ]; then echo $$ > " + dir +
+                             "/pid; while :; do echo 0123456789012345678901234567890123456789; "
+                             "done; else sleep 0.5; exit 3; fi";
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  const std::string err_path = dir + "/err";
+  const std::string launcher = tool("LOCKSTEP_RUN");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(err, STDERR_FILENO);
+    ::execl(launcher.c_str(), launcher.c_str(), "--nproc-per-node", "2", "--tag-output", "/bin/sh",
+            "-c", script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(126);
+  }
+  ::close(out[1]);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const std::string rank0 = read_text(dir + "/pid");
+  ASSERT_FALSE(rank0.empty()) << read_text(err_path);
+  const bool stopped = ::kill(std::stoi(rank0), 0) != 0;
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  char buffer[65536];
+  while (::read(out[0], buffer, sizeof buffer) > 0) {
+  }
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(stopped) << "rank 0 still ran 2.5 s after rank 1 failed";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << read_text(err_path);
+  EXPECT_TRUE(contains(read_text(err_path), "rank 1 (pid ")) << read_text(err_path);
+  (void)std::system(("rm -rf " + dir).c_str());  // NOLINT(concurrency-mt-unsafe, cert-env33-c)
+}
+
 TEST(Launcher, HelpDocumentsEveryFlag) {
   auto result = run({tool("LOCKSTEP_RUN"), "--help"});
   EXPECT_EQ(result.code(), 0);

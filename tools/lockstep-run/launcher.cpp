@@ -428,8 +428,10 @@ int Launcher::run() {
   for (int local = 0; local < options_.nproc_per_node; ++local) {
     start(local, old_mask);
   }
+  start_console();  // after the last fork (output.hpp)
   supervise(signals);
   finish_groups();
+  finish_console();
   // A rank killed before leaving cannot remove the node's segment: remove it for them.
   (void)lockstep::detail::remove_abandoned_job(identity_, options_.node_rank, launch_id_);
   return exit_code_.value_or(0);
@@ -449,15 +451,18 @@ void Launcher::supervise(int signals) {
   while (any_running() || streams_open()) {
     std::vector<pollfd> fds{{signals, POLLIN, 0}};
     std::vector<std::pair<Child*, Stream*>> owners{{nullptr, nullptr}};
+    // A console that nobody reads: the ranks' pipes wait (they fill, and the ranks block in their
+    // writes) until it drains; signals and the ranks' ends are seen meanwhile.
+    const bool console_full = console_backlog() > kMaxConsoleBacklog;
     for (Child& child : children_) {
       for (Stream& stream : child.streams) {
         if (stream.fd >= 0) {
-          fds.push_back({stream.fd, POLLIN, 0});
+          fds.push_back({stream.fd, static_cast<short>(console_full ? 0 : POLLIN), 0});
           owners.emplace_back(&child, &stream);
         }
       }
     }
-    int timeout_ms = -1;
+    int timeout_ms = console_full ? 20 : -1;
     std::optional<Clock::time_point> held_until;  // when a held line's start is due (pump)
     for (const Child& child : children_) {
       for (const Stream& stream : child.streams) {

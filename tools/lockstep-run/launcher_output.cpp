@@ -116,8 +116,8 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
     take(stream.pending);  // a line without end in sight, or a pause in it: relayed as it comes
     stream.pending.clear();
   }
-  if (stream.console) {
-    write_all(stream.out, out);
+  if (stream.console && !out.empty()) {
+    to_console(stream.out, out);
   }
   if (stream.file >= 0) {
     if (const int error = write_all(stream.file, raw); error != 0) {
@@ -130,7 +130,7 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
       stream.file = -1;
       if (!stream.console) {
         stream.console = true;
-        write_all(stream.out, out);
+        to_console(stream.out, out);
       }
     }
   }
@@ -152,7 +152,7 @@ void Launcher::report_tail(Child& child) {
     for (const auto& line : stream.recent) {
       text += "  " + line;
     }
-    write_all(STDERR_FILENO, text);
+    to_console(STDERR_FILENO, text);
   }
 }
 

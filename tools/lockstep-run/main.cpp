@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     return Launcher(std::move(options)).run();
   } catch (const std::exception& error) {
     say(error.what());
+    finish_console();
     return 1;
   }
 }

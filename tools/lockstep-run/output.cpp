@@ -4,7 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace lockstep::run {
 
@@ -24,9 +29,110 @@ int write_all(int fd, const std::string& text) {
   return 0;
 }
 
+namespace {
+
+// One stream of the console (start_console): its queue and the thread that writes it. Each
+// stream has its own, so that a stdout nobody reads does not hold back the launcher's lines on
+// stderr.
+struct Writer {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::string> queue;
+  std::size_t backlog = 0;
+  bool running = false;
+  bool stopping = false;
+  std::thread thread;
+
+  Writer() = default;
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  // At exit without finish_console() (an exception out of the launcher): written, then stopped.
+  ~Writer() { finish(); }
+
+  void start(int fd) {
+    const std::lock_guard lock(mutex);
+    if (!running) {
+      running = true;
+      stopping = false;
+      thread = std::thread([this, fd] { run(fd); });
+    }
+  }
+  // False when not running (the caller writes at once).
+  bool queue_up(std::string& text) {
+    const std::lock_guard lock(mutex);
+    if (!running) {
+      return false;
+    }
+    backlog += text.size();
+    queue.push_back(std::move(text));
+    changed.notify_one();
+    return true;
+  }
+  void finish() {
+    {
+      const std::lock_guard lock(mutex);
+      stopping = true;
+      changed.notify_one();
+    }
+    if (thread.joinable()) {
+      thread.join();
+    }
+    const std::lock_guard lock(mutex);
+    running = false;
+  }
+  void run(int fd) {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      changed.wait(lock, [this] { return stopping || !queue.empty(); });
+      if (queue.empty()) {
+        return;  // stopping, and everything written
+      }
+      std::string text = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      (void)write_all(fd, text);  // a console that fails is not the job's failure
+      lock.lock();
+      backlog -= text.size();
+    }
+  }
+};
+
+Writer& writer(int fd) {
+  static Writer out;
+  static Writer err;
+  return fd == STDERR_FILENO ? err : out;
+}
+
+}  // namespace
+
+void start_console() {
+  writer(STDOUT_FILENO).start(STDOUT_FILENO);
+  writer(STDERR_FILENO).start(STDERR_FILENO);
+}
+
+void to_console(int fd, std::string text) {
+  if (!writer(fd).queue_up(text)) {
+    (void)write_all(fd, text);
+  }
+}
+
+std::size_t console_backlog() {
+  std::size_t total = 0;
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    Writer& w = writer(fd);
+    const std::lock_guard lock(w.mutex);
+    total += w.backlog;
+  }
+  return total;
+}
+
+void finish_console() {
+  writer(STDOUT_FILENO).finish();
+  writer(STDERR_FILENO).finish();
+}
+
 void say(const std::string& text) {
-  std::string line = "lockstep-run: " + text + "\n";
-  write_all(STDERR_FILENO, line);
+  to_console(STDERR_FILENO, "lockstep-run: " + text + "\n");
 }
 
 }  // namespace lockstep::run

@@ -34,6 +34,25 @@ struct Stream {
 // Writes all of `text`; 0, or the errno of the write that failed.
 int write_all(int fd, const std::string& text);
 
+// The console: the launcher's stdout and stderr. Once start_console() has been called, what
+// goes there (relayed output, the launcher's own lines) is queued and written by a thread of its
+// own, so that a console nobody reads (a paused `| less`, a full pipe) never keeps the launcher
+// from supervising the ranks: a failed rank still stops the job (issue 45). Before it, and after
+// finish_console(), writes are made at once. Start it after the last fork: a child forked while
+// the thread holds a lock could not take it.
+void start_console();
+// Writes `text` to the console's `fd` (STDOUT_FILENO or STDERR_FILENO), after what went there
+// before.
+void to_console(int fd, std::string text);
+// Bytes queued and not yet written.
+std::size_t console_backlog();
+// Writes what is queued (blocking, as any writer to that console) and stops the thread.
+void finish_console();
+// Above this backlog the launcher stops reading the ranks' pipes until it drains: the ranks then
+// wait in their writes, as they would writing to the console themselves.
+constexpr std::size_t kMaxConsoleBacklog = std::size_t{4} * 1024 * 1024;
+
+// One line of the launcher's own on stderr: "lockstep-run: <text>".
 void say(const std::string& text);
 
 }  // namespace lockstep::run

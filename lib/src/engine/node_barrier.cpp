@@ -375,9 +375,12 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;
-  const std::string message = segment_.describe(peer.slot) + " " + describe(peer.how) + " while " +
-                              std::to_string(waiting) + " process" + (waiting == 1 ? "" : "es") +
-                              " waited";
+  // "while 0 processes waited" said nothing (a call that finds the loss before it arrives: a
+  // stream barrier's, a later one).
+  const std::string message = segment_.describe(peer.slot) + " " + describe(peer.how) +
+                              (waiting == 0 ? std::string()
+                                            : " while " + std::to_string(waiting) + " process" +
+                                                  (waiting == 1 ? "" : "es") + " waited");
   const int rank = segment_.slot(peer.slot).rank.load(std::memory_order_relaxed);
   if (cross_.abort) {
     // The other nodes cannot go on without this one.

@@ -407,15 +407,13 @@ void UcxBackend::check_links(const char* what) {
       continue;  // closed in order: its process exited (UCX reports a death as it happens)
     }
     const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
-    char seconds[32];
-    (void)std::snprintf(seconds, sizeof seconds, "%g",
-                        std::chrono::duration<double>(config_.job.link_timeout).count());
     const Failure failure{
         FailureKind::peer_lost,
         leader,
         {},
         "node " + std::to_string(node) + "'s main process (process " + std::to_string(leader) +
-            ") is unreachable: its machine has not answered for " + std::string(seconds) +
+            ") is unreachable: its machine has not answered for " +
+            seconds_text(std::chrono::duration<double>(config_.job.link_timeout).count()) +
             " s (LOCKSTEP_LINK_TIMEOUT; " + error_text(error) + ")"};
     abort(failure);
     fail(failure, what);

@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "base/proc.hpp"
+#include "base/text.hpp"
 #include "engine/leftovers.hpp"
 #include "job/job_config.hpp"
 #include "job/job_secret.hpp"
@@ -35,13 +35,6 @@
 namespace lockstep::run {
 
 namespace {
-
-// "5", "0.5": seconds as the user gave them (the stream's shortest form, as CLI11 shows them).
-std::string seconds_text(double seconds) {
-  std::ostringstream text;
-  text << seconds;
-  return text.str();
-}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) {
@@ -504,7 +497,7 @@ void Launcher::supervise(int signals) {
       report_joining();
     }
     if (kill_at_ && Clock::now() >= *kill_at_ && any_running()) {
-      say("grace period of " + seconds_text(options_.grace_period) +
+      say("grace period of " + lockstep::detail::seconds_text(options_.grace_period) +
           " s over; killing the remaining ranks");
       stop_all(SIGKILL);
       kill_at_.reset();
@@ -535,7 +528,7 @@ void Launcher::finish_groups() {
       return;
     }
     if (Clock::now() >= until) {
-      say("grace period of " + seconds_text(options_.grace_period) +
+      say("grace period of " + lockstep::detail::seconds_text(options_.grace_period) +
           " s over; killing what the ranks left running (their process groups)");
       for (pid_t group : lingering) {
         ::kill(-group, SIGKILL);

@@ -1,6 +1,7 @@
 #include "base/text.hpp"
 
 #include <charconv>
+#include <cstdio>
 #include <limits>
 
 namespace lockstep::detail {
@@ -26,6 +27,12 @@ std::string comma_list(const std::vector<int>& numbers) {
     out += (out.empty() ? "" : ", ") + std::to_string(number);
   }
   return out;
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  (void)std::snprintf(text, sizeof text, "%g", seconds);
+  return text;
 }
 
 std::string comma_list(const std::vector<std::string>& words) {

@@ -16,5 +16,7 @@ std::optional<long long> parse_integer(std::string_view text);
 std::string comma_list(const std::vector<int>& numbers);
 // "ucx, nccl": words for a message.
 std::string comma_list(const std::vector<std::string>& words);
+// "5", "0.5", "2.25": seconds for a message, in their shortest form (printf's %g).
+std::string seconds_text(double seconds);
 
 }  // namespace lockstep::detail

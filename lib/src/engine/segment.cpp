@@ -460,15 +460,13 @@ void NodeSegment::throw_join_timeout(const NodeMember& member, std::uint32_t joi
       missing_ranks.push_back(first + slot);
     }
   }
-  char waited[32];
-  (void)std::snprintf(waited, sizeof waited, "%g",
-                      std::chrono::duration<double>(member.join_timeout).count());
   const std::string who = member.local_rank >= 0
                               ? "local processes " + comma_list(missing) + " of node " +
                                     std::to_string(member.node_index) + " never joined"
                               : std::to_string(missing.size()) + " of the node's " +
                                     std::to_string(num_slots_) + " processes never joined";
-  throw TimeoutError("lockstep: joining the job timed out after " + std::string(waited) +
+  throw TimeoutError("lockstep: joining the job timed out after " +
+                         seconds_text(std::chrono::duration<double>(member.join_timeout).count()) +
                          " s (LOCKSTEP_JOIN_TIMEOUT): " + who + " (" + std::to_string(joined) +
                          " of " + std::to_string(num_slots_) + " have)",
                      std::move(missing_ranks));

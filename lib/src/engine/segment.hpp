@@ -157,6 +157,9 @@ class NodeSegment {
   // and the segment is removed if nobody else is in it; true. False when every process has
   // joined meanwhile (the join is complete and goes on) or the lock is not had within a bound.
   bool withdraw_join() noexcept;
+  // With the segment's lock held: removes the segment's name when no other process of the node
+  // is alive in it (leaving, withdrawing a join). Never throws.
+  void remove_if_alone() noexcept;
   [[nodiscard]] std::optional<LostPeer> check_peer(int slot) const;
 
   std::string name_;

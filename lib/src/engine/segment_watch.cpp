@@ -60,8 +60,14 @@ void NodeSegment::leave_mapped() noexcept {
   header_->left.value.fetch_add(1);
   wake_waiters();
   fault_point("leave.marked");
+  if (lock) {
+    remove_if_alone();
+  }
+}
+
+void NodeSegment::remove_if_alone() noexcept {
   struct stat st {};
-  if (lock && !any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
+  if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
     try {
       bip::shared_memory_object::remove(name_.c_str());
     } catch (...) {
@@ -89,13 +95,7 @@ bool NodeSegment::withdraw_join() noexcept {
   slot.pid.store(0);
   header_->joined.value.fetch_sub(1);
   left_ = true;  // nothing more to say: the destructor only unmaps
-  struct stat st {};
-  if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
-    try {
-      bip::shared_memory_object::remove(name_.c_str());
-    } catch (...) {  // NOLINT(bugprone-empty-catch): the next join or sweep removes it
-    }
-  }
+  remove_if_alone();
   return true;
 }
 

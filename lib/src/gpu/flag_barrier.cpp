@@ -14,6 +14,7 @@
 
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
+#include "base/text.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
 #include "waiting/waiter.hpp"
@@ -76,12 +77,8 @@ constexpr const char* kRelayWhat = "lockstep: wait_for_everyone(stream)";
 
 // "the GPU streams of process 3", "the GPU streams of processes 3, 5".
 std::string streams_of(const std::vector<int>& ranks) {
-  std::string text =
-      ranks.size() > 1 ? "the GPU streams of processes " : "the GPU streams of process ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
-  }
-  return text;
+  return (ranks.size() > 1 ? "the GPU streams of processes " : "the GPU streams of process ") +
+         comma_list(ranks);
 }
 
 }  // namespace

@@ -339,8 +339,7 @@ static std::optional<int> torchrun_values(const CLI::App& app, Options& options)
   }
   if (options.standalone || app.count("--master-addr") > 0 || app.count("--master-port") > 0) {
     say("--rdzv-endpoint " + options.rdzv_endpoint +
-        " names node 0's address and port: leave "
-        "out " +
+        " names node 0's address and port: leave out " +
         (options.standalone ? "--standalone" : "--master-addr and --master-port"));
     return 2;
   }

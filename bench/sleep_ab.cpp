@@ -248,7 +248,11 @@ class ContextFamily {
                                " policy");
     }
   }
-  void wait() { context_->wait(std::nullopt, "wait_for_everyone"); }
+  void wait() {
+    // As State::wait_for_everyone records its caller's site.
+    static constexpr lockstep::detail::CallSite kHere{__FILE__, "ContextFamily::wait", __LINE__};
+    context_->wait(std::nullopt, "wait_for_everyone", lockstep::detail::CallKind::wait, kHere);
+  }
   [[nodiscard]] lockstep::detail::Waiter::Stats stats() const noexcept {
     return context_ ? context_->wait_stats() : lockstep::detail::Waiter::Stats{};
   }

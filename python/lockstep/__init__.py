@@ -121,6 +121,29 @@ def _blocking(call, *args, arguments=None):
         time.sleep(0)  # a point where Python runs the pending handlers, even without a bytecode
 
 
+_sites = {}  # (file, line, function) -> the _at arguments, kept: liblockstep keys on their address
+_HERE = os.path.dirname(__file__)  # as the package's code objects name their files
+_CONTEXTLIB = contextlib.__file__  # main_process_first's frames go through contextlib's
+
+
+def _site():
+    """The caller's place outside this package, as the C API's _at forms take it: file, line,
+    function. Taken only where a call is slow already (a wait that outlasted its try, a timed
+    wait, a broadcast, main_process_first), so that the fast path stays one ctypes call."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == _CONTEXTLIB or
+                                 os.path.dirname(frame.f_code.co_filename) == _HERE):
+        frame = frame.f_back
+    if frame is None:
+        return (None, 0, None)
+    key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    site = _sites.get(key)
+    if site is None:
+        site = _sites[key] = (os.fsencode(key[0]), key[1],
+                              key[2].encode(errors="replace"))
+    return site
+
+
 def _wait(handle):
     """wait_for_everyone without a timeout. Most waits end within a millisecond, so the first
     try is made as it is: arming Ctrl-C (_interruptible: the signal module's wakeup descriptor,
@@ -131,7 +154,7 @@ def _wait(handle):
     handled as it returns (KeyboardInterrupt before the armed wait, or after a try that passed)."""
     status = _lib.lockstep_try_wait_for_everyone(handle)
     if status == _library.TIMEOUT:
-        status = _blocking(_lib.lockstep_wait_for_everyone, handle)
+        status = _blocking(_lib.lockstep_wait_for_everyone_at, handle, *_site())
     _check(status)
 
 
@@ -251,7 +274,7 @@ class PartialState:
             _configure(kwargs)
             PartialState._cpu = bool(cpu)
             handle = ctypes.c_void_p()
-            _check(_blocking(_lib.lockstep_state_create, ctypes.byref(handle)))
+            _check(_blocking(_lib.lockstep_state_create_at, ctypes.byref(handle), *_site()))
             PartialState._handle = handle  # kept for the process's life: it leaves at exit
 
     def _query(self, name):
@@ -347,10 +370,12 @@ class PartialState:
             return
         deadline = time.monotonic() + min(math.ceil(milliseconds), 2**62) / 1000.0
 
+        site = _site()
+
         def left():  # what is left of the timeout when a handler let the wait go on
             remaining = max(0, math.ceil((deadline - time.monotonic()) * 1000.0))
-            return PartialState._handle, min(remaining, 2**62)
-        _check(_blocking(_lib.lockstep_wait_for_everyone_for, arguments=left))
+            return (PartialState._handle, min(remaining, 2**62)) + site
+        _check(_blocking(_lib.lockstep_wait_for_everyone_for_at, arguments=left))
 
     def broadcast_object(self, obj=None):
         """Main computes, everyone uses: returns, on every process, the object the main process
@@ -361,8 +386,8 @@ class PartialState:
         data = pickle.dumps(obj) if self.is_main_process else b""
         out = ctypes.c_void_p()
         size = ctypes.c_size_t()
-        _check(_lib.lockstep_broadcast(PartialState._handle, data, len(data), ctypes.byref(out),
-                                       ctypes.byref(size)))
+        _check(_lib.lockstep_broadcast_at(PartialState._handle, data, len(data), ctypes.byref(out),
+                                          ctypes.byref(size), *_site()))
         try:
             received = ctypes.string_at(out, size.value) if out.value else b""
         finally:
@@ -422,9 +447,9 @@ class PartialState:
         # The C API holds the rule (who waits where; the first process enters an intact job only).
         # A block that raises does not release the others, as in C++: they learn of the failure
         # when this process leaves the job.
-        _check(_blocking(getattr(_lib, prefix + "begin"), PartialState._handle))
+        _check(_blocking(getattr(_lib, prefix + "begin_at"), PartialState._handle, *_site()))
         yield
-        _check(_blocking(getattr(_lib, prefix + "end"), PartialState._handle))
+        _check(_blocking(getattr(_lib, prefix + "end_at"), PartialState._handle, *_site()))
 
     def main_process_first(self):
         """`with state.main_process_first():` the main process runs the block, then the others."""

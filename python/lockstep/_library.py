@@ -62,6 +62,20 @@ def load():
     lib.lockstep_split_range.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.c_int] + \
         [ctypes.POINTER(ctypes.c_uint64)] * 3
     lib.lockstep_split_range.restype = ctypes.c_int
+    # The calls' _at forms: the caller's file, line and function (lockstep.h), kept alive by
+    # lockstep._site for the process's life.
+    site = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    for name, head in (("state_create_at", [ctypes.POINTER(ctypes.c_void_p)]),
+                       ("wait_for_everyone_at", [ctypes.c_void_p]),
+                       ("wait_for_everyone_for_at", [ctypes.c_void_p, ctypes.c_int64]),
+                       ("broadcast_at", lib.lockstep_broadcast.argtypes),
+                       ("main_process_first_begin_at", [ctypes.c_void_p]),
+                       ("main_process_first_end_at", [ctypes.c_void_p]),
+                       ("local_main_process_first_begin_at", [ctypes.c_void_p]),
+                       ("local_main_process_first_end_at", [ctypes.c_void_p])):
+        function = getattr(lib, "lockstep_" + name)
+        function.argtypes = head + site
+        function.restype = ctypes.c_int
     lib.lockstep_set_interrupt_fd.argtypes = [ctypes.c_int]
     lib.lockstep_set_interrupt_fd.restype = ctypes.c_int
     for name in ("lockstep_last_error", "lockstep_version"):

@@ -146,8 +146,87 @@ LOCKSTEP_C_API const char* lockstep_status_name(lockstep_status status);
 /* The library's version, such as "0.1.0". */
 LOCKSTEP_C_API const char* lockstep_version(void);
 
+/* Call sites. Each call that meets the others has an _at form taking the caller's file, line and
+ * function, which the call records in this process's slot of the node's segment: the messages of
+ * a wait that lasts or fails then say where each process is (State's std::source_location).
+ * `file` and `function` must live as long as the process (string literals, or copies a binding
+ * keeps): a site is known by their addresses. A null `file` records an unknown site, as the plain
+ * functions do. */
+LOCKSTEP_C_API lockstep_status lockstep_state_create_at(lockstep_state** out, const char* file,
+                                                        int line, const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_at(lockstep_state* state,
+                                                             const char* file, int line,
+                                                             const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for_at(lockstep_state* state,
+                                                                 int64_t timeout_ms,
+                                                                 const char* file, int line,
+                                                                 const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_try_wait_for_everyone_at(lockstep_state* state,
+                                                                 const char* file, int line,
+                                                                 const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_broadcast_at(lockstep_state* state, const void* data,
+                                                     size_t size, void** out, size_t* out_size,
+                                                     const char* file, int line,
+                                                     const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream_at(lockstep_state* state,
+                                                                       void* cuda_stream,
+                                                                       const char* file, int line,
+                                                                       const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream_for_at(
+    lockstep_state* state, void* cuda_stream, int64_t timeout_ms, const char* file, int line,
+    const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_main_process_first_begin_at(lockstep_state* state,
+                                                                    const char* file, int line,
+                                                                    const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_main_process_first_end_at(lockstep_state* state,
+                                                                  const char* file, int line,
+                                                                  const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_begin_at(lockstep_state* state,
+                                                                          const char* file,
+                                                                          int line,
+                                                                          const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_end_at(lockstep_state* state,
+                                                                        const char* file,
+                                                                        int line,
+                                                                        const char* function);
+
 #ifdef __cplusplus
 }
+#endif
+
+/* Unless LOCKSTEP_NO_SITE_MACROS is defined, each plain name above is also a macro that passes the
+ * caller's __FILE__, __LINE__ and function to its _at form, so that `lockstep_wait_for_everyone(s)`
+ * records where it was called. The functions stay: `(lockstep_wait_for_everyone)(s)` and a
+ * pointer to one call them, recording an unknown site. */
+#ifndef LOCKSTEP_NO_SITE_MACROS
+/* NOLINTBEGIN(cppcoreguidelines-macro-usage,bugprone-macro-parentheses): a C header's macros */
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define LOCKSTEP_FUNCTION_NAME __func__
+#else
+#define LOCKSTEP_FUNCTION_NAME ((const char*)0) /* C89 has no __func__ */
+#endif
+#define LOCKSTEP_HERE __FILE__, __LINE__, LOCKSTEP_FUNCTION_NAME
+#define lockstep_state_create(out) lockstep_state_create_at((out), LOCKSTEP_HERE)
+#define lockstep_wait_for_everyone(state) lockstep_wait_for_everyone_at((state), LOCKSTEP_HERE)
+#define lockstep_wait_for_everyone_for(state, timeout_ms) \
+  lockstep_wait_for_everyone_for_at((state), (timeout_ms), LOCKSTEP_HERE)
+#define lockstep_try_wait_for_everyone(state) \
+  lockstep_try_wait_for_everyone_at((state), LOCKSTEP_HERE)
+#define lockstep_broadcast(state, data, size, out, out_size) \
+  lockstep_broadcast_at((state), (data), (size), (out), (out_size), LOCKSTEP_HERE)
+#define lockstep_wait_for_everyone_on_stream(state, cuda_stream) \
+  lockstep_wait_for_everyone_on_stream_at((state), (cuda_stream), LOCKSTEP_HERE)
+#define lockstep_wait_for_everyone_on_stream_for(state, cuda_stream, timeout_ms) \
+  lockstep_wait_for_everyone_on_stream_for_at((state), (cuda_stream), (timeout_ms), LOCKSTEP_HERE)
+#define lockstep_main_process_first_begin(state) \
+  lockstep_main_process_first_begin_at((state), LOCKSTEP_HERE)
+#define lockstep_main_process_first_end(state) \
+  lockstep_main_process_first_end_at((state), LOCKSTEP_HERE)
+#define lockstep_local_main_process_first_begin(state) \
+  lockstep_local_main_process_first_begin_at((state), LOCKSTEP_HERE)
+#define lockstep_local_main_process_first_end(state) \
+  lockstep_local_main_process_first_end_at((state), LOCKSTEP_HERE)
+/* NOLINTEND(cppcoreguidelines-macro-usage,bugprone-macro-parentheses) */
 #endif
 
 #endif /* LOCKSTEP_LOCKSTEP_H */

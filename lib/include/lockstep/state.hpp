@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <ranges>
+#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +47,8 @@ struct Share {
 
 namespace detail {
 class Context;
+struct CallSite;
+class CApi;  // the C API (lib/src/api/c_api.cpp), which passes its callers' sites
 
 // Runs `f` only where `chosen` is true; elsewhere returns nothing (void) or an empty optional.
 template <class F>
@@ -100,11 +103,19 @@ class LOCKSTEP_API FirstGuard {
 
  private:
   friend class State;
-  FirstGuard(std::shared_ptr<detail::Context> context, bool first);
+  friend class detail::CApi;
+  FirstGuard(std::shared_ptr<detail::Context> context, bool first, bool local,
+             const detail::CallSite& site);
+  void release();
 
   std::shared_ptr<detail::Context> context_;
   bool first_;
+  bool local_;
   int uncaught_at_entry_;
+  // Where the guard was made: the release is recorded there too (a destructor has no site).
+  const char* file_;
+  const char* function_;
+  std::uint32_t line_;
 };
 
 // Handle to this process's membership in the job, as Accelerate's PartialState.
@@ -117,12 +128,18 @@ class LOCKSTEP_API FirstGuard {
 // Every later State in the process is a handle to the same membership. The process leaves the
 // job at exit; the last process of a node to leave removes the node's shared-memory segment.
 //
+// Call sites: every call that meets the others (the State that joins, wait_for_everyone in each
+// form, broadcast, main_process_first's guards) records where it was made (a defaulted
+// std::source_location) in this process's slot of the node's segment. The messages of a wait
+// that lasts (the stall notice) or fails (TimeoutError, PeerLostError) then say where each
+// process is, and lockstep-run --status shows it while the job runs.
+//
 // Thread-safety: the queries are safe from any thread. wait_for_everyone() and the guards belong
 // to one thread at a time per process: a second thread that calls while one is waiting gets an
 // Error.
 class LOCKSTEP_API State {
  public:
-  State();
+  explicit State(std::source_location where = std::source_location::current());
   State(const State&) = default;
   State& operator=(const State&) = default;
   // Moving copies the handle: the moved-from State stays a valid handle to the same membership.
@@ -166,7 +183,7 @@ class LOCKSTEP_API State {
   // throws it again at once.
   // Memory ordering: everything a process wrote before its call happens-before everything any
   // process does after its call returns (for memory shared between the processes).
-  void wait_for_everyone();
+  void wait_for_everyone(std::source_location where = std::source_location::current());
   // As above, but throws TimeoutError naming the processes that had not arrived when `timeout`
   // passes (a process that timed out and withdrew counts as not arrived). A timeout of 0 fails
   // at once unless every other process is already waiting; a negative one is refused with
@@ -175,7 +192,8 @@ class LOCKSTEP_API State {
   // call waits for the same episode again. Across nodes a timeout breaks the job: the node that
   // timed out tells the others, and every process of every node gets the error (this episode
   // and every later call); none of them completes the episode once its node has learned of it.
-  void wait_for_everyone(std::chrono::milliseconds timeout);
+  void wait_for_everyone(std::chrono::milliseconds timeout,
+                         std::source_location where = std::source_location::current());
   // Arrives and waits at most about a millisecond: true once every process has arrived (as
   // wait_for_everyone() returns), false if they had not, with this process's arrival withdrawn:
   // nothing happened, and the next call (this one or wait_for_everyone()) arrives anew. Across
@@ -184,7 +202,7 @@ class LOCKSTEP_API State {
   // descriptor. For callers that must prepare before a wait that may sleep: the Python package
   // tries this first and arms its Ctrl-C handling, which costs more than a short wait, only
   // when it returns false.
-  bool try_wait_for_everyone();
+  bool try_wait_for_everyone(std::source_location where = std::source_location::current());
 
   // Main computes, everyone uses (Accelerate's broadcast_object_list, for bytes): returns, on
   // every process, the `data` the main process (process 0) passed; the others' `data` is
@@ -194,8 +212,10 @@ class LOCKSTEP_API State {
   // and what wait_for_everyone() throws. Across machines the bytes travel through the backend.
   // Not interrupted by lockstep_set_interrupt_fd's descriptor (it could not be retried).
   static constexpr std::size_t kMaxBroadcast = 32768;
-  std::vector<std::byte> broadcast(std::span<const std::byte> data);
-  std::string broadcast(std::string_view text);
+  std::vector<std::byte> broadcast(std::span<const std::byte> data,
+                                   std::source_location where = std::source_location::current());
+  std::string broadcast(std::string_view text,
+                        std::source_location where = std::source_location::current());
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling
   // thread does not wait for the GPU (in events mode across nodes each process first waits for
@@ -213,14 +233,16 @@ class LOCKSTEP_API State {
   // so without throwing).
   // Throws ConfigError when lockstep was built without CUDA or finds no driver, Error on a CUDA
   // failure, and what wait_for_everyone() throws.
-  void wait_for_everyone(CUstream_st* stream);
+  void wait_for_everyone(CUstream_st* stream,
+                         std::source_location where = std::source_location::current());
   // As above. Flags mode: when this process's stream has not passed this barrier `timeout`
   // after it reached it (its own backlog never counts; across nodes the other nodes are bounded
   // by the node's main process's call, from when its node's streams have all arrived), every
   // stream is released and every later call in every process throws TimeoutError naming the
   // processes whose streams had not arrived. Events mode: the host meet times out as
   // wait_for_everyone(timeout) does. Negative: ConfigError; beyond a century: no timeout.
-  void wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout);
+  void wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout,
+                         std::source_location where = std::source_location::current());
   // Whether a failure (a lost process, a stream barrier's timeout) released this node's GPU
   // streams: their barriers passed without the missing work. Never blocks or throws; any thread.
   [[nodiscard]] bool gpu_barrier_released() const noexcept;
@@ -300,11 +322,23 @@ class LOCKSTEP_API State {
 
   // The main (local main) process runs the guarded block first; the others enter it after the
   // main process's guard is destroyed. See FirstGuard.
-  [[nodiscard]] FirstGuard main_process_first();
-  [[nodiscard]] FirstGuard local_main_process_first();
+  [[nodiscard]] FirstGuard main_process_first(
+      std::source_location where = std::source_location::current());
+  [[nodiscard]] FirstGuard local_main_process_first(
+      std::source_location where = std::source_location::current());
 
  private:
+  friend class detail::CApi;
   static void check_index(const char* what, int index);
+  // The calls above at a site given as such (the C API's callers').
+  explicit State(const detail::CallSite& site);
+  void wait_at(std::optional<std::chrono::milliseconds> timeout, const detail::CallSite& site);
+  bool try_wait_at(const detail::CallSite& site);
+  std::vector<std::byte> broadcast_at(std::span<const std::byte> data,
+                                      const detail::CallSite& site);
+  void wait_stream_at(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                      const detail::CallSite& site);
+  FirstGuard first_at(bool local, const detail::CallSite& site);
 
   std::shared_ptr<detail::Context> context_;
 };

@@ -7,18 +7,62 @@
 #include <span>
 #include <string>
 
+// The plain names are this file's functions, not the header's macros (which call the _at forms).
+#define LOCKSTEP_NO_SITE_MACROS
+#include "engine/call_log.hpp"
 #include "lockstep/lockstep.h"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
 #include "waiting/waiter.hpp"
 
+namespace lockstep::detail {
+
+// State's calls at a C caller's site (State's private _at forms), and the handle they work on.
+class CApi {
+ public:
+  static State create(const CallSite& site) { return State(site); }
+  static void wait(State& state, std::optional<std::chrono::milliseconds> timeout,
+                   const CallSite& site) {
+    state.wait_at(timeout, site);
+  }
+  static bool try_wait(State& state, const CallSite& site) { return state.try_wait_at(site); }
+  static std::vector<std::byte> broadcast(State& state, std::span<const std::byte> data,
+                                          const CallSite& site) {
+    return state.broadcast_at(data, site);
+  }
+  static void wait_stream(State& state, void* stream,
+                          std::optional<std::chrono::milliseconds> timeout, const CallSite& site) {
+    state.wait_stream_at(static_cast<CUstream_st*>(stream), timeout, site);
+  }
+  static FirstGuard first(State& state, bool local, const CallSite& site) {
+    return state.first_at(local, site);
+  }
+  // Ends the block at the _end call's site (C++'s guard releases where it was made).
+  static void end(FirstGuard& guard, const CallSite& site) {
+    guard.file_ = site.file;
+    guard.function_ = site.function;
+    guard.line_ = site.line;
+    guard.end();
+  }
+};
+
+}  // namespace lockstep::detail
+
+using lockstep::detail::CallSite;
+using lockstep::detail::CApi;
+
 struct lockstep_state {
+  explicit lockstep_state(const CallSite& site) : state(CApi::create(site)) {}
   lockstep::State state;
   std::string source = state.environment_source();  // for lockstep_environment_source
   std::optional<lockstep::FirstGuard> first;        // between *main_process_first_begin and _end
 };
 
 namespace {
+
+CallSite site_of(const char* file, int line, const char* function) noexcept {
+  return {file, function, line > 0 ? static_cast<std::uint32_t>(line) : 0};
+}
 
 thread_local std::string last_error;
 
@@ -80,11 +124,16 @@ lockstep_status timed(lockstep_state* state, int64_t timeout_ms, const char* nam
 extern "C" {
 
 lockstep_status lockstep_state_create(lockstep_state** out) {
+  return lockstep_state_create_at(out, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_state_create_at(lockstep_state** out, const char* file, int line,
+                                         const char* function) {
   if (out == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_state_create: out is null");
   }
   *out = nullptr;
-  return guarded([&] { *out = new lockstep_state(); });
+  return guarded([&] { *out = new lockstep_state(site_of(file, line, function)); });
 }
 
 void lockstep_state_destroy(lockstep_state* state) {
@@ -129,18 +178,29 @@ int lockstep_is_last_process(const lockstep_state* state) {
 }
 
 lockstep_status lockstep_wait_for_everyone(lockstep_state* state) {
+  return lockstep_wait_for_everyone_at(state, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_wait_for_everyone_at(lockstep_state* state, const char* file, int line,
+                                              const char* function) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone: state is null");
   }
-  return guarded([&] { state->state.wait_for_everyone(); });
+  return guarded([&] { CApi::wait(state->state, std::nullopt, site_of(file, line, function)); });
 }
 
 lockstep_status lockstep_try_wait_for_everyone(lockstep_state* state) {
+  return lockstep_try_wait_for_everyone_at(state, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_try_wait_for_everyone_at(lockstep_state* state, const char* file, int line,
+                                                  const char* function) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_try_wait_for_everyone: state is null");
   }
   bool done = false;
-  const lockstep_status status = guarded([&] { done = state->state.try_wait_for_everyone(); });
+  const lockstep_status status =
+      guarded([&] { done = CApi::try_wait(state->state, site_of(file, line, function)); });
   if (status == LOCKSTEP_OK && !done) {
     return fail(LOCKSTEP_TIMEOUT,
                 "lockstep_try_wait_for_everyone: not every process had arrived within about a "
@@ -150,12 +210,25 @@ lockstep_status lockstep_try_wait_for_everyone(lockstep_state* state) {
 }
 
 lockstep_status lockstep_wait_for_everyone_for(lockstep_state* state, int64_t timeout_ms) {
-  return timed(state, timeout_ms, "lockstep_wait_for_everyone_for",
-               [&] { state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms)); });
+  return lockstep_wait_for_everyone_for_at(state, timeout_ms, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_wait_for_everyone_for_at(lockstep_state* state, int64_t timeout_ms,
+                                                  const char* file, int line,
+                                                  const char* function) {
+  return timed(state, timeout_ms, "lockstep_wait_for_everyone_for", [&] {
+    CApi::wait(state->state, std::chrono::milliseconds(timeout_ms), site_of(file, line, function));
+  });
 }
 
 lockstep_status lockstep_broadcast(lockstep_state* state, const void* data, size_t size, void** out,
                                    size_t* out_size) {
+  return lockstep_broadcast_at(state, data, size, out, out_size, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_broadcast_at(lockstep_state* state, const void* data, size_t size,
+                                      void** out, size_t* out_size, const char* file, int line,
+                                      const char* function) {
   if (state == nullptr || out == nullptr || out_size == nullptr || (data == nullptr && size != 0)) {
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 "lockstep_broadcast: state, out and out_size must not be null, nor data when size "
@@ -164,7 +237,9 @@ lockstep_status lockstep_broadcast(lockstep_state* state, const void* data, size
   *out = nullptr;
   *out_size = 0;
   return guarded([&] {
-    const auto bytes = state->state.broadcast(std::span(static_cast<const std::byte*>(data), size));
+    const auto bytes =
+        CApi::broadcast(state->state, std::span(static_cast<const std::byte*>(data), size),
+                        site_of(file, line, function));
     if (!bytes.empty()) {
       void* copy = std::malloc(bytes.size());  // NOLINT(cppcoreguidelines-no-malloc): C frees it
       if (copy == nullptr) {
@@ -182,17 +257,33 @@ void lockstep_free(void* buffer) {
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {
+  return lockstep_wait_for_everyone_on_stream_at(state, cuda_stream, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_wait_for_everyone_on_stream_at(lockstep_state* state, void* cuda_stream,
+                                                        const char* file, int line,
+                                                        const char* function) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone_on_stream: state is null");
   }
-  return guarded([&] { state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream)); });
+  return guarded([&] {
+    CApi::wait_stream(state->state, cuda_stream, std::nullopt, site_of(file, line, function));
+  });
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state, void* cuda_stream,
                                                          int64_t timeout_ms) {
+  return lockstep_wait_for_everyone_on_stream_for_at(state, cuda_stream, timeout_ms, nullptr, 0,
+                                                     nullptr);
+}
+
+lockstep_status lockstep_wait_for_everyone_on_stream_for_at(lockstep_state* state,
+                                                            void* cuda_stream, int64_t timeout_ms,
+                                                            const char* file, int line,
+                                                            const char* function) {
   return timed(state, timeout_ms, "lockstep_wait_for_everyone_on_stream_for", [&] {
-    state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),
-                                   std::chrono::milliseconds(timeout_ms));
+    CApi::wait_stream(state->state, cuda_stream, std::chrono::milliseconds(timeout_ms),
+                      site_of(file, line, function));
   });
 }
 
@@ -290,7 +381,8 @@ namespace {
 // The first process (the main one, or each node's main one) runs the block between begin and end
 // first: the others wait in begin until it has called end. The C++ guard holds the rule (which
 // process waits where, and that the first one enters only an intact job).
-lockstep_status first_begin(lockstep_state* state, bool local, const char* what) {
+lockstep_status first_begin(lockstep_state* state, bool local, const char* what,
+                            const CallSite& site) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
   }
@@ -298,18 +390,15 @@ lockstep_status first_begin(lockstep_state* state, bool local, const char* what)
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 (std::string(what) + ": called again before the matching _end").c_str());
   }
-  return guarded([&] {
-    state->first.emplace(local ? state->state.local_main_process_first()
-                               : state->state.main_process_first());
-  });
+  return guarded([&] { state->first.emplace(CApi::first(state->state, local, site)); });
 }
 
-lockstep_status first_end(lockstep_state* state, const char* what) {
+lockstep_status first_end(lockstep_state* state, const char* what, const CallSite& site) {
   if (state == nullptr || !state->first) {
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 (std::string(what) + ": no matching _begin on this handle").c_str());
   }
-  const lockstep_status status = guarded([&] { state->first->end(); });
+  const lockstep_status status = guarded([&] { CApi::end(*state->first, site); });
   if (status != LOCKSTEP_INTERRUPTED) {
     state->first.reset();  // interrupted: the others are still held, and _end may be called again
   }
@@ -321,19 +410,41 @@ lockstep_status first_end(lockstep_state* state, const char* what) {
 extern "C" {
 
 lockstep_status lockstep_main_process_first_begin(lockstep_state* state) {
-  return first_begin(state, false, "lockstep_main_process_first_begin");
+  return lockstep_main_process_first_begin_at(state, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_main_process_first_begin_at(lockstep_state* state, const char* file,
+                                                     int line, const char* function) {
+  return first_begin(state, false, "lockstep_main_process_first_begin",
+                     site_of(file, line, function));
 }
 
 lockstep_status lockstep_main_process_first_end(lockstep_state* state) {
-  return first_end(state, "lockstep_main_process_first_end");
+  return lockstep_main_process_first_end_at(state, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_main_process_first_end_at(lockstep_state* state, const char* file,
+                                                   int line, const char* function) {
+  return first_end(state, "lockstep_main_process_first_end", site_of(file, line, function));
 }
 
 lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state) {
-  return first_begin(state, true, "lockstep_local_main_process_first_begin");
+  return lockstep_local_main_process_first_begin_at(state, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_local_main_process_first_begin_at(lockstep_state* state, const char* file,
+                                                           int line, const char* function) {
+  return first_begin(state, true, "lockstep_local_main_process_first_begin",
+                     site_of(file, line, function));
 }
 
 lockstep_status lockstep_local_main_process_first_end(lockstep_state* state) {
-  return first_end(state, "lockstep_local_main_process_first_end");
+  return lockstep_local_main_process_first_end_at(state, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_local_main_process_first_end_at(lockstep_state* state, const char* file,
+                                                         int line, const char* function) {
+  return first_end(state, "lockstep_local_main_process_first_end", site_of(file, line, function));
 }
 
 const char* lockstep_last_error(void) {

@@ -8,6 +8,13 @@
 #include "membership/context.hpp"
 
 namespace lockstep {
+namespace {
+
+detail::CallSite site_of(const std::source_location& where) noexcept {
+  return {where.file_name(), where.function_name(), where.line()};
+}
+
+}  // namespace
 
 std::vector<std::string> available_backends() {
   return detail::built_backends();
@@ -30,7 +37,8 @@ Share split_range(std::size_t size, int num_processes, int process_index) {
   return share;
 }
 
-State::State() : context_(detail::Context::instance()) {}
+State::State(std::source_location where) : State(site_of(where)) {}
+State::State(const detail::CallSite& site) : context_(detail::Context::instance(site)) {}
 State::~State() = default;
 
 int State::process_index() const noexcept {
@@ -58,50 +66,79 @@ std::string State::environment_source() const {
   return context_->config().source;
 }
 
-void State::wait_for_everyone() {
-  context_->wait(std::nullopt, "wait_for_everyone");
+void State::wait_for_everyone(std::source_location where) {
+  wait_at(std::nullopt, site_of(where));
 }
 
-void State::wait_for_everyone(std::chrono::milliseconds timeout) {
-  std::string what = "wait_for_everyone(" + std::to_string(timeout.count()) + " ms)";
-  if (timeout.count() < 0) {
+void State::wait_for_everyone(std::chrono::milliseconds timeout, std::source_location where) {
+  wait_at(timeout, site_of(where));
+}
+
+void State::wait_at(std::optional<std::chrono::milliseconds> timeout,
+                    const detail::CallSite& site) {
+  if (!timeout) {
+    context_->wait(std::nullopt, "wait_for_everyone", detail::CallKind::wait, site);
+    return;
+  }
+  std::string what = "wait_for_everyone(" + std::to_string(timeout->count()) + " ms)";
+  if (timeout->count() < 0) {
     throw ConfigError("lockstep: " + what + ": the timeout is negative (0 means: fail at once " +
                       "unless everyone has arrived)");
   }
-  context_->wait(timeout, what.c_str());
+  context_->wait(timeout, what.c_str(), detail::CallKind::wait, site);
 }
 
-bool State::try_wait_for_everyone() {
+bool State::try_wait_for_everyone(std::source_location where) {
+  return try_wait_at(site_of(where));
+}
+
+bool State::try_wait_at(const detail::CallSite& site) {
   // Named as the wait it tries: what fails is the barrier the others meet in as
   // wait_for_everyone, and Python's wait_for_everyone() makes this call first.
-  return context_->try_wait("wait_for_everyone");
+  return context_->try_wait("wait_for_everyone", site);
 }
 
 static_assert(State::kMaxBroadcast == detail::kMaxBroadcast, "one limit (engine/layout.hpp)");
 
-std::vector<std::byte> State::broadcast(std::span<const std::byte> data) {
-  return context_->broadcast(data, "broadcast");
+std::vector<std::byte> State::broadcast(std::span<const std::byte> data,
+                                        std::source_location where) {
+  return broadcast_at(data, site_of(where));
 }
 
-std::string State::broadcast(std::string_view text) {
+std::vector<std::byte> State::broadcast_at(std::span<const std::byte> data,
+                                           const detail::CallSite& site) {
+  return context_->broadcast(data, "broadcast", site);
+}
+
+std::string State::broadcast(std::string_view text, std::source_location where) {
   const auto bytes =
-      context_->broadcast(std::as_bytes(std::span(text.data(), text.size())), "broadcast");
+      broadcast_at(std::as_bytes(std::span(text.data(), text.size())), site_of(where));
   std::string out(bytes.size(), '\0');
   std::transform(bytes.begin(), bytes.end(), out.begin(),
                  [](std::byte b) { return static_cast<char>(b); });
   return out;
 }
 
-void State::wait_for_everyone(CUstream_st* stream) {
-  context_->wait_stream(stream, std::nullopt, "wait_for_everyone(stream)");
+void State::wait_for_everyone(CUstream_st* stream, std::source_location where) {
+  wait_stream_at(stream, std::nullopt, site_of(where));
 }
 
-void State::wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout) {
-  std::string what = "wait_for_everyone(stream, " + std::to_string(timeout.count()) + " ms)";
-  if (timeout.count() < 0) {
+void State::wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout,
+                              std::source_location where) {
+  wait_stream_at(stream, timeout, site_of(where));
+}
+
+void State::wait_stream_at(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
+                           const detail::CallSite& site) {
+  if (!timeout) {
+    context_->wait_stream(stream, std::nullopt, "wait_for_everyone(stream)", site);
+    return;
+  }
+  std::string what = "wait_for_everyone(stream, " + std::to_string(timeout->count()) + " ms)";
+  if (timeout->count() < 0) {
     throw ConfigError("lockstep: " + what + ": the timeout is negative");
   }
-  context_->wait_stream(stream, timeout, what.c_str());
+  context_->wait_stream(stream, timeout, what.c_str(), site);
 }
 
 bool State::gpu_barrier_released() const noexcept {
@@ -127,18 +164,31 @@ void State::check_index(const char* what, int index) {
   }
 }
 
-FirstGuard State::main_process_first() {
-  return {context_, is_main_process()};
+FirstGuard State::main_process_first(std::source_location where) {
+  return first_at(false, site_of(where));
 }
 
-FirstGuard State::local_main_process_first() {
-  return {context_, is_local_main_process()};
+FirstGuard State::local_main_process_first(std::source_location where) {
+  return first_at(true, site_of(where));
 }
 
-FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first)
-    : context_(std::move(context)), first_(first), uncaught_at_entry_(std::uncaught_exceptions()) {
+FirstGuard State::first_at(bool local, const detail::CallSite& site) {
+  return {context_, local ? is_local_main_process() : is_main_process(), local, site};
+}
+
+FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first, bool local,
+                       const detail::CallSite& site)
+    : context_(std::move(context)),
+      first_(first),
+      local_(local),
+      uncaught_at_entry_(std::uncaught_exceptions()),
+      file_(site.file),
+      function_(site.function),
+      line_(site.line) {
   if (!first_) {
-    context_->wait(std::nullopt, "main_process_first (waiting for the first process)");
+    context_->wait(std::nullopt, "main_process_first (waiting for the first process)",
+                   local_ ? detail::CallKind::local_first_wait : detail::CallKind::first_wait,
+                   site);
   } else {
     // The first process enters its block only if the job can still release the others.
     context_->check_intact("main_process_first");
@@ -148,12 +198,22 @@ FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first)
 FirstGuard::FirstGuard(FirstGuard&& other) noexcept
     : context_(std::move(other.context_)),
       first_(other.first_),
-      uncaught_at_entry_(other.uncaught_at_entry_) {}
+      local_(other.local_),
+      uncaught_at_entry_(other.uncaught_at_entry_),
+      file_(other.file_),
+      function_(other.function_),
+      line_(other.line_) {}
+
+void FirstGuard::release() {
+  context_->wait(std::nullopt, "main_process_first (releasing the others)",
+                 local_ ? detail::CallKind::local_first_release : detail::CallKind::first_release,
+                 detail::CallSite{file_, function_, line_});
+}
 
 void FirstGuard::end() {
   if (context_ && first_) {
     try {
-      context_->wait(std::nullopt, "main_process_first (releasing the others)");
+      release();
     } catch (const InterruptedError&) {
       throw;  // the others are still held: end() may be called again
     } catch (...) {
@@ -169,7 +229,7 @@ FirstGuard::~FirstGuard() {
     return;
   }
   try {
-    context_->wait(std::nullopt, "main_process_first (releasing the others)");
+    release();
   } catch (...) {
     context_->defer(std::current_exception());
   }

@@ -17,7 +17,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 13;
+inline constexpr std::uint32_t kLayoutVersion = 14;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -174,7 +174,38 @@ struct alignas(kCacheLine) BroadcastArea {
   unsigned char data[kMaxBroadcast];
 };
 
+// Each process's calls (lib/src/engine/call_log.hpp): where it waits, and where it waited last,
+// for the messages of a wait that lasts or fails and for `lockstep-run --status`. Written by its
+// owner alone; read by anyone, as diagnostics only. Layout 14: 13 had no record of calls.
+inline constexpr int kCallRing = 16;            // the last calls kept, the current one included
+inline constexpr std::uint32_t kMaxSites = 63;  // distinct call sites named per process
+inline constexpr std::size_t kSiteText = 120;
+// One call: `sequence` is 2 * (its number) + 1 while the owner writes the entry, 2 * (its number
+// + 1) once it is whole (a reader that reads the same even value before and after the fields
+// has them whole, and of the call it looked for).
+struct CallEntry {
+  std::atomic<std::uint64_t> sequence;
+  std::atomic<std::uint64_t> episode;  // the barrier's episode (kNoEpisode: none, as a join)
+  std::atomic<std::uint32_t> call;     // call_word(): the kind, the site and how it ended
+  std::atomic<std::int64_t> began;     // steady clock, ns, as of the last tick (coarse)
+  std::atomic<std::int64_t> ended;     // 0 while the call lasts
+};
+inline constexpr std::uint64_t kNoEpisode = ~0ULL;
+// A call site: its line, then its file and function, each ending in '\0', truncated to fit
+// (the file keeps its end). Written once, before the owner's `sites` counts it (release).
+struct SiteText {
+  std::uint32_t line;
+  char text[kSiteText + 4];
+};
+struct alignas(kCacheLine) CallLog {
+  std::atomic<std::uint64_t> calls;  // calls begun; the latest is ring[(calls - 1) % kCallRing]
+  std::atomic<std::uint32_t> sites;  // site[0, sites) are written
+  alignas(kCacheLine) CallEntry ring[kCallRing];
+  SiteText site[kMaxSites];
+};
+
 static_assert(std::is_standard_layout_v<Slot>, "Slot lives in shared memory");
+static_assert(std::is_standard_layout_v<CallLog>, "CallLog lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuSlot>, "GpuSlot lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuFlag>, "GpuFlag lives in shared memory");
 static_assert(std::is_standard_layout_v<GpuAreaHeader>, "GpuAreaHeader lives in shared memory");
@@ -182,14 +213,20 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 13, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 14, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 13, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 14, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 2048 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
-                  sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12,
-              "layout 13: sizes");
+                  sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12 &&
+                  sizeof(CallEntry) == 40 && sizeof(SiteText) == 128 && sizeof(CallLog) == 8768,
+              "layout 14: sizes");
+static_assert(offsetof(CallLog, calls) == 0 && offsetof(CallLog, sites) == 8 &&
+                  offsetof(CallLog, ring) == 64 && offsetof(CallLog, site) == 704 &&
+                  offsetof(CallEntry, episode) == 8 && offsetof(CallEntry, call) == 16 &&
+                  offsetof(CallEntry, began) == 24 && offsetof(CallEntry, ended) == 32,
+              "layout 14: the call log's fields");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
@@ -197,18 +234,18 @@ static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader,
                   offsetof(SegmentHeader, sleepers) == 832 &&
                   offsetof(SegmentHeader, load_sample) == 896 &&
                   offsetof(SegmentHeader, failure) == 960,
-              "layout 13: the header's fields");
+              "layout 14: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 13: a slot's fields");
+              "layout 14: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
                   offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8 &&
                   offsetof(GpuAreaHeader, released) == 0 && offsetof(GpuAreaHeader, node_met) == 8,
-              "layout 13: a GPU slot's fields and the GPU area's header");
+              "layout 14: a GPU slot's fields and the GPU area's header");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&
@@ -219,7 +256,8 @@ inline constexpr std::size_t align_up(std::size_t bytes, std::size_t alignment) 
   return (bytes + alignment - 1) / alignment * alignment;
 }
 // The header, then the slots, then one GpuSlot per slot; then, at a page boundary, the GPU area:
-// its header and one GpuFlag per slot, padded to a page; then the broadcast area.
+// its header and one GpuFlag per slot, padded to a page; then the broadcast area; then, at a
+// cache line, one CallLog per slot.
 inline constexpr std::size_t gpu_area_offset(std::uint32_t num_slots) {
   return align_up(sizeof(SegmentHeader) + num_slots * (sizeof(Slot) + sizeof(GpuSlot)),
                   kGpuAreaAlign);
@@ -230,8 +268,11 @@ inline constexpr std::size_t gpu_area_size(std::uint32_t num_slots) {
 inline constexpr std::size_t broadcast_area_offset(std::uint32_t num_slots) {
   return gpu_area_offset(num_slots) + gpu_area_size(num_slots);
 }
+inline constexpr std::size_t call_log_offset(std::uint32_t num_slots) {
+  return align_up(broadcast_area_offset(num_slots) + sizeof(BroadcastArea), kCacheLine);
+}
 inline constexpr std::size_t segment_size(std::uint32_t num_slots) {
-  return broadcast_area_offset(num_slots) + sizeof(BroadcastArea);
+  return call_log_offset(num_slots) + num_slots * sizeof(CallLog);
 }
 
 }  // namespace lockstep::detail

@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "base/fault_points.hpp"
@@ -23,7 +25,8 @@ void NodeBarrier::check_intact(const char* what) {
 }
 
 template <bool kTry>
-bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, const char* what) {
+bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, const char* what,
+                                     std::uint32_t call) {
   SegmentHeader& header = segment_.header();
   check_intact(what);
   if (tokens_ == 1) {
@@ -36,7 +39,9 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     }
   }
   if (segment_.num_slots() == 1) {
+    recorder_.begin(call, episode_);
     lead(0, deadline, what);  // the node's only process: nobody local to wait for
+    recorder_.end(true);
     return true;
   }
   const std::uint64_t full = (episode_ + 1) * tokens_;
@@ -45,9 +50,13 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
   // (see wake_sleepers).
   const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
+  // After the arrival, so that its few stores and coarse clock read (~4 ns) delay no peer: a
+  // waiter spins meanwhile, a completer's peers are on their way out.
+  recorder_.begin(call, episode_);
   fault_point("barrier.arrived");
   if (ticket + 1 == full) {
     wake_sleepers();
+    recorder_.end(false);
     ++episode_;
     fault_point("barrier.passed");
     return true;
@@ -69,6 +78,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   if (hierarchical_) {
     if (leader_) {
       lead(ticket, deadline, what);
+      recorder_.end(true);
       return true;
     }
     if (ticket + 2 == full) {
@@ -76,8 +86,11 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     }
   }
   fault_point("barrier.waiting");
+  const std::uint64_t slow_waits = waiter_.stats().timed_waits;
   const Outcome outcome = wait(full, deadline, what, !kTry);
   if (outcome == Outcome::complete) {
+    // A wait that ended in its quick spins ended within the coarse clock's tick of its arrival.
+    recorder_.end(waiter_.stats().timed_waits != slow_waits);
     ++episode_;
     fault_point("barrier.passed");
     return true;
@@ -86,24 +99,29 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   // across nodes, the leader may already have counted it.
   if (withdraw(hierarchical_ ? full - 1 : full)) {
     if constexpr (kTry) {
+      recorder_.end_as(CallEnd::tried);
       return false;
     } else {
+      recorder_.end_as(outcome == Outcome::interrupted ? CallEnd::interrupted : CallEnd::timed_out);
       throw_gave_up(outcome, what);
     }
   }
   if (!reached(full)) {
     (void)wait(full, std::nullopt, what, false);  // committed: the leader's outcome decides
   }
+  recorder_.end(true);
   ++episode_;  // complete after all
   return true;
 }
 
-void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what) {
-  (void)arrive_and_wait_as<false>(deadline, what);
+void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what,
+                                  std::uint32_t call) {
+  (void)arrive_and_wait_as<false>(deadline, what, call);
 }
 
-bool NodeBarrier::try_arrive_and_wait(Clock::time_point deadline, const char* what) {
-  return arrive_and_wait_as<true>(deadline, what);
+bool NodeBarrier::try_arrive_and_wait(Clock::time_point deadline, const char* what,
+                                      std::uint32_t call) {
+  return arrive_and_wait_as<true>(deadline, what, call);
 }
 
 void NodeBarrier::lead(std::uint64_t ticket, std::optional<Clock::time_point> deadline,
@@ -173,6 +191,7 @@ bool NodeBarrier::withdraw(std::uint64_t limit) noexcept {
 
 void NodeBarrier::throw_timeout(const char* what) {
   std::vector<int> missing;
+  std::vector<int> late;
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     if (slot == segment_.my_slot()) {
       continue;
@@ -186,12 +205,13 @@ void NodeBarrier::throw_timeout(const char* what) {
                                  peer.withdrawn_at.load(std::memory_order_relaxed) >= arrived_at_);
     if (!here) {
       missing.push_back(peer.rank.load(std::memory_order_relaxed));
+      late.push_back(slot);
     }
   }
-  std::string message = std::string(what) +
-                        ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
-                        comma_list(missing) + " of " +
-                        std::to_string(segment_.header().world_size) + " had not arrived";
+  std::string message =
+      std::string(what) + ": timed out: " + (missing.size() == 1 ? "process " : "processes ") +
+      comma_list(missing) + " of " + std::to_string(segment_.header().world_size) +
+      " had not arrived" + whereabouts(late);
   throw TimeoutError(message, std::move(missing));
 }
 
@@ -326,19 +346,101 @@ int NodeBarrier::peers_asleep() const noexcept {
 
 void NodeBarrier::report_stall(const char* what, std::chrono::nanoseconds waited) const noexcept {
   std::vector<int> late;
+  std::string where;
   try {
     for (int slot = 0; slot < segment_.num_slots(); ++slot) {
       if (slot != segment_.my_slot() && !came(slot)) {
         late.push_back(slot);
       }
     }
+    where = whereabouts(late);
   } catch (...) {
     return;
   }
   segment_.report_stall(what, waited, late,
                         leader_ ? "the other machines (this machine's processes have all arrived)"
                                 : "this machine's main process to come back from the other "
-                                  "machines (this machine's processes have all arrived)");
+                                  "machines (this machine's processes have all arrived)",
+                        where);
+}
+
+std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) const {
+  const std::int64_t now = coarse_clock_ns();
+  const auto rank_of = [&](int slot) {
+    return segment_.slot(slot).rank.load(std::memory_order_relaxed);  // set before joining
+  };
+  std::string text;
+  for (const int slot : late) {
+    text += "; process " + std::to_string(rank_of(slot)) + " " +
+            absent_text(latest_call(segment_.call_log(slot)), now, false);
+  }
+  if (lost >= 0) {
+    text += "; process " + std::to_string(rank_of(lost)) + " " +
+            absent_text(latest_call(segment_.call_log(lost)), now, true);
+  }
+  // The others that are in this episode's call, grouped by what and where.
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    if (slot == lost || std::find(late.begin(), late.end(), slot) != late.end()) {
+      continue;
+    }
+    const auto call = latest_call(segment_.call_log(slot));
+    if (!call || call->episode != episode_) {
+      continue;  // not in this episode's call (or it wrote a later one meanwhile)
+    }
+    std::string where = std::string(call_kind_name(call->kind)) + " at " + site_text(*call) +
+                        " (episode " + std::to_string(episode_) + ")";
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& known) { return known.first == where; });
+    if (group == groups.end()) {
+      groups.emplace_back(std::move(where), std::vector<int>{});
+      group = groups.end() - 1;
+    }
+    group->second.push_back(rank_of(slot));
+  }
+  for (auto& [where, ranks] : groups) {
+    std::sort(ranks.begin(), ranks.end());
+    text += (ranks.size() == 1 ? "; process " : "; processes ") + comma_list(ranks) +
+            (ranks.size() == 1 ? " waits in " : " wait in ") + where;
+  }
+  return text + met_apart();
+}
+
+std::string NodeBarrier::met_apart() const {
+  // Each process's calls of the last episodes it kept: episode -> (rank, what and where).
+  std::map<std::uint64_t, std::map<int, std::string>> met;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    const int rank = segment_.slot(slot).rank.load(std::memory_order_relaxed);
+    for (const CallView& call : recent_calls(segment_.call_log(slot))) {
+      // A try's call came after it; an unrecorded place may be any (never taken as different).
+      if (call.episode < episode_ && call.end != CallEnd::tried && call.site != 0) {
+        met[call.episode][rank] = std::string(call_kind_name(call.kind)) + " at " + site_text(call);
+      }
+    }
+  }
+  for (auto episode = met.rbegin(); episode != met.rend(); ++episode) {
+    std::vector<std::pair<std::string, std::vector<int>>> places;
+    for (const auto& [rank, where] : episode->second) {
+      auto place = std::find_if(places.begin(), places.end(),
+                                [&](const auto& known) { return known.first == where; });
+      if (place == places.end()) {
+        places.emplace_back(where, std::vector<int>{});
+        place = places.end() - 1;
+      }
+      place->second.push_back(rank);
+    }
+    if (places.size() < 2) {
+      continue;
+    }
+    std::string text = "; episode " + std::to_string(episode->first) + " met at different places:";
+    for (std::size_t i = 0; i < places.size(); ++i) {
+      const auto& [where, ranks] = places[i];
+      text += std::string(i == 0 ? " " : ", ") + (ranks.size() == 1 ? "process " : "processes ") +
+              comma_list(ranks) + " in " + where;
+    }
+    return text;  // the latest only
+  }
+  return {};
 }
 
 bool NodeBarrier::check_peers(std::uint64_t target, const char* what) {
@@ -380,7 +482,8 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   const std::string message = segment_.describe(peer.slot) + " " + describe(peer.how) +
                               (waiting == 0 ? std::string()
                                             : " while " + std::to_string(waiting) + " process" +
-                                                  (waiting == 1 ? "" : "es") + " waited");
+                                                  (waiting == 1 ? "" : "es") + " waited") +
+                              whereabouts({}, peer.slot);
   const int rank = segment_.slot(peer.slot).rank.load(std::memory_order_relaxed);
   if (cross_.abort) {
     // The other nodes cannot go on without this one.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/failure_record.hpp"
+#include "engine/call_log.hpp"
 #include "engine/peer_watch.hpp"
 #include "engine/segment.hpp"
 #include "waiting/waiter.hpp"
@@ -51,22 +52,29 @@ class NodeBarrier {
         watch_(watch),
         hierarchical_(hierarchical),
         leader_(segment.my_slot() == segment.leader_slot()),
-        tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)) {}
+        tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)),
+        recorder_(segment.call_log(segment.my_slot())) {}
 
   // Arrives and waits until all the node's processes have arrived at this episode.
   // Throws TimeoutError (arrival withdrawn) when `deadline` passes first, PeerLostError when a
   // process that has not arrived dies or leaves. `what` names the caller in messages.
   // Memory ordering: every write before any process's arrival happens-before every read after
   // any process's return.
+  // `call`: what and where the call is (CallRecorder::word), recorded in this process's call
+  // log after the arrival, for the peers' messages and lockstep-run --status.
   void arrive_and_wait(std::optional<std::chrono::steady_clock::time_point> deadline,
-                       const char* what);
+                       const char* what, std::uint32_t call = call_word(CallKind::unknown, 0));
 
   // One node only: arrives and waits until `deadline`, never interrupted (the interrupt
   // descriptor is not read); true once the episode is complete (as arrive_and_wait), false if it
   // was not by then, with this process's arrival withdrawn: nothing happened. In a hierarchical
   // job false at once, without arriving (the leader's arrival there cannot be taken back).
   // Throws PeerLostError as arrive_and_wait does.
-  bool try_arrive_and_wait(std::chrono::steady_clock::time_point deadline, const char* what);
+  bool try_arrive_and_wait(std::chrono::steady_clock::time_point deadline, const char* what,
+                           std::uint32_t call = call_word(CallKind::unknown, 0));
+
+  // This process's call log: the words of its calls, and the end of one that failed.
+  [[nodiscard]] CallRecorder& recorder() noexcept { return recorder_; }
 
   [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
   // Throws what arrive_and_wait would throw at once: the job on this node is broken (a peer
@@ -83,7 +91,7 @@ class NodeBarrier {
   // arrive_and_wait (kTry false: returns true or throws) and try_arrive_and_wait (kTry true).
   template <bool kTry>
   bool arrive_and_wait_as(std::optional<std::chrono::steady_clock::time_point> deadline,
-                          const char* what);
+                          const char* what, std::uint32_t call);
   // Waits until the arrival count reaches `target` (a committed wait, not `interruptible`, ends
   // only there or by throwing).
   Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,
@@ -127,8 +135,17 @@ class NodeBarrier {
   // Throws PeerLostError if a peer that has not arrived is gone; returns true if the count
   // reached `target` meanwhile.
   [[nodiscard]] bool check_peers(std::uint64_t target, const char* what);
-  // The stall line of a wait that lasts (the site's stalled(): who has not arrived).
+  // The stall line of a wait that lasts (the site's stalled(): who has not arrived, and where
+  // everyone is).
   void report_stall(const char* what, std::chrono::nanoseconds waited) const noexcept;
+  // Where the node's processes are, for a message about this episode: "; process 1 is not in
+  // a lockstep call: ...; processes 0, 2 wait at train.py:88 (episode 41)". `late`: the slots
+  // that have not arrived (named first); `lost`: a slot that is gone (its last call).
+  [[nodiscard]] std::string whereabouts(const std::vector<int>& late, int lost = -1) const;
+  // "; episode 40 met at different places: process 0 in wait_for_everyone at train.py:12,
+  // process 1 in wait_for_everyone at train.py:20": the latest past episode, among those the
+  // processes' logs keep, whose processes came from different calls or sites (empty if none).
+  [[nodiscard]] std::string met_apart() const;
 
   NodeSegment& segment_;
   Waiter& waiter_;
@@ -138,6 +155,7 @@ class NodeBarrier {
   bool leader_;
   std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)
   std::uint64_t episode_ = 0;  // episodes this process has completed
+  CallRecorder recorder_;
   // When this process arrived at its current timed wait (steady clock, ns): a peer that withdrew
   // before then had not arrived as far as this wait's timeout is concerned.
   std::int64_t arrived_at_ = 0;

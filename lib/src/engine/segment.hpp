@@ -79,6 +79,11 @@ class NodeSegment {
     return *reinterpret_cast<BroadcastArea*>(reinterpret_cast<unsigned char*>(header_) +
                                              broadcast_area_offset(header_->num_slots));
   }
+  // Slot `index`'s call log (layout.hpp, engine/call_log.hpp).
+  [[nodiscard]] CallLog& call_log(int index) const noexcept {
+    return reinterpret_cast<CallLog*>(reinterpret_cast<unsigned char*>(header_) +
+                                      call_log_offset(header_->num_slots))[index];
+  }
   // The GPU area (layout.hpp): page-aligned, gpu_area_size(num_slots()) bytes.
   [[nodiscard]] void* gpu_area() const noexcept { return gpu_area_; }
   [[nodiscard]] std::size_t gpu_area_bytes() const noexcept {
@@ -105,9 +110,10 @@ class NodeSegment {
   // "process 3 (pid 4121)": a slot as a user knows it.
   [[nodiscard]] std::string describe(int slot) const;
   // One stall line (waiting/waiter.hpp's set_stall_warning) on stderr: "<what> has waited <s> s
-  // for <those slots> on <this machine>; still waiting" (`slots` empty: for `instead`).
+  // for <those slots> on <this machine><where>; still waiting" (`slots` empty: for `instead`).
   void report_stall(const char* what, std::chrono::nanoseconds waited,
-                    const std::vector<int>& slots, const std::string& instead) const noexcept;
+                    const std::vector<int>& slots, const std::string& instead,
+                    const std::string& where = {}) const noexcept;
   // Marks the job on this node broken by `peer` (the first mark wins), and wakes every waiter
   // to see it. Returns the peer that the segment records.
   LostPeer mark_lost(LostPeer peer) noexcept;

@@ -113,7 +113,8 @@ std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
 
 void NodeSegment::report_stall(const char* what, std::chrono::nanoseconds waited,
                                const std::vector<int>& slots,
-                               const std::string& instead) const noexcept {
+                               const std::string& instead,
+                               const std::string& where) const noexcept {
   try {
     std::string whom = instead;
     if (!slots.empty()) {
@@ -125,6 +126,7 @@ void NodeSegment::report_stall(const char* what, std::chrono::nanoseconds waited
       }
       whom += " on " + std::string(host);
     }
+    whom += where;
     say_stalled(slots_[my_slot_].rank.load(std::memory_order_relaxed), what, waited, whom);
   } catch (...) {
     // Out of memory for a diagnostic: the wait goes on without it.

@@ -97,7 +97,7 @@ class BusyGuard {
 
 }  // namespace
 
-std::shared_ptr<Context> Context::instance() {
+std::shared_ptr<Context> Context::instance(const CallSite& site) {
   std::call_once(fork_hook_once, [] { ::pthread_atfork(nullptr, nullptr, on_fork_child); });
   Registry& reg = registry();
   std::lock_guard lock(reg.mutex);
@@ -106,11 +106,11 @@ std::shared_ptr<Context> Context::instance() {
   }
   // First use, or a forked child holding its parent's context: join from this environment.
   auto config = read_job_config(process_environment(), WaitPolicy::LOCKSTEP_DEFAULT_WAIT_POLICY);
-  reg.context = std::make_shared<Context>(std::move(config));
+  reg.context = std::make_shared<Context>(std::move(config), site);
   return reg.context;
 }
 
-Context::Context(JobConfig config)
+Context::Context(JobConfig config, const CallSite& site)
     : config_(std::move(config)),
       owner_(::getpid()),
       fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
@@ -119,7 +119,7 @@ Context::Context(JobConfig config)
     log_line(config_.rank, "joining the job (" + config_.source + ")");
   }
   try {
-    join();
+    join(site);
   } catch (const std::exception& error) {
     if (config_.log_level >= LogLevel::debug) {
       log_line(config_.rank, std::string("could not join: ") + error.what());
@@ -160,7 +160,7 @@ void Context::describe(std::chrono::steady_clock::duration joining) const {
   log_line(job.rank, text);
 }
 
-void Context::join() {
+void Context::join(const CallSite& site) {
   arm_fault_points(config_.rank);
   const bool hierarchical = config_.num_nodes > 1;
   if (hierarchical) {
@@ -182,6 +182,9 @@ void Context::join() {
   waiter_->share_samples(&segment_->header().load_sample.value);
   if (!hierarchical) {
     barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false, watch_.get());
+    CallRecorder& log = barrier_->recorder();  // the join, in the log: no episode
+    log.begin(log.word(CallKind::join, site), kNoEpisode);
+    log.end(false);
     return;
   }
   // Across nodes: the leader joins the other leaders; then the whole job meets once, so that a
@@ -204,7 +207,8 @@ void Context::join() {
   barrier_.emplace(*segment_, *waiter_, std::move(cross), true, watch_.get());
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
-                            "lockstep: joining the job");
+                            "lockstep: joining the job",
+                            barrier_->recorder().word(CallKind::join, site));
 }
 
 Context::~Context() {
@@ -308,7 +312,8 @@ void Context::leave_on_purpose(const char* what) {
   (void)leave();  // a thread that began to wait meanwhile sees left_ (see BusyGuard)
 }
 
-void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what) {
+void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what,
+                   CallKind kind, const CallSite& site) {
   check_usable(what);
   if (!barrier_) {
     return;  // a job of one
@@ -324,7 +329,7 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   if (backend_) [[unlikely]] {  // a leader across nodes (one node: nothing more to read)
     settle_streams(deadline, what);
   }
-  arrive(deadline, what);
+  arrive(deadline, what, barrier_->recorder().word(kind, site));
 }
 
 void Context::settle_streams(std::optional<std::chrono::steady_clock::time_point> deadline,
@@ -334,7 +339,7 @@ void Context::settle_streams(std::optional<std::chrono::steady_clock::time_point
   }
 }
 
-bool Context::try_wait(const char* what) {
+bool Context::try_wait(const char* what, const CallSite& site) {
   check_usable(what);
   if (!barrier_) {
     return true;  // a job of one
@@ -344,16 +349,17 @@ bool Context::try_wait(const char* what) {
     throw_left(what);
   }
   try {
-    return barrier_->try_arrive_and_wait(std::chrono::steady_clock::now() + kTryWait, what);
+    return barrier_->try_arrive_and_wait(std::chrono::steady_clock::now() + kTryWait, what,
+                                         barrier_->recorder().word(CallKind::wait, site));
   } catch (...) {
     arrival_failed(what);
   }
 }
 
 void Context::arrive(std::optional<std::chrono::steady_clock::time_point> deadline,
-                     const char* what) {
+                     const char* what, std::uint32_t call) {
   try {
-    barrier_->arrive_and_wait(deadline, what);
+    barrier_->arrive_and_wait(deadline, what, call);
   } catch (...) {
     arrival_failed(what);
   }
@@ -363,6 +369,7 @@ void Context::arrival_failed(const char* what) {
   if (left_.load(std::memory_order_seq_cst)) {
     park_until_exit();
   }
+  barrier_->recorder().end_as(CallEnd::failed);  // unless it ended (a timeout, an interrupt)
   if (config_.log_level >= LogLevel::debug) {
     try {
       throw;
@@ -409,7 +416,8 @@ void decode_broadcast(const std::vector<std::byte>& in, BroadcastArea& area, con
 
 }  // namespace
 
-std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what) {
+std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what,
+                                          const CallSite& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
     if (data.size() > kMaxBroadcast) {
@@ -436,6 +444,7 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
     ~NoInterrupts() { (void)set_interrupt_fd(saved); }
   } no_interrupts;
   settle_streams(std::nullopt, what);
+  const std::uint32_t call = barrier_->recorder().word(CallKind::broadcast, site);
   BroadcastArea& area = segment_->broadcast_area();
   const bool main_leads_node0 = config_.node_index == 0 && local_index_ == 0;
   if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {
@@ -456,14 +465,14 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
       decode_broadcast(backend_->share({}, false, std::nullopt, what), area, what);
     }
   }
-  arrive(std::nullopt, what);
+  arrive(std::nullopt, what, call);
   if (area.status == 1) {
     const std::uint64_t size = area.size;
-    arrive(std::nullopt, what);  // everyone has read the refusal
+    arrive(std::nullopt, what, call);  // everyone has read the refusal
     throw_too_large(size, what);
   }
   if (area.status == 2) {
-    arrive(std::nullopt, what);
+    arrive(std::nullopt, what, call);
     throw ConfigError("lockstep: " + std::string(what) +
                       ": the main process (process 0) must lead machine 0 (be its local process "
                       "0) for a broadcast across machines; this job places it elsewhere");
@@ -472,7 +481,7 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
   if (!out.empty()) {  // an empty vector's data() may be null, which memcpy may not take
     std::memcpy(out.data(), area.data, out.size());
   }
-  arrive(std::nullopt, what);
+  arrive(std::nullopt, what, call);
   return out;
 }
 
@@ -490,7 +499,7 @@ void Context::check_intact(const char* what) {
 }
 
 void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                          const char* what) {
+                          const char* what, const CallSite& site) {
   check_usable(what);
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
@@ -515,7 +524,8 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
       stream, bounded(timeout),
       [&](std::optional<std::chrono::steady_clock::time_point> deadline) {
         if (barrier_) {
-          barrier_->arrive_and_wait(deadline, what);
+          barrier_->arrive_and_wait(deadline, what,
+                                    barrier_->recorder().word(CallKind::stream, site));
         }
       },
       what);

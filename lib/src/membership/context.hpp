@@ -22,10 +22,11 @@ namespace lockstep::detail {
 
 class Context {
  public:
-  // The process's context, joining the job on first use. Thread-safe.
-  static std::shared_ptr<Context> instance();
+  // The process's context, joining the job on first use (`site`: where, for the call log).
+  // Thread-safe.
+  static std::shared_ptr<Context> instance(const CallSite& site = {});
 
-  explicit Context(JobConfig config);
+  explicit Context(JobConfig config, const CallSite& site = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -40,26 +41,29 @@ class Context {
   // The process that joined (a forked child inherits the context but not the membership).
   [[nodiscard]] pid_t owner() const noexcept { return owner_; }
 
-  // The job-wide barrier; `what` names the caller in messages. Flattened: the node barrier's
-  // arrival, the Waiter and the futex call are inlined here (they live in other rooms' files:
-  // with the library's link-time optimization, option `lto`), so that a process woken from its
-  // sleep returns once, from this function, to State::wait_for_everyone's caller (it jumps
+  // The job-wide barrier; `what` names the caller in messages, `kind` and `site` say what and
+  // where the call is in this process's call log (engine/call_log.hpp). Flattened: the node
+  // barrier's arrival, the Waiter and the futex call are inlined here (they live in other rooms'
+  // files: with the library's link-time optimization, option `lto`), so that a process woken from
+  // its sleep returns once, from this function, to State::wait_for_everyone's caller (it jumps
   // here). Each return after a sleep's context switch is mispredicted (the kernel refills the
   // return stack), and with one frame fewer here block / pthread_barrier_t went from 1.06-1.07x
   // to 1.04x beside 1+burst2@2 at N = 4 on 2 vCPUs (bench/sleep-ab, 2026-12-03). What is rare
   // (a multi-node leader's part, timeouts, lost peers, the errors) stays out of line
   // (gnu::noinline in NodeBarrier and here), so that this function stays a few kilobytes.
-  [[gnu::flatten]] void wait(std::optional<std::chrono::milliseconds> timeout, const char* what);
+  [[gnu::flatten]] void wait(std::optional<std::chrono::milliseconds> timeout, const char* what,
+                             CallKind kind, const CallSite& site);
   // State::try_wait_for_everyone: arrives and waits at most kTryWait, never interrupted; true once
   // the episode is complete, false (the arrival withdrawn) if it was not, or at once across nodes.
   static constexpr std::chrono::milliseconds kTryWait{1};
-  bool try_wait(const char* what);
+  bool try_wait(const char* what, const CallSite& site);
   // State::broadcast: the main process's `data` (at most kMaxBroadcast bytes), on every process;
   // two episodes of the barrier, on every process, whatever the outcome.
-  std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what);
+  std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what,
+                                   const CallSite& site);
   // The stream-ordered barrier (see gpu/stream_barrier.hpp); `timeout`: State's rule.
   void wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                   const char* what);
+                   const char* what, const CallSite& site);
   // Whether a failure released this node's GPU streams (StreamBarrier::released); any thread.
   [[nodiscard]] bool stream_released() const noexcept;
   // StreamBarrier::release_word(), or null before the first stream barrier.
@@ -80,10 +84,11 @@ class Context {
 
  private:
   // Joins the job (the constructor's work), and says what was joined (LOCKSTEP_LOG).
-  void join();
+  void join(const CallSite& site);
   void describe(std::chrono::steady_clock::duration joining) const;
   // One arrival at the barrier, and what a failed one does (the log, parking while exiting).
-  void arrive(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
+  void arrive(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what,
+              std::uint32_t call);
   // What a failed arrival does before its error goes on (called in the handler: rethrows it).
   [[noreturn, gnu::noinline]] void arrival_failed(const char* what);
   [[noreturn]] static void throw_too_large(std::uint64_t size, const char* what);

@@ -1,0 +1,254 @@
+#include "engine/call_log.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace lockstep::detail {
+
+const char* call_kind_name(CallKind kind) noexcept {
+  switch (kind) {
+    case CallKind::unknown:
+      break;
+    case CallKind::wait:
+      return "wait_for_everyone";
+    case CallKind::first_wait:
+      return "main_process_first (waiting for the main process)";
+    case CallKind::first_release:
+      return "main_process_first (releasing the others)";
+    case CallKind::local_first_wait:
+      return "local_main_process_first (waiting for the local main process)";
+    case CallKind::local_first_release:
+      return "local_main_process_first (releasing the others)";
+    case CallKind::broadcast:
+      return "broadcast";
+    case CallKind::stream:
+      return "wait_for_everyone(stream)";
+    case CallKind::join:
+      return "joining the job";
+  }
+  return "a lockstep call";
+}
+
+std::int64_t coarse_clock_ns() noexcept {
+  timespec now{};
+  (void)::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+std::uint32_t CallRecorder::intern(const CallSite& site) noexcept {
+  for (const Known& known : known_) {
+    if (known.file == site.file && known.function == site.function && known.line == site.line) {
+      return known.index;
+    }
+  }
+  // Relaxed: only this process writes the count.
+  const std::uint32_t count = log_.sites.load(std::memory_order_relaxed);
+  if (count >= kMaxSites) {
+    return 0;  // named "an unknown place" from here on
+  }
+  SiteText& text = log_.site[count];
+  text.line = site.line;
+  // The file keeps its end (the name), the function its beginning; each ends in '\0'.
+  const std::size_t file_length = std::strlen(site.file);
+  const std::size_t file_kept = std::min<std::size_t>(file_length, kSiteText * 3 / 4);
+  std::memcpy(text.text, site.file + (file_length - file_kept), file_kept);
+  text.text[file_kept] = '\0';
+  const char* function = site.function != nullptr ? site.function : "";
+  const std::size_t function_kept =
+      std::min<std::size_t>(std::strlen(function), sizeof text.text - file_kept - 2);
+  std::memcpy(text.text + file_kept + 1, function, function_kept);
+  text.text[file_kept + 1 + function_kept] = '\0';
+  // Release: a reader that counts the site (acquire) reads its text whole.
+  log_.sites.store(count + 1, std::memory_order_release);
+  try {
+    known_.push_back(Known{site.file, site.function, site.line, count + 1});
+  } catch (const std::bad_alloc&) {  // the site is written; this process would write it again
+  }
+  return count + 1;
+}
+
+std::uint32_t CallRecorder::word(CallKind kind, const CallSite& site) noexcept {
+  if (site.file == nullptr) {
+    return call_word(kind, 0);
+  }
+  if (site.file != last_.file || site.line != last_.line || site.function != last_.function) {
+    last_ = Known{site.file, site.function, site.line, intern(site)};
+  }
+  return call_word(kind, last_.index);
+}
+
+void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
+  const std::uint64_t number = calls_;
+  CallEntry& entry = log_.ring[number % kCallRing];
+  // A seqlock's writer (see CallEntry): relaxed stores between the odd mark and the even one;
+  // the release fence keeps them after the odd mark for a reader that reads them.
+  entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  began_ = coarse_clock_ns();
+  entry.episode.store(episode, std::memory_order_relaxed);
+  entry.call.store(word, std::memory_order_relaxed);
+  entry.began.store(began_, std::memory_order_relaxed);
+  entry.ended.store(0, std::memory_order_relaxed);
+  entry.sequence.store(2 * number + 2, std::memory_order_release);
+  calls_ = number + 1;
+  log_.calls.store(calls_, std::memory_order_release);  // release: the entry is whole
+  open_ = true;
+}
+
+void CallRecorder::end(bool read_clock) noexcept {
+  // Relaxed: one word, read under the entry's sequence (a reader sees the call ended or not).
+  log_.ring[(calls_ - 1) % kCallRing].ended.store(read_clock ? coarse_clock_ns() : began_,
+                                                  std::memory_order_relaxed);
+  open_ = false;
+}
+
+void CallRecorder::end_as(CallEnd how) noexcept {
+  if (!open_) {
+    return;
+  }
+  const std::uint64_t number = calls_ - 1;
+  CallEntry& entry = log_.ring[number % kCallRing];
+  entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  const std::uint32_t word = entry.call.load(std::memory_order_relaxed);
+  entry.call.store((word & 0xffff) | (static_cast<std::uint32_t>(how) << 16),
+                   std::memory_order_relaxed);
+  entry.ended.store(coarse_clock_ns(), std::memory_order_relaxed);
+  entry.sequence.store(2 * number + 2, std::memory_order_release);
+  open_ = false;
+}
+
+namespace {
+
+// Call `number` of `log`, if its entry holds it whole now.
+std::optional<CallView> read_call(const CallLog& log, std::uint64_t number) {
+  const CallEntry& entry = log.ring[number % kCallRing];
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    // A seqlock's reader: acquire on the first read, an acquire fence before the second.
+    const std::uint64_t before = entry.sequence.load(std::memory_order_acquire);
+    CallView view;
+    view.number = number;
+    view.episode = entry.episode.load(std::memory_order_relaxed);
+    const std::uint32_t word = entry.call.load(std::memory_order_relaxed);
+    view.began = entry.began.load(std::memory_order_relaxed);
+    view.ended = entry.ended.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const std::uint64_t after = entry.sequence.load(std::memory_order_relaxed);
+    if (before != after || (before & 1) != 0) {
+      continue;  // the owner writes it now
+    }
+    if (before != 2 * number + 2) {
+      return std::nullopt;  // another call's entry (a later one overwrote it)
+    }
+    view.kind = call_kind(word);
+    view.end = static_cast<CallEnd>((word >> 16) & 0xff);
+    view.site = word & 0xff;
+    // Acquire: the text of a counted site is whole (CallRecorder::intern).
+    if (view.site != 0 && view.site <= log.sites.load(std::memory_order_acquire) &&
+        view.site <= kMaxSites) {
+      const SiteText& text = log.site[view.site - 1];
+      view.line = text.line;
+      view.file.assign(text.text, strnlen(text.text, sizeof text.text));
+      if (view.file.size() + 1 < sizeof text.text) {
+        const char* function = text.text + view.file.size() + 1;
+        view.function.assign(function, strnlen(function, sizeof text.text - view.file.size() - 1));
+      }
+    } else {
+      view.site = 0;
+    }
+    return view;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<CallView> latest_call(const CallLog& log) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    // Acquire: the entry the count names is whole (CallRecorder::begin).
+    const std::uint64_t calls = log.calls.load(std::memory_order_acquire);
+    if (calls == 0) {
+      return std::nullopt;
+    }
+    if (auto call = read_call(log, calls - 1)) {
+      return call;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<CallView> recent_calls(const CallLog& log) {
+  std::vector<CallView> out;
+  const std::uint64_t calls = log.calls.load(std::memory_order_acquire);  // as latest_call
+  const std::uint64_t first = calls > kCallRing ? calls - kCallRing : 0;
+  for (std::uint64_t number = first; number < calls; ++number) {
+    if (auto call = read_call(log, number)) {
+      out.push_back(std::move(*call));
+    }
+  }
+  return out;
+}
+
+std::string site_text(const CallView& call, bool full) {
+  if (call.site == 0) {
+    return "an unrecorded place";
+  }
+  std::string file = call.file;
+  if (!full) {
+    if (const auto slash = file.rfind('/'); slash != std::string::npos) {
+      file.erase(0, slash + 1);
+    }
+  }
+  std::string text = file + ":" + std::to_string(call.line);
+  if (full && !call.function.empty()) {
+    text += " in " + call.function;
+  }
+  return text;
+}
+
+std::string call_text(const CallView& call) {
+  std::string text = std::string(call_kind_name(call.kind)) + " at " + site_text(call);
+  if (call.episode != kNoEpisode) {
+    text += " (episode " + std::to_string(call.episode) + ")";
+  }
+  return text;
+}
+
+std::string absent_text(const std::optional<CallView>& call, std::int64_t now, bool gone) {
+  if (!call) {
+    return gone ? "had made no lockstep call since it joined"
+                : "has made no lockstep call since it joined";
+  }
+  const std::string what = call_text(*call);
+  if (call->ended == 0) {
+    return (gone ? "was in " : "is in ") + what + " since " + span_text(call->began, now);
+  }
+  std::string text = gone ? "had last been in " + what + ", which " : "is not in a lockstep call: ";
+  const std::string ago = span_text(call->ended, now) + " ago";
+  switch (call->end) {
+    case CallEnd::passed:
+      return text + (gone ? "returned " : "it returned from " + what + " ") + ago;
+    case CallEnd::timed_out:
+      return text + (gone ? "" : "its " + what + " ") + "timed out " + ago;
+    case CallEnd::interrupted:
+      return text + (gone ? "" : "its " + what + " ") + "was interrupted " + ago;
+    case CallEnd::tried:
+      return text + (gone ? "" : "its " + what + " ") + "gave up a quick try " + ago;
+    case CallEnd::failed:
+      break;
+  }
+  return text + (gone ? "" : "its " + what + " ") + "failed " + ago;
+}
+
+std::string span_text(std::int64_t from, std::int64_t to) {
+  const double seconds = static_cast<double>(std::max<std::int64_t>(to - from, 0)) / 1e9;
+  char text[32];
+  (void)std::snprintf(text, sizeof text, seconds < 10 ? "%.1f s" : "%.0f s", seconds);
+  return text;
+}
+
+}  // namespace lockstep::detail

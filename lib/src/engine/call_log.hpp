@@ -1,0 +1,127 @@
+// Each process's record of its calls in the node segment (internal): where it waits now and what
+// it called last, for the messages of a wait that lasts or fails and for lockstep-run --status.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/layout.hpp"
+
+namespace lockstep::detail {
+
+// What a call is: which public call, and which side of it.
+enum class CallKind : std::uint8_t {
+  unknown = 0,
+  wait = 1,                 // wait_for_everyone (the timed form and the try too)
+  first_wait = 2,           // main_process_first, waiting for the main process
+  first_release = 3,        // main_process_first, the main process releasing the others
+  local_first_wait = 4,     // local_main_process_first, the same two sides
+  local_first_release = 5,  //
+  broadcast = 6,
+  stream = 7,  // wait_for_everyone(stream)
+  join = 8,    // joining the job (State's constructor)
+};
+// How a call ended (CallEntry::ended tells whether it has).
+// `tried`: a try (try_wait_for_everyone) that found the others not all there and withdrew.
+enum class CallEnd : std::uint8_t {
+  passed = 0,
+  timed_out = 1,
+  interrupted = 2,
+  tried = 3,
+  failed = 4
+};
+
+// "wait_for_everyone", "main_process_first (waiting)", ...: a kind as a user knows it.
+const char* call_kind_name(CallKind kind) noexcept;
+
+// Where a public call was made. The strings must live as long as the process (string literals,
+// std::source_location's, a binding's kept copies): a site is known by their addresses.
+struct CallSite {
+  const char* file = nullptr;  // null: unknown
+  const char* function = nullptr;
+  std::uint32_t line = 0;
+};
+
+// CallEntry::call: the site's index (1-based; 0: unknown) in the low byte, the kind, the end.
+inline constexpr std::uint32_t call_word(CallKind kind, std::uint32_t site,
+                                         CallEnd end = CallEnd::passed) noexcept {
+  return site | (static_cast<std::uint32_t>(kind) << 8) | (static_cast<std::uint32_t>(end) << 16);
+}
+inline constexpr CallKind call_kind(std::uint32_t word) noexcept {
+  return static_cast<CallKind>((word >> 8) & 0xff);
+}
+
+// The steady clock as of the last scheduler tick (CLOCK_MONOTONIC_COARSE, ~4 ns a read here
+// against ~26 for the precise one), in ns: what the log's times are.
+[[nodiscard]] std::int64_t coarse_clock_ns() noexcept;
+
+// This process's writer of its own log. One thread at a time (the barrier's BusyGuard).
+class CallRecorder {
+ public:
+  explicit CallRecorder(CallLog& log) noexcept : log_(log) {}
+
+  // The word of a call of `kind` at `site`, writing the site's text into the log the first
+  // time (after kMaxSites sites, later ones are unknown).
+  [[nodiscard]] std::uint32_t word(CallKind kind, const CallSite& site) noexcept;
+  // A call begins: the entry is written whole (see CallEntry) with the coarse clock's time.
+  void begin(std::uint32_t word, std::uint64_t episode) noexcept;
+  // The call returned: `now` read anew, or, for a call that did not wait past its quick spins,
+  // its beginning (the coarse clock could not tell them apart).
+  void end(bool read_clock) noexcept;
+  // The call gave up or failed (if it has not ended yet).
+  void end_as(CallEnd how) noexcept;
+
+ private:
+  struct Known {
+    const char* file;
+    const char* function;
+    std::uint32_t line;
+    std::uint32_t index;
+  };
+  std::uint32_t intern(const CallSite& site) noexcept;
+
+  CallLog& log_;
+  std::uint64_t calls_ = 0;  // this process's count of log_.calls
+  std::int64_t began_ = 0;   // the current call's
+  bool open_ = false;        // the current call has not ended
+  Known last_{};             // the last site asked for, the common case
+  std::vector<Known> known_;
+};
+
+// One call as any process reads it from a log.
+struct CallView {
+  std::uint64_t number = 0;  // the owner's count of calls before it
+  CallKind kind = CallKind::unknown;
+  CallEnd end = CallEnd::passed;
+  std::uint64_t episode = kNoEpisode;
+  std::int64_t began = 0;
+  std::int64_t ended = 0;  // 0: the call lasts
+  std::uint32_t site = 0;  // 0: unknown
+  std::uint32_t line = 0;
+  std::string file;
+  std::string function;
+};
+
+// The latest call in `log`, if there is one and it reads whole (a few tries while the owner
+// rewrites it).
+[[nodiscard]] std::optional<CallView> latest_call(const CallLog& log);
+// The last kCallRing calls at most, oldest first, each read whole.
+[[nodiscard]] std::vector<CallView> recent_calls(const CallLog& log);
+// "train.py:88" (the file's last component; `full`: its path as recorded, and " in main"), or
+// "an unrecorded place" (a call made through an interface that gave none, or a Python wait that
+// passed within its quick try).
+[[nodiscard]] std::string site_text(const CallView& call, bool full = false);
+// "wait_for_everyone at train.py:88 (episode 41)".
+[[nodiscard]] std::string call_text(const CallView& call);
+// Where a process that is not waiting in this episode is, from its latest call `call` (none:
+// nullopt), as of `now`: "is not in a lockstep call: it returned from wait_for_everyone at
+// train.py:88 (episode 41) 2.1 s ago", "is in joining the job at an unknown place since 3.0 s".
+// `gone`: the process died or left (its last call, in the past tense).
+[[nodiscard]] std::string absent_text(const std::optional<CallView>& call, std::int64_t now,
+                                      bool gone);
+// "0.3 s", "12 s": how long from `from` to `to` (coarse ns).
+[[nodiscard]] std::string span_text(std::int64_t from, std::int64_t to);
+
+}  // namespace lockstep::detail

@@ -68,6 +68,7 @@ def load():
     for name, head in (("state_create_at", [ctypes.POINTER(ctypes.c_void_p)]),
                        ("wait_for_everyone_at", [ctypes.c_void_p]),
                        ("wait_for_everyone_for_at", [ctypes.c_void_p, ctypes.c_int64]),
+                       ("try_wait_for_everyone_at", [ctypes.c_void_p]),
                        ("broadcast_at", lib.lockstep_broadcast.argtypes),
                        ("main_process_first_begin_at", [ctypes.c_void_p]),
                        ("main_process_first_end_at", [ctypes.c_void_p]),

@@ -18,6 +18,7 @@
 
 int main(void) {
   lockstep_state* state = NULL;
+  int common_line = 0;
   CHECK(lockstep_state_create(NULL) == LOCKSTEP_INVALID_ARGUMENT);
   CHECK(strstr(lockstep_last_error(), "out is null") != NULL);
   CHECK(lockstep_state_create(&state) == LOCKSTEP_OK);
@@ -141,16 +142,24 @@ int main(void) {
     CHECK(waited_ms < 200);
     CHECK(strstr(lockstep_last_error(), "arrival was withdrawn") != NULL);
   }
+  common_line = __LINE__ + 1;
   CHECK(lockstep_wait_for_everyone(state) == LOCKSTEP_OK);
 
-  /* The last process comes late: the others time out, naming it, and carry on. */
+  /* The last process comes late: the others time out, naming it and where it was last (the
+   * macro passed this file's line), and carry on. */
   if (rank == n - 1) {
     usleep(800 * 1000);
   } else {
     char expected[64];
+    char where[128];
     snprintf(expected, sizeof expected, "process %d of %d had not arrived", n - 1, n);
+    snprintf(where, sizeof where,
+             "process %d is not in a lockstep call: it returned from wait_for_everyone at "
+             "capi_test.c:%d (episode ",
+             n - 1, common_line);
     CHECK(lockstep_wait_for_everyone_for(state, 200) == LOCKSTEP_TIMEOUT);
     CHECK(strstr(lockstep_last_error(), expected) != NULL);
+    CHECK(strstr(lockstep_last_error(), where) != NULL);
   }
   CHECK(lockstep_wait_for_everyone_for(state, 30000) == LOCKSTEP_OK);
   lockstep_state_destroy(state);

@@ -57,7 +57,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   if (ticket + 1 == full) {
     wake_sleepers();
     recorder_.end(false);
-    ++episode_;
+    passed(call, what);
     fault_point("barrier.passed");
     return true;
   }
@@ -79,6 +79,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     if (leader_) {
       lead(ticket, deadline, what);
       recorder_.end(true);
+      checked(call, what);
       return true;
     }
     if (ticket + 2 == full) {
@@ -91,7 +92,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   if (outcome == Outcome::complete) {
     // A wait that ended in its quick spins ended within the coarse clock's tick of its arrival.
     recorder_.end(waiter_.stats().timed_waits != slow_waits);
-    ++episode_;
+    passed(call, what);
     fault_point("barrier.passed");
     return true;
   }
@@ -110,7 +111,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     (void)wait(full, std::nullopt, what, false);  // committed: the leader's outcome decides
   }
   recorder_.end(true);
-  ++episode_;  // complete after all
+  passed(call, what);  // complete after all
   return true;
 }
 
@@ -404,6 +405,114 @@ std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) con
             (ranks.size() == 1 ? " waits in " : " wait in ") + where;
   }
   return text + met_apart();
+}
+
+namespace {
+
+// Whether calls of `kinds` may meet in one episode: one call, or the two sides of one
+// main_process_first. An unknown kind (the engine's own callers) meets any.
+bool one_call(const std::vector<CallKind>& kinds) {
+  const auto side_of = [](CallKind kind) {
+    switch (kind) {
+      case CallKind::first_release:
+        return CallKind::first_wait;
+      case CallKind::local_first_release:
+        return CallKind::local_first_wait;
+      default:
+        return kind;
+    }
+  };
+  CallKind seen = CallKind::unknown;
+  for (const CallKind kind : kinds) {
+    if (kind == CallKind::unknown) {
+      continue;
+    }
+    if (seen != CallKind::unknown && side_of(kind) != seen) {
+      return false;
+    }
+    seen = side_of(kind);
+  }
+  return true;
+}
+
+}  // namespace
+
+void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
+  struct Met {
+    int rank;
+    CallView call;
+  };
+  std::vector<Met> met;
+  const auto give_up = Clock::now() + std::chrono::milliseconds(100);
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    // Each process writes its call just after its arrival: a moment's wait at most, unless it
+    // is descheduled or died there (then it is left out of the check).
+    for (;;) {
+      std::optional<CallView> found;
+      for (CallView& call : recent_calls(segment_.call_log(slot))) {
+        if (call.episode == episode && call.end != CallEnd::tried) {
+          found = std::move(call);
+        }
+      }
+      if (found) {
+        met.push_back(Met{segment_.slot(slot).rank.load(std::memory_order_relaxed), *found});
+        break;
+      }
+      if (Clock::now() > give_up) {
+        break;
+      }
+      ::sched_yield();
+    }
+  }
+  std::vector<CallKind> kinds;
+  for (const Met& one : met) {
+    kinds.push_back(one.call.kind);
+  }
+  bool apart = !one_call(kinds);
+  if (!apart && strict_) {
+    for (const Met& one : met) {  // one place per kind (a guard's two sides may differ)
+      for (const Met& other : met) {
+        apart = apart ||
+                (one.call.kind == other.call.kind && one.call.site != 0 && other.call.site != 0 &&
+                 (one.call.file != other.call.file || one.call.line != other.call.line));
+      }
+    }
+  }
+  if (!apart) {
+    return;
+  }
+  std::vector<std::pair<std::string, std::vector<int>>> places;
+  for (const Met& one : met) {
+    std::string where = std::string(call_kind_name(one.call.kind)) + " at " + site_text(one.call);
+    auto place = std::find_if(places.begin(), places.end(),
+                              [&](const auto& known) { return known.first == where; });
+    if (place == places.end()) {
+      places.emplace_back(std::move(where), std::vector<int>{});
+      place = places.end() - 1;
+    }
+    place->second.push_back(one.rank);
+  }
+  std::string message = "episode " + std::to_string(episode) + " met " +
+                        (one_call(kinds) ? "at different places" : "from different calls") + ":";
+  for (std::size_t i = 0; i < places.size(); ++i) {
+    auto& [where, ranks] = places[i];
+    std::sort(ranks.begin(), ranks.end());
+    message += std::string(i == 0 ? " " : ", ") + (ranks.size() == 1 ? "process " : "processes ") +
+               comma_list(ranks) + " in " + where;
+  }
+  message += one_call(kinds)
+                 ? " (LOCKSTEP_CHECK=strict: every process must wait at the same place)"
+                 : " (a wait that some processes skip, or a main_process_first block that raised "
+                   "on the main process?)";
+  // The job cannot go on: a process that passed this episode without checking it (a plain
+  // wait) gets the error at its next call.
+  const int rank = segment_.slot(segment_.my_slot()).rank.load(std::memory_order_relaxed);
+  const Failure failure{FailureKind::error, rank, {}, message};
+  segment_.record_failure(failure);
+  if (cross_.abort) {
+    cross_.abort(failure);  // the other nodes cannot go on either
+  }
+  throw Error(std::string(what) + ": " + message);
 }
 
 std::string NodeBarrier::met_apart() const {

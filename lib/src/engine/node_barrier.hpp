@@ -75,6 +75,9 @@ class NodeBarrier {
 
   // This process's call log: the words of its calls, and the end of one that failed.
   [[nodiscard]] CallRecorder& recorder() noexcept { return recorder_; }
+  // LOCKSTEP_CHECK=strict: every episode checks that its processes came from one place of one
+  // call (else only the calls other than a plain wait check that they met the same call).
+  void check_strictly(bool strict) noexcept { strict_ = strict; }
 
   [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
   // Throws what arrive_and_wait would throw at once: the job on this node is broken (a peer
@@ -146,6 +149,21 @@ class NodeBarrier {
   // process 1 in wait_for_everyone at train.py:20": the latest past episode, among those the
   // processes' logs keep, whose processes came from different calls or sites (empty if none).
   [[nodiscard]] std::string met_apart() const;
+  // After episode_ completed: ++episode_, and, where this call checks (see check_strictly), the
+  // check that the processes met from one call.
+  void passed(std::uint32_t call, const char* what) {
+    ++episode_;
+    checked(call, what);
+  }
+  void checked(std::uint32_t call, const char* what) {
+    if (strict_ || call_kind(call) > CallKind::wait) [[unlikely]] {
+      check_met(episode_ - 1, what);
+    }
+  }
+  // Throws Error, the job broken on the node, when the processes' calls of `episode` (each
+  // wrote its own just after its arrival: waited for 0.1 s at most) are of different calls,
+  // or with strict_, at different places of one.
+  [[gnu::noinline]] void check_met(std::uint64_t episode, const char* what);
 
   NodeSegment& segment_;
   Waiter& waiter_;
@@ -156,6 +174,7 @@ class NodeBarrier {
   std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)
   std::uint64_t episode_ = 0;  // episodes this process has completed
   CallRecorder recorder_;
+  bool strict_ = false;
   // When this process arrived at its current timed wait (steady clock, ns): a peer that withdrew
   // before then had not arrived as far as this wait's timeout is concerned.
   std::int64_t arrived_at_ = 0;

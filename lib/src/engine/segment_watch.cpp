@@ -112,8 +112,7 @@ std::optional<LostPeer> NodeSegment::check_peer(int slot) const {
 }
 
 void NodeSegment::report_stall(const char* what, std::chrono::nanoseconds waited,
-                               const std::vector<int>& slots,
-                               const std::string& instead,
+                               const std::vector<int>& slots, const std::string& instead,
                                const std::string& where) const noexcept {
   try {
     std::string whom = instead;

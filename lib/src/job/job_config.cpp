@@ -437,6 +437,12 @@ void read_options(const EnvLookup& env, JobConfig& config) {
   if (auto stall = lookup(env, "LOCKSTEP_STALL_WARNING"); stall.present()) {
     config.stall_warning = seconds_of(stall, true);
   }
+  if (auto check = lookup(env, "LOCKSTEP_CHECK"); check.present()) {
+    if (*check.value != "kinds" && *check.value != "strict") {
+      bad(check, "is not one of kinds, strict");
+    }
+    config.strict_check = *check.value == "strict";
+  }
   if (auto link = lookup(env, "LOCKSTEP_LINK_TIMEOUT"); link.present()) {
     config.link_timeout = seconds_of(link);
     if (config.link_timeout < std::chrono::seconds(1) ||

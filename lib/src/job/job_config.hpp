@@ -46,6 +46,11 @@ struct JobConfig : NodeMember {
   // LOCKSTEP_STALL_WARNING (seconds; 0: never): a wait or a join that lasts this long says what
   // it waits for, then again after twice as long each time.
   std::chrono::milliseconds stall_warning{60'000};
+  // LOCKSTEP_CHECK: "kinds" (the default: processes that meet in an episode from different
+  // calls, as a wait_for_everyone with a main_process_first, are an error, checked by the
+  // calls other than wait_for_everyone) or "strict" (and from different places of one call,
+  // checked by every call).
+  bool strict_check = false;
   // Cross-node jobs only (num_nodes > 1): where node 0's main process listens for the others
   // (LOCKSTEP_MASTER_ADDR, else MASTER_ADDR; LOCKSTEP_MASTER_PORT, else the port beside
   // MASTER_PORT: launch_env.hpp's rendezvous_port_for), which variable gave that port (for

@@ -182,6 +182,7 @@ void Context::join(const CallSite& site) {
   waiter_->share_samples(&segment_->header().load_sample.value);
   if (!hierarchical) {
     barrier_.emplace(*segment_, *waiter_, CrossNodeStep{}, false, watch_.get());
+    barrier_->check_strictly(config_.strict_check);
     CallRecorder& log = barrier_->recorder();  // the join, in the log: no episode
     log.begin(log.word(CallKind::join, site), kNoEpisode);
     log.end(false);
@@ -205,6 +206,7 @@ void Context::join(const CallSite& site) {
     cross.abort = [backend](const Failure& failure) { backend->abort(failure); };
   }
   barrier_.emplace(*segment_, *waiter_, std::move(cross), true, watch_.get());
+  barrier_->check_strictly(config_.strict_check);
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
                             "lockstep: joining the job",

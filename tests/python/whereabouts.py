@@ -2,10 +2,12 @@
 barrier caught (LOCKSTEP_CHECK=strict), and a main_process_first block that raised on the main
 process (an error, not a silent pairing). Runs jobs of 2 processes under lockstep-run (argv[1])
 and checks what they say; exits non-zero naming the first difference."""
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 
 CHILD = '''\
 import sys, time, lockstep
@@ -22,12 +24,18 @@ if mode == "first":
     state.wait_for_everyone()
     print(f"rank {state.process_index}: passed both", flush=True)
     sys.exit(0)
+if mode == "status":
+    state.wait_for_everyone()
+    if state.process_index == 1:
+        time.sleep(3)
+    state.wait_for_everyone()  # status: process 0 waits here
+    sys.exit(0)
 if state.process_index == 1:
     time.sleep(0.3)  # the main process waits long in its extra wait: its place is recorded
 try:
     if state.is_main_process:
-        state.wait_for_everyone()
-    state.wait_for_everyone()
+        state.wait_for_everyone()  # main-only
+    state.wait_for_everyone()  # common
 except lockstep.Error as error:  # kept in a file: the launcher stops the others at a failure
     with open(sys.argv[2] + str(state.process_index), "w", encoding="utf-8") as file:
         file.write(str(error))
@@ -36,8 +44,13 @@ if state.process_index == 1:
     time.sleep(1.5)
     state.wait_for_everyone()
 '''
-MAIN_ONLY = 19  # the child's lines
-COMMON = 20
+def line_of(mark):
+    return next(n for n, text in enumerate(CHILD.split("\n"), 1) if text.endswith("# " + mark))
+
+
+MAIN_ONLY = line_of("main-only")
+COMMON = line_of("common")
+STATUS_WAIT = line_of("status: process 0 waits here")
 
 
 def run(launcher, child, mode, **env):
@@ -91,7 +104,50 @@ def main():
                              "an unrecorded place, process 1 in main_process_first (waiting for "
                              "the main process) at child.py:6")
         expect("first", out, 'child.py", line 12, in <module>')  # process 0's next call fails
-    print("whereabouts: the stall notice, strict and main_process_first say where each is")
+        check_status(launcher, child)
+    print("whereabouts: the stall notice, strict, main_process_first and --status say where "
+          "each process is")
+
+
+def check_status(launcher, child):
+    """lockstep-run --status while process 1 sleeps in its own code and process 0 waits: both
+    forms, read without disturbing the job (which then ends as it would), nothing left after."""
+    job = subprocess.Popen([launcher, "--nproc-per-node", "2", sys.executable, child, "status"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = None
+    deadline = time.monotonic() + 20
+    while seen is None and time.monotonic() < deadline and job.poll() is None:
+        time.sleep(0.1)
+        listing = json.loads(subprocess.run([launcher, "--status", "--json"], capture_output=True,
+                                            text=True, check=True, timeout=10).stdout)
+        for found in listing["jobs"]:
+            states = {p["rank"]: p for p in found["processes"]}
+            zero, one = states.get(0), states.get(1)
+            if (found["world_size"] == 2 and zero and one and zero["state"] == "waiting" and
+                    zero["line"] == STATUS_WAIT and one["state"] == "running"):
+                seen = found
+    if seen is None:
+        job.kill()
+        sys.exit(f"whereabouts: --status never showed process 0 waiting at line {STATUS_WAIT} "
+                 f"and process 1 running:\n{listing}\n{job.communicate()[0]}")
+    zero, one = sorted(seen["processes"], key=lambda p: p["rank"])
+    if (not zero["file"].endswith("child.py") or zero["episode"] != 1 or
+            zero["call"] != "wait_for_everyone" or one["episode"] != 0 or
+            one["ended"] != "returned" or zero["pid"] <= 0 or one["pid"] <= 0):
+        sys.exit(f"whereabouts: --status --json: {seen}")
+    text = subprocess.run([launcher, "--status"], capture_output=True, text=True, check=True,
+                          timeout=10).stdout
+    expect("--status", text, f"process 0 (pid {zero['pid']}): waiting ")
+    expect("--status", text, f" in wait_for_everyone at {zero['file']}:{STATUS_WAIT} in <module> "
+                             "(episode 1)")
+    expect("--status", text, f"process 1 (pid {one['pid']}): running, its last call "
+                             "wait_for_everyone at ")
+    out = job.communicate(timeout=30)[0]
+    if job.returncode != 0:
+        sys.exit(f"whereabouts: the job --status looked at failed ({job.returncode}):\n{out}")
+    if seen["segment"] in subprocess.run([launcher, "--status"], capture_output=True, text=True,
+                                         check=True, timeout=10).stdout:
+        sys.exit(f"whereabouts: {seen['segment']} is still listed after the job ended")
 
 
 if __name__ == "__main__":

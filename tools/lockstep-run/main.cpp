@@ -8,6 +8,7 @@
 #include "launcher.hpp"
 #include "options.hpp"
 #include "output.hpp"
+#include "status.hpp"
 
 using namespace lockstep::run;  // NOLINT(google-build-using-namespace): this program's own
 
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   }
   if (cleanup) {
     return clean_up();
+  }
+  if (options.status) {
+    return show_status(options.json);
   }
   if (options.dry_run) {
     return Launcher(std::move(options)).dry_run();

@@ -264,6 +264,12 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
                "Remove this user's lockstep shared-memory segments whose processes are all gone "
                "(also those of other lockstep versions that no process maps), list them, and "
                "exit; no program is run");
+  app.add_flag("--status", options.status,
+               "List this user's lockstep jobs on this machine (any launcher's: torchrun, mpirun, "
+               "srun too) and where each process is: waiting since when at which call and "
+               "place, running its own code since its last call, left or dead; read without "
+               "joining or disturbing the jobs; no program is run");
+  app.add_flag("--json", options.json, "With --status: one JSON document, for scripts");
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
 }
 
@@ -519,6 +525,17 @@ std::optional<int> read_command_line(int argc, char** argv, Options& options, bo
     return 2;
   }
   options.command = app.remaining();
+  if (options.json && !options.status) {
+    say("--json is --status's form: add --status");
+    return 2;
+  }
+  if (options.status) {
+    if (!options.command.empty()) {
+      say("--status runs no program: remove '" + options.command.front() + "'");
+      return 2;
+    }
+    return std::nullopt;
+  }
   if (cleanup) {
     if (!options.command.empty()) {
       say("--cleanup runs no program: remove '" + options.command.front() + "'");

@@ -15,6 +15,8 @@ struct Options {
   int nnodes = 1;
   int node_rank = 0;
   bool dry_run = false;
+  bool status = false;  // --status: show this user's jobs here, run nothing
+  bool json = false;    // --status's form for scripts
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string job_id;

@@ -1,0 +1,148 @@
+// lockstep-run --status's reading of the node segments (status.hpp).
+#include "engine/status.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/proc.hpp"
+#include "engine/call_log.hpp"
+#include "engine/segment_file.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+const char* ended_word(CallEnd end) {
+  switch (end) {
+    case CallEnd::passed:
+      return "returned";
+    case CallEnd::timed_out:
+      return "timed out";
+    case CallEnd::interrupted:
+      return "interrupted";
+    case CallEnd::tried:
+      return "gave up its quick try";
+    case CallEnd::failed:
+      break;
+  }
+  return "failed";
+}
+
+ProcessStatus process_status(const Slot& slot, const CallLog& log, bool same_namespace,
+                             std::int64_t now) {
+  ProcessStatus out;
+  const SlotStatus status = status_of(slot);
+  out.rank = slot.rank.load(std::memory_order_relaxed);  // after the status (acquire)
+  out.pid = slot.pid.load(std::memory_order_relaxed);
+  if (const auto call = latest_call(log)) {
+    out.call = call_kind_name(call->kind);
+    out.file = call->file;
+    out.function = call->function;
+    out.line = static_cast<int>(call->line);
+    out.episode = call->episode == kNoEpisode ? -1 : static_cast<std::int64_t>(call->episode);
+    out.seconds = static_cast<double>(now - (call->ended == 0 ? call->began : call->ended)) / 1e9;
+    out.seconds = std::max(out.seconds, 0.0);
+    out.ended = call->ended == 0 ? "" : ended_word(call->end);
+    out.state = call->ended == 0 ? "waiting" : "running";
+  } else {
+    out.state = "running";
+  }
+  if (status == SlotStatus::empty) {
+    out.state = "joining";
+  } else if (status == SlotStatus::left) {
+    out.state = "left";
+  } else if (!same_namespace) {
+    out.state = "unknown";
+  } else if (joined_and(slot, Liveness::dead)) {
+    out.state = status_of(slot) == SlotStatus::left ? "left" : "dead";
+  }
+  return out;
+}
+
+// One segment, read through a read-only mapping; nullopt: not a lockstep segment of this user.
+std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
+  JobStatus job;
+  job.path = "/dev/shm/" + name;
+  // O_NONBLOCK: a FIFO put where a segment should be must not hang the reader.
+  const int fd = ::open(job.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return std::nullopt;
+  }
+  struct stat st {};
+  Prefix prefix;
+  const bool ours = ::fstat(fd, &st) == 0 && made_by_us(st);
+  const Peek peeked = ours ? peek(fd, static_cast<std::size_t>(st.st_size), prefix) : Peek::torn;
+  if (!ours) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  if (peeked != Peek::ours) {
+    ::close(fd);
+    job.note = peeked == Peek::other_version
+                   ? "laid out by another lockstep version (layout " +
+                         std::to_string(prefix.layout_version) + "): its processes are not read"
+                   : "being laid out, or left torn by a process that died laying it out";
+    return job;
+  }
+  const std::size_t size = segment_size(prefix.num_slots);
+  void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    job.note = "could not be mapped: " + error_text(errno);
+    return job;
+  }
+  const auto& header = *static_cast<const SegmentHeader*>(base);
+  job.identity.assign(header.identity,
+                      std::min<std::size_t>(header.identity_length, sizeof header.identity));
+  job.world_size = static_cast<int>(header.world_size);
+  job.num_slots = static_cast<int>(header.num_slots);
+  const bool across = header.world_size > header.num_slots;  // a release per episode too
+  job.episode = header.episode.arrivals.load(std::memory_order_relaxed) /
+                (header.num_slots + (across ? 1 : 0));
+  const bool same_namespace = header.pid_namespace == pid_namespace();
+  const auto* slots = reinterpret_cast<const Slot*>(&header + 1);
+  const auto* logs = reinterpret_cast<const CallLog*>(static_cast<const unsigned char*>(base) +
+                                                      call_log_offset(header.num_slots));
+  for (std::uint32_t slot = 0; slot < header.num_slots; ++slot) {
+    job.processes.push_back(process_status(slots[slot], logs[slot], same_namespace, now));
+  }
+  ::munmap(base, size);
+  std::sort(job.processes.begin(), job.processes.end(),
+            [](const ProcessStatus& a, const ProcessStatus& b) { return a.rank < b.rank; });
+  return job;
+}
+
+}  // namespace
+
+std::vector<JobStatus> job_statuses() {
+  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    constexpr std::size_t kMaxLooked = 256;         // as sweep_abandoned_segments
+    while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
+      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0) {
+        names.emplace_back(entry->d_name);
+        if (names.size() == kMaxLooked) {
+          break;
+        }
+      }
+    }
+    ::closedir(dir);
+  }
+  std::sort(names.begin(), names.end());
+  const std::int64_t now = coarse_clock_ns();
+  std::vector<JobStatus> jobs;
+  for (const auto& name : names) {
+    if (auto job = read_job(name, now)) {
+      jobs.push_back(std::move(*job));
+    }
+  }
+  return jobs;
+}
+
+}  // namespace lockstep::detail

@@ -10,13 +10,15 @@
 #include <memory>
 #include <optional>
 #include <ranges>
-#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if __has_include(<source_location>)
+#include <source_location>
+#endif
 
 #include "lockstep/error.hpp"
 #include "lockstep/export.hpp"
@@ -25,6 +27,40 @@
 struct CUstream_st;  // CUDA's stream: cudaStream_t is CUstream_st*, so no CUDA header is needed
 
 namespace lockstep {
+
+// Where a call was made: the caller's file, line and function, as the calls below record them
+// (see State). Filled in by their defaulted argument, as C++20's SourceLocation (which
+// clang 14 with libstdc++ 12, Debian 12's pair, does not have); a wrapper passes its own
+// caller's on, as one or the other.
+class SourceLocation {
+ public:
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE(),
+                                          const char* function = __builtin_FUNCTION()) noexcept {
+    return SourceLocation(file, line, function);
+  }
+  constexpr SourceLocation(const char* file, unsigned line, const char* function) noexcept
+      : file_(file), function_(function), line_(line) {}
+#if defined(__cpp_lib_source_location)
+  // NOLINTNEXTLINE(google-explicit-constructor): std's and ours stand for each other
+  constexpr SourceLocation(const std::source_location& where) noexcept
+      : file_(where.file_name()), function_(where.function_name()), line_(where.line()) {}
+#endif
+  [[nodiscard]] constexpr const char* file_name() const noexcept {
+    return file_;
+  }
+  [[nodiscard]] constexpr const char* function_name() const noexcept {
+    return function_;
+  }
+  [[nodiscard]] constexpr unsigned line() const noexcept {
+    return line_;
+  }
+
+ private:
+  const char* file_;
+  const char* function_;
+  unsigned line_;
+};
 
 // The cross-node backends this build of lockstep has ("ucx", ...), in order of preference; empty
 // when it can run single-node jobs only. LOCKSTEP_BACKEND / lockstep-run --backend choose one.
@@ -130,7 +166,7 @@ class LOCKSTEP_API FirstGuard {
 //
 // Call sites: every call that meets the others (the State that joins, wait_for_everyone in each
 // form, broadcast, main_process_first's guards) records where it was made (a defaulted
-// std::source_location) in this process's slot of the node's segment. The messages of a wait
+// SourceLocation) in this process's slot of the node's segment. The messages of a wait
 // that lasts (the stall notice) or fails (TimeoutError, PeerLostError) then say where each
 // process is, and lockstep-run --status shows it while the job runs.
 //
@@ -139,7 +175,7 @@ class LOCKSTEP_API FirstGuard {
 // Error.
 class LOCKSTEP_API State {
  public:
-  explicit State(std::source_location where = std::source_location::current());
+  explicit State(SourceLocation where = SourceLocation::current());
   State(const State&) = default;
   State& operator=(const State&) = default;
   // Moving copies the handle: the moved-from State stays a valid handle to the same membership.
@@ -183,7 +219,7 @@ class LOCKSTEP_API State {
   // throws it again at once.
   // Memory ordering: everything a process wrote before its call happens-before everything any
   // process does after its call returns (for memory shared between the processes).
-  void wait_for_everyone(std::source_location where = std::source_location::current());
+  void wait_for_everyone(SourceLocation where = SourceLocation::current());
   // As above, but throws TimeoutError naming the processes that had not arrived when `timeout`
   // passes (a process that timed out and withdrew counts as not arrived). A timeout of 0 fails
   // at once unless every other process is already waiting; a negative one is refused with
@@ -193,7 +229,7 @@ class LOCKSTEP_API State {
   // timed out tells the others, and every process of every node gets the error (this episode
   // and every later call); none of them completes the episode once its node has learned of it.
   void wait_for_everyone(std::chrono::milliseconds timeout,
-                         std::source_location where = std::source_location::current());
+                         SourceLocation where = SourceLocation::current());
   // Arrives and waits at most about a millisecond: true once every process has arrived (as
   // wait_for_everyone() returns), false if they had not, with this process's arrival withdrawn:
   // nothing happened, and the next call (this one or wait_for_everyone()) arrives anew. Across
@@ -202,7 +238,7 @@ class LOCKSTEP_API State {
   // descriptor. For callers that must prepare before a wait that may sleep: the Python package
   // tries this first and arms its Ctrl-C handling, which costs more than a short wait, only
   // when it returns false.
-  bool try_wait_for_everyone(std::source_location where = std::source_location::current());
+  bool try_wait_for_everyone(SourceLocation where = SourceLocation::current());
 
   // Main computes, everyone uses (Accelerate's broadcast_object_list, for bytes): returns, on
   // every process, the `data` the main process (process 0) passed; the others' `data` is
@@ -213,9 +249,8 @@ class LOCKSTEP_API State {
   // Not interrupted by lockstep_set_interrupt_fd's descriptor (it could not be retried).
   static constexpr std::size_t kMaxBroadcast = 32768;
   std::vector<std::byte> broadcast(std::span<const std::byte> data,
-                                   std::source_location where = std::source_location::current());
-  std::string broadcast(std::string_view text,
-                        std::source_location where = std::source_location::current());
+                                   SourceLocation where = SourceLocation::current());
+  std::string broadcast(std::string_view text, SourceLocation where = SourceLocation::current());
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling
   // thread does not wait for the GPU (in events mode across nodes each process first waits for
@@ -233,8 +268,7 @@ class LOCKSTEP_API State {
   // so without throwing).
   // Throws ConfigError when lockstep was built without CUDA or finds no driver, Error on a CUDA
   // failure, and what wait_for_everyone() throws.
-  void wait_for_everyone(CUstream_st* stream,
-                         std::source_location where = std::source_location::current());
+  void wait_for_everyone(CUstream_st* stream, SourceLocation where = SourceLocation::current());
   // As above. Flags mode: when this process's stream has not passed this barrier `timeout`
   // after it reached it (its own backlog never counts; across nodes the other nodes are bounded
   // by the node's main process's call, from when its node's streams have all arrived), every
@@ -242,7 +276,7 @@ class LOCKSTEP_API State {
   // processes whose streams had not arrived. Events mode: the host meet times out as
   // wait_for_everyone(timeout) does. Negative: ConfigError; beyond a century: no timeout.
   void wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout,
-                         std::source_location where = std::source_location::current());
+                         SourceLocation where = SourceLocation::current());
   // Whether a failure (a lost process, a stream barrier's timeout) released this node's GPU
   // streams: their barriers passed without the missing work. Never blocks or throws; any thread.
   [[nodiscard]] bool gpu_barrier_released() const noexcept;
@@ -322,10 +356,9 @@ class LOCKSTEP_API State {
 
   // The main (local main) process runs the guarded block first; the others enter it after the
   // main process's guard is destroyed. See FirstGuard.
-  [[nodiscard]] FirstGuard main_process_first(
-      std::source_location where = std::source_location::current());
+  [[nodiscard]] FirstGuard main_process_first(SourceLocation where = SourceLocation::current());
   [[nodiscard]] FirstGuard local_main_process_first(
-      std::source_location where = std::source_location::current());
+      SourceLocation where = SourceLocation::current());
 
  private:
   friend class detail::CApi;

@@ -10,7 +10,7 @@
 namespace lockstep {
 namespace {
 
-detail::CallSite site_of(const std::source_location& where) noexcept {
+detail::CallSite site_of(const SourceLocation& where) noexcept {
   return {where.file_name(), where.function_name(), where.line()};
 }
 
@@ -37,7 +37,7 @@ Share split_range(std::size_t size, int num_processes, int process_index) {
   return share;
 }
 
-State::State(std::source_location where) : State(site_of(where)) {}
+State::State(SourceLocation where) : State(site_of(where)) {}
 State::State(const detail::CallSite& site) : context_(detail::Context::instance(site)) {}
 State::~State() = default;
 
@@ -66,11 +66,11 @@ std::string State::environment_source() const {
   return context_->config().source;
 }
 
-void State::wait_for_everyone(std::source_location where) {
+void State::wait_for_everyone(SourceLocation where) {
   wait_at(std::nullopt, site_of(where));
 }
 
-void State::wait_for_everyone(std::chrono::milliseconds timeout, std::source_location where) {
+void State::wait_for_everyone(std::chrono::milliseconds timeout, SourceLocation where) {
   wait_at(timeout, site_of(where));
 }
 
@@ -88,7 +88,7 @@ void State::wait_at(std::optional<std::chrono::milliseconds> timeout,
   context_->wait(timeout, what.c_str(), detail::CallKind::wait, site);
 }
 
-bool State::try_wait_for_everyone(std::source_location where) {
+bool State::try_wait_for_everyone(SourceLocation where) {
   return try_wait_at(site_of(where));
 }
 
@@ -100,8 +100,7 @@ bool State::try_wait_at(const detail::CallSite& site) {
 
 static_assert(State::kMaxBroadcast == detail::kMaxBroadcast, "one limit (engine/layout.hpp)");
 
-std::vector<std::byte> State::broadcast(std::span<const std::byte> data,
-                                        std::source_location where) {
+std::vector<std::byte> State::broadcast(std::span<const std::byte> data, SourceLocation where) {
   return broadcast_at(data, site_of(where));
 }
 
@@ -110,7 +109,7 @@ std::vector<std::byte> State::broadcast_at(std::span<const std::byte> data,
   return context_->broadcast(data, "broadcast", site);
 }
 
-std::string State::broadcast(std::string_view text, std::source_location where) {
+std::string State::broadcast(std::string_view text, SourceLocation where) {
   const auto bytes =
       broadcast_at(std::as_bytes(std::span(text.data(), text.size())), site_of(where));
   std::string out(bytes.size(), '\0');
@@ -119,12 +118,12 @@ std::string State::broadcast(std::string_view text, std::source_location where) 
   return out;
 }
 
-void State::wait_for_everyone(CUstream_st* stream, std::source_location where) {
+void State::wait_for_everyone(CUstream_st* stream, SourceLocation where) {
   wait_stream_at(stream, std::nullopt, site_of(where));
 }
 
 void State::wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout,
-                              std::source_location where) {
+                              SourceLocation where) {
   wait_stream_at(stream, timeout, site_of(where));
 }
 
@@ -164,11 +163,11 @@ void State::check_index(const char* what, int index) {
   }
 }
 
-FirstGuard State::main_process_first(std::source_location where) {
+FirstGuard State::main_process_first(SourceLocation where) {
   return first_at(false, site_of(where));
 }
 
-FirstGuard State::local_main_process_first(std::source_location where) {
+FirstGuard State::local_main_process_first(SourceLocation where) {
   return first_at(true, site_of(where));
 }
 

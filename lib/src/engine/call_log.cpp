@@ -1,10 +1,9 @@
 #include "engine/call_log.hpp"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <new>
 
 namespace lockstep::detail {

@@ -15,6 +15,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Ranks by where they are, in the order first seen.
+using Places = std::vector<std::pair<std::string, std::vector<int>>>;
+
+void add_place(Places& places, const std::string& where, int rank) {
+  auto place = std::find_if(places.begin(), places.end(),
+                            [&](const auto& known) { return known.first == where; });
+  if (place == places.end()) {
+    places.emplace_back(where, std::vector<int>{});
+    place = places.end() - 1;
+  }
+  place->second.push_back(rank);
+}
+
+// "process 0 waits in X; processes 1, 2 wait in Y" (`one` " waits in ", `many` " wait in ",
+// `between` "; ").
+std::string places_text(Places& places, const char* one, const char* many, const char* between) {
+  std::string text;
+  for (auto& [where, ranks] : places) {
+    std::sort(ranks.begin(), ranks.end());
+    text += (text.empty() ? "" : between) +
+            std::string(ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks) +
+            (ranks.size() == 1 ? one : many) + where;
+  }
+  return text;
+}
+
 }  // namespace
 
 void NodeBarrier::check_intact(const char* what) {
@@ -380,7 +406,7 @@ std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) con
             absent_text(latest_call(segment_.call_log(lost)), now, true);
   }
   // The others that are in this episode's call, grouped by what and where.
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  Places groups;
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     if (slot == lost || std::find(late.begin(), late.end(), slot) != late.end()) {
       continue;
@@ -389,20 +415,13 @@ std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) con
     if (!call || call->episode != episode_) {
       continue;  // not in this episode's call (or it wrote a later one meanwhile)
     }
-    std::string where = std::string(call_kind_name(call->kind)) + " at " + site_text(*call) +
-                        " (episode " + std::to_string(episode_) + ")";
-    auto group = std::find_if(groups.begin(), groups.end(),
-                              [&](const auto& known) { return known.first == where; });
-    if (group == groups.end()) {
-      groups.emplace_back(std::move(where), std::vector<int>{});
-      group = groups.end() - 1;
-    }
-    group->second.push_back(rank_of(slot));
+    add_place(groups,
+              std::string(call_kind_name(call->kind)) + " at " + site_text(*call) + " (episode " +
+                  std::to_string(episode_) + ")",
+              rank_of(slot));
   }
-  for (auto& [where, ranks] : groups) {
-    std::sort(ranks.begin(), ranks.end());
-    text += (ranks.size() == 1 ? "; process " : "; processes ") + comma_list(ranks) +
-            (ranks.size() == 1 ? " waits in " : " wait in ") + where;
+  if (!groups.empty()) {
+    text += "; " + places_text(groups, " waits in ", " wait in ", "; ");
   }
   return text + met_apart();
 }
@@ -481,25 +500,14 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
   if (!apart) {
     return;
   }
-  std::vector<std::pair<std::string, std::vector<int>>> places;
+  Places places;
   for (const Met& one : met) {
-    std::string where = std::string(call_kind_name(one.call.kind)) + " at " + site_text(one.call);
-    auto place = std::find_if(places.begin(), places.end(),
-                              [&](const auto& known) { return known.first == where; });
-    if (place == places.end()) {
-      places.emplace_back(std::move(where), std::vector<int>{});
-      place = places.end() - 1;
-    }
-    place->second.push_back(one.rank);
+    add_place(places, std::string(call_kind_name(one.call.kind)) + " at " + site_text(one.call),
+              one.rank);
   }
   std::string message = "episode " + std::to_string(episode) + " met " +
-                        (one_call(kinds) ? "at different places" : "from different calls") + ":";
-  for (std::size_t i = 0; i < places.size(); ++i) {
-    auto& [where, ranks] = places[i];
-    std::sort(ranks.begin(), ranks.end());
-    message += std::string(i == 0 ? " " : ", ") + (ranks.size() == 1 ? "process " : "processes ") +
-               comma_list(ranks) + " in " + where;
-  }
+                        (one_call(kinds) ? "at different places" : "from different calls") + ": " +
+                        places_text(places, " in ", " in ", ", ");
   message += one_call(kinds)
                  ? " (LOCKSTEP_CHECK=strict: every process must wait at the same place)"
                  : " (a wait that some processes skip, or a main_process_first block that raised "
@@ -528,26 +536,14 @@ std::string NodeBarrier::met_apart() const {
     }
   }
   for (auto episode = met.rbegin(); episode != met.rend(); ++episode) {
-    std::vector<std::pair<std::string, std::vector<int>>> places;
+    Places places;
     for (const auto& [rank, where] : episode->second) {
-      auto place = std::find_if(places.begin(), places.end(),
-                                [&](const auto& known) { return known.first == where; });
-      if (place == places.end()) {
-        places.emplace_back(where, std::vector<int>{});
-        place = places.end() - 1;
-      }
-      place->second.push_back(rank);
+      add_place(places, where, rank);
     }
-    if (places.size() < 2) {
-      continue;
+    if (places.size() >= 2) {  // the latest only
+      return "; episode " + std::to_string(episode->first) +
+             " met at different places: " + places_text(places, " in ", " in ", ", ");
     }
-    std::string text = "; episode " + std::to_string(episode->first) + " met at different places:";
-    for (std::size_t i = 0; i < places.size(); ++i) {
-      const auto& [where, ranks] = places[i];
-      text += std::string(i == 0 ? " " : ", ") + (ranks.size() == 1 ? "process " : "processes ") +
-              comma_list(ranks) + " in " + where;
-    }
-    return text;  // the latest only
   }
   return {};
 }

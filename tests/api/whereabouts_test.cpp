@@ -228,6 +228,47 @@ TEST(Whereabouts, StrictChecksThePlaceOnEveryProcess) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// LOCKSTEP_LOG: a failed call logs every process's flight record (its last calls).
+TEST(Whereabouts, AFailedCallLogsTheFlightRecords) {
+  Job job = Job::of(2);
+  job.env["LOCKSTEP_LOG"] = "info";
+  const std::string base = "/tmp/lockstep-flight-" + std::to_string(::getpid()) + "-";
+  int* lines = shared_array<int>(2);
+  auto ends = run_ranks(job, [&](int rank) {
+    const std::string path = base + std::to_string(rank);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    RANK_CHECK(fd >= 0 && ::dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+    lockstep::State state;
+    lines[0] = __LINE__ + 1;
+    state.wait_for_everyone();
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    } else {
+      lines[1] = __LINE__ + 1;
+      RANK_CHECK(!state.try_wait_for_everyone());  // a try in the record too (1 sleeps)
+      try {
+        state.wait_for_everyone(std::chrono::milliseconds(100));
+        RANK_CHECK(false);
+      } catch (const lockstep::TimeoutError&) {
+      }
+    }
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  const std::string text = read_and_remove(base + "0");
+  (void)read_and_remove(base + "1");
+  EXPECT_TRUE(contains(text, "flight record of process 1 of 2 (pid ")) << text;
+  EXPECT_TRUE(contains(text, "), its last 2 calls, oldest first: joining the job at " + kFile))
+      << text;
+  EXPECT_TRUE(contains(text, "; wait_for_everyone at " + at(lines[0]) + " (episode 0), began "))
+      << text;
+  EXPECT_TRUE(contains(text, "flight record of process 0 of 2 (pid ")) << text;
+  EXPECT_TRUE(contains(text, "wait_for_everyone at " + at(lines[1]) + " (episode 1), began "))
+      << text;
+  EXPECT_TRUE(contains(text, " ago, gave up its quick try after ")) << text;
+  EXPECT_TRUE(contains(text, " ago, timed out after ")) << text;
+}
+
 TEST(Whereabouts, ABadCheckSettingIsRefused) {
   Job job = Job::of(2);
   job.env["LOCKSTEP_CHECK"] = "pedantic";

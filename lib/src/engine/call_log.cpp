@@ -32,6 +32,22 @@ const char* call_kind_name(CallKind kind) noexcept {
   return "a lockstep call";
 }
 
+const char* call_end_name(CallEnd end) noexcept {
+  switch (end) {
+    case CallEnd::passed:
+      return "returned";
+    case CallEnd::timed_out:
+      return "timed out";
+    case CallEnd::interrupted:
+      return "interrupted";
+    case CallEnd::tried:
+      return "gave up its quick try";
+    case CallEnd::failed:
+      break;
+  }
+  return "failed";
+}
+
 std::int64_t coarse_clock_ns() noexcept {
   timespec now{};
   (void)::clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
@@ -241,6 +257,21 @@ std::string absent_text(const std::optional<CallView>& call, std::int64_t now, b
       break;
   }
   return text + (gone ? "" : "its " + what + " ") + "failed " + ago;
+}
+
+std::string flight_text(const std::string& who, const std::vector<CallView>& calls,
+                        std::int64_t now) {
+  std::string text = who + ", its last " + std::to_string(calls.size()) +
+                     (calls.size() == 1 ? " call:" : " calls, oldest first:");
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const CallView& call = calls[i];
+    text += (i == 0 ? " " : "; ") + call_text(call) + ", began " + span_text(call.began, now) +
+            " ago, " +
+            (call.ended == 0 ? std::string("not ended")
+                             : std::string(call_end_name(call.end)) + " after " +
+                                   span_text(call.began, call.ended));
+  }
+  return text;
 }
 
 std::string span_text(std::int64_t from, std::int64_t to) {

@@ -35,6 +35,8 @@ enum class CallEnd : std::uint8_t {
 
 // "wait_for_everyone", "main_process_first (waiting)", ...: a kind as a user knows it.
 const char* call_kind_name(CallKind kind) noexcept;
+// "returned", "timed out", "interrupted", "gave up its quick try", "failed".
+const char* call_end_name(CallEnd end) noexcept;
 
 // Where a public call was made. The strings must live as long as the process (string literals,
 // std::source_location's, a binding's kept copies): a site is known by their addresses.
@@ -121,6 +123,10 @@ struct CallView {
 // `gone`: the process died or left (its last call, in the past tense).
 [[nodiscard]] std::string absent_text(const std::optional<CallView>& call, std::int64_t now,
                                       bool gone);
+// A process's flight record, one line: "process 1 (pid 4121), its last 3 calls, oldest first:
+// joining the job at train.py:4, returned 9.1 s ago; ...".
+[[nodiscard]] std::string flight_text(const std::string& who, const std::vector<CallView>& calls,
+                                      std::int64_t now);
 // "0.3 s", "12 s": how long from `from` to `to` (coarse ns).
 [[nodiscard]] std::string span_text(std::int64_t from, std::int64_t to);
 

@@ -523,6 +523,16 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
   throw Error(std::string(what) + ": " + message);
 }
 
+std::vector<std::string> NodeBarrier::flight_record() const {
+  const std::int64_t now = coarse_clock_ns();
+  std::vector<std::string> lines;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    lines.push_back(flight_text("flight record of " + segment_.describe(slot),
+                                recent_calls(segment_.call_log(slot)), now));
+  }
+  return lines;
+}
+
 std::string NodeBarrier::met_apart() const {
   // Each process's calls of the last episodes it kept: episode -> (rank, what and where).
   std::map<std::uint64_t, std::map<int, std::string>> met;

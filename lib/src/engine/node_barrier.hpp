@@ -75,6 +75,9 @@ class NodeBarrier {
 
   // This process's call log: the words of its calls, and the end of one that failed.
   [[nodiscard]] CallRecorder& recorder() noexcept { return recorder_; }
+  // Every process of the node's flight record (its last calls), a line each: for the log of a
+  // failed call (LOCKSTEP_LOG).
+  [[nodiscard]] std::vector<std::string> flight_record() const;
   // LOCKSTEP_CHECK=strict: every episode checks that its processes came from one place of one
   // call (else only the calls other than a plain wait check that they met the same call).
   void check_strictly(bool strict) noexcept { strict_ = strict; }

@@ -17,22 +17,6 @@
 namespace lockstep::detail {
 namespace {
 
-const char* ended_word(CallEnd end) {
-  switch (end) {
-    case CallEnd::passed:
-      return "returned";
-    case CallEnd::timed_out:
-      return "timed out";
-    case CallEnd::interrupted:
-      return "interrupted";
-    case CallEnd::tried:
-      return "gave up its quick try";
-    case CallEnd::failed:
-      break;
-  }
-  return "failed";
-}
-
 ProcessStatus process_status(const Slot& slot, const CallLog& log, bool same_namespace,
                              std::int64_t now) {
   ProcessStatus out;
@@ -47,7 +31,7 @@ ProcessStatus process_status(const Slot& slot, const CallLog& log, bool same_nam
     out.episode = call->episode == kNoEpisode ? -1 : static_cast<std::int64_t>(call->episode);
     out.seconds = static_cast<double>(now - (call->ended == 0 ? call->began : call->ended)) / 1e9;
     out.seconds = std::max(out.seconds, 0.0);
-    out.ended = call->ended == 0 ? "" : ended_word(call->end);
+    out.ended = call->ended == 0 ? "" : call_end_name(call->end);
     out.state = call->ended == 0 ? "waiting" : "running";
   } else {
     out.state = "running";

@@ -372,6 +372,14 @@ void Context::arrival_failed(const char* what) {
     park_until_exit();
   }
   barrier_->recorder().end_as(CallEnd::failed);  // unless it ended (a timeout, an interrupt)
+  if (config_.log_level >= LogLevel::info) {
+    try {
+      for (const std::string& line : barrier_->flight_record()) {
+        log_line(config_.rank, line);
+      }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory for a diagnostic
+    }
+  }
   if (config_.log_level >= LogLevel::debug) {
     try {
       throw;

@@ -22,10 +22,10 @@ using lockstep::testing::Job;
 using lockstep::testing::run_ranks;
 using lockstep::testing::shared_array;
 
-const std::string kFile = "whereabouts_test.cpp:";
+constexpr const char* kFile = "whereabouts_test.cpp:";
 
 std::string at(int line) {
-  return kFile + std::to_string(line);
+  return std::string(kFile) + std::to_string(line);
 }
 
 std::string read_and_remove(const std::string& path) {
@@ -258,7 +258,8 @@ TEST(Whereabouts, AFailedCallLogsTheFlightRecords) {
   const std::string text = read_and_remove(base + "0");
   (void)read_and_remove(base + "1");
   EXPECT_TRUE(contains(text, "flight record of process 1 of 2 (pid ")) << text;
-  EXPECT_TRUE(contains(text, "), its last 2 calls, oldest first: joining the job at " + kFile))
+  EXPECT_TRUE(
+      contains(text, std::string("), its last 2 calls, oldest first: joining the job at ") + kFile))
       << text;
   EXPECT_TRUE(contains(text, "; wait_for_everyone at " + at(lines[0]) + " (episode 0), began "))
       << text;

@@ -37,7 +37,7 @@ class SourceLocation {
   static constexpr SourceLocation current(const char* file = __builtin_FILE(),
                                           unsigned line = __builtin_LINE(),
                                           const char* function = __builtin_FUNCTION()) noexcept {
-    return SourceLocation(file, line, function);
+    return {file, line, function};
   }
   constexpr SourceLocation(const char* file, unsigned line, const char* function) noexcept
       : file_(file), function_(function), line_(line) {}

@@ -484,6 +484,7 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
     }
   }
   std::vector<CallKind> kinds;
+  kinds.reserve(met.size());
   for (const Met& one : met) {
     kinds.push_back(one.call.kind);
   }
@@ -526,6 +527,7 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
 std::vector<std::string> NodeBarrier::flight_record() const {
   const std::int64_t now = coarse_clock_ns();
   std::vector<std::string> lines;
+  lines.reserve(static_cast<std::size_t>(segment_.num_slots()));
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     lines.push_back(flight_text("flight record of " + segment_.describe(slot),
                                 recent_calls(segment_.call_log(slot)), now));
@@ -545,13 +547,15 @@ std::string NodeBarrier::met_apart() const {
       }
     }
   }
-  for (auto episode = met.rbegin(); episode != met.rend(); ++episode) {
+  // Latest first (clang 14's ranges with libstdc++ 12 cannot reverse a map's view).
+  // NOLINTNEXTLINE(modernize-loop-convert)
+  for (auto latest = met.rbegin(); latest != met.rend(); ++latest) {
     Places places;
-    for (const auto& [rank, where] : episode->second) {
+    for (const auto& [rank, where] : latest->second) {
       add_place(places, where, rank);
     }
     if (places.size() >= 2) {  // the latest only
-      return "; episode " + std::to_string(episode->first) +
+      return "; episode " + std::to_string(latest->first) +
              " met at different places: " + places_text(places, " in ", " in ", ", ");
     }
   }

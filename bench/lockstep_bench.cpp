@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/proc.hpp"  // lib/src: usable_cpus
+#include "base/text.hpp"  // json_string
 #include "families.hpp"
 #include "ranks.hpp"
 
@@ -221,29 +222,14 @@ void csv_row(const Row& row, const Options& options) {
   }
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      (void)std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 void print_json(const std::vector<Row>& rows, const Options& options, const Machine& machine) {
   std::printf("{\"tool\": \"lockstep-bench\", \"version\": %s, \"date\": %s,\n",
-              json_string(LOCKSTEP_VERSION_STRING).c_str(), json_string(machine.date).c_str());
+              lockstep::detail::json_string(LOCKSTEP_VERSION_STRING).c_str(),
+              lockstep::detail::json_string(machine.date).c_str());
   std::printf(" \"machine\": {\"cpus\": %d, \"model\": %s, \"kernel\": %s, \"loadavg\": %s},\n",
-              machine.cpus, json_string(machine.model).c_str(), json_string(machine.kernel).c_str(),
-              json_string(machine.load).c_str());
+              machine.cpus, lockstep::detail::json_string(machine.model).c_str(),
+              lockstep::detail::json_string(machine.kernel).c_str(),
+              lockstep::detail::json_string(machine.load).c_str());
   std::printf(
       " \"iterations\": %lld, \"warmup\": %lld, \"sample_every\": %lld, \"unit\": \"us\",\n",
       static_cast<long long>(options.iterations), static_cast<long long>(options.warmup),
@@ -252,14 +238,15 @@ void print_json(const std::vector<Row>& rows, const Options& options, const Mach
   const char* separator = "\n";
   for (const Row& row : rows) {
     std::printf(R"(%s  {"nproc": %d, "family": %s, "label": %s)", separator, row.nproc,
-                json_string(row.family.key).c_str(), json_string(row.family.label).c_str());
+                lockstep::detail::json_string(row.family.key).c_str(),
+                lockstep::detail::json_string(row.family.label).c_str());
     if (row.skipped.empty()) {
       std::printf(
           ", \"avg_us\": %.4f, \"p50_us\": %.4f, \"p99_us\": %.4f, \"max_us\": %.4f, "
           "\"cpu_us\": %.4f}",
           row.avg, row.p50, row.p99, row.max, row.cpu);
     } else {
-      std::printf(", \"skipped\": %s}", json_string(row.skipped).c_str());
+      std::printf(", \"skipped\": %s}", lockstep::detail::json_string(row.skipped).c_str());
     }
     separator = ",\n";
   }

@@ -3,12 +3,14 @@
 #include <cstdio>
 #include <string>
 
+#include "base/text.hpp"  // json_string
 #include "engine/status.hpp"
 
 namespace lockstep::run {
 namespace {
 
 using lockstep::detail::JobStatus;
+using lockstep::detail::json_string;
 using lockstep::detail::ProcessStatus;
 
 std::string seconds_text(double seconds) {
@@ -53,23 +55,6 @@ std::string state_text(const ProcessStatus& process) {
   }
   return text + ", its last call " + call_text(process) + " " + process.ended + " " +
          seconds_text(process.seconds) + " ago";
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      (void)std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 void print_json(const std::vector<JobStatus>& jobs) {

@@ -16,6 +16,8 @@ std::optional<long long> parse_integer(std::string_view text);
 std::string comma_list(const std::vector<int>& numbers);
 // "ucx, nccl": words for a message.
 std::string comma_list(const std::vector<std::string>& words);
+// `text` as a JSON string, quoted, with quotes, backslashes and control characters escaped.
+std::string json_string(const std::string& text);
 // "5", "0.5", "2.25": seconds for a message, in their shortest form (printf's %g).
 std::string seconds_text(double seconds);
 

@@ -46,6 +46,9 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions = fal
 // this layout.
 std::optional<std::vector<int>> joined_ranks(const std::string& name);
 
+// The names of this user's lockstep segments in /dev/shm (at most 256, in directory order).
+std::vector<std::string> user_segments();
+
 // remove_abandoned_segment() for each of this user's lockstep segments in /dev/shm (at most 256
 // looked at); returns the names removed. Every lockstep-run and every process's first State
 // sweep, so that killed jobs (a launcher killed with SIGKILL) leave nothing behind for long.

@@ -131,11 +131,11 @@ std::optional<std::vector<int>> joined_ranks(const std::string& name) {
   return ranks;
 }
 
-std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
+std::vector<std::string> user_segments() {
   const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
   std::vector<std::string> names;
   if (DIR* dir = ::opendir("/dev/shm")) {
-    // Bounded: a sweep looks at no more than this many of the user's segments.
+    // Bounded: a sweep or a status looks at no more than this many of the user's segments.
     constexpr std::size_t kMaxLooked = 256;
     while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
       if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0) {
@@ -147,8 +147,12 @@ std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
     }
     ::closedir(dir);
   }
+  return names;
+}
+
+std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
   std::vector<std::string> removed;
-  for (const auto& name : names) {
+  for (const auto& name : user_segments()) {
     try {
       if (remove_abandoned_segment(name, other_versions)) {
         removed.push_back(name);

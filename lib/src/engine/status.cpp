@@ -1,7 +1,6 @@
 // lockstep-run --status's reading of the node segments (status.hpp).
 #include "engine/status.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,6 +11,7 @@
 
 #include "base/proc.hpp"
 #include "engine/call_log.hpp"
+#include "engine/segment.hpp"  // user_segments
 #include "engine/segment_file.hpp"
 
 namespace lockstep::detail {
@@ -104,20 +104,7 @@ std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
 }  // namespace
 
 std::vector<JobStatus> job_statuses() {
-  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
-  std::vector<std::string> names;
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    constexpr std::size_t kMaxLooked = 256;         // as sweep_abandoned_segments
-    while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
-      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0) {
-        names.emplace_back(entry->d_name);
-        if (names.size() == kMaxLooked) {
-          break;
-        }
-      }
-    }
-    ::closedir(dir);
-  }
+  std::vector<std::string> names = user_segments();
   std::sort(names.begin(), names.end());
   const std::int64_t now = coarse_clock_ns();
   std::vector<JobStatus> jobs;

@@ -53,9 +53,17 @@ COMMON = line_of("common")
 STATUS_WAIT = line_of("status: process 0 waits here")
 
 
+def ranks(launcher, *command):
+    """lockstep-run's command line for 2 processes of `command` under this interpreter; under
+    ASan (LOCKSTEP_TEST_PRELOAD) the interpreter gets the runtime preloaded, not the launcher."""
+    preload = os.environ.get("LOCKSTEP_TEST_PRELOAD", "")
+    return ([launcher, "--nproc-per-node", "2"] +
+            (["/usr/bin/env", "LD_PRELOAD=" + preload] if preload else []) +
+            [sys.executable] + list(command))
+
+
 def run(launcher, child, mode, **env):
-    return subprocess.run([launcher, "--nproc-per-node", "2", sys.executable, child, mode,
-                           child + ".error-"],
+    return subprocess.run(ranks(launcher, child, mode, child + ".error-"),
                           env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=60, check=False)
 
@@ -118,7 +126,7 @@ def main():
 def check_status(launcher, child):
     """lockstep-run --status while process 1 sleeps in its own code and process 0 waits: both
     forms, read without disturbing the job (which then ends as it would), nothing left after."""
-    job = subprocess.Popen([launcher, "--nproc-per-node", "2", sys.executable, child, "status"],
+    job = subprocess.Popen(ranks(launcher, child, "status"),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = None
     deadline = time.monotonic() + 20

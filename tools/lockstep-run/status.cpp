@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "base/text.hpp"  // json_string
+#include "base/text.hpp"  // json_string, rounded_seconds
 #include "engine/status.hpp"
 
 namespace lockstep::run {
@@ -14,9 +14,7 @@ using lockstep::detail::json_string;
 using lockstep::detail::ProcessStatus;
 
 std::string seconds_text(double seconds) {
-  char text[32];
-  (void)std::snprintf(text, sizeof text, seconds < 10 ? "%.1f s" : "%.0f s", seconds);
-  return text;
+  return lockstep::detail::rounded_seconds(seconds) + " s";
 }
 
 std::string place(const ProcessStatus& process) {

@@ -186,8 +186,7 @@ LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_begin_at(lockst
                                                                           int line,
                                                                           const char* function);
 LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_end_at(lockstep_state* state,
-                                                                        const char* file,
-                                                                        int line,
+                                                                        const char* file, int line,
                                                                         const char* function);
 
 #ifdef __cplusplus

@@ -29,6 +29,12 @@ std::string comma_list(const std::vector<int>& numbers) {
   return out;
 }
 
+std::string rounded_seconds(double seconds) {
+  char text[32];
+  (void)std::snprintf(text, sizeof text, seconds < 10 ? "%.1f" : "%.0f", seconds);
+  return text;
+}
+
 std::string seconds_text(double seconds) {
   char text[32];
   (void)std::snprintf(text, sizeof text, "%g", seconds);

@@ -18,6 +18,8 @@ std::string comma_list(const std::vector<int>& numbers);
 std::string comma_list(const std::vector<std::string>& words);
 // `text` as a JSON string, quoted, with quotes, backslashes and control characters escaped.
 std::string json_string(const std::string& text);
+// "2.0", "12": how long something has lasted, for a message (a tenth below 10 s, whole above).
+std::string rounded_seconds(double seconds);
 // "5", "0.5", "2.25": seconds for a message, in their shortest form (printf's %g).
 std::string seconds_text(double seconds);
 

@@ -1,10 +1,11 @@
 #include "engine/call_log.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <new>
+
+#include "base/text.hpp"  // rounded_seconds
 
 namespace lockstep::detail {
 
@@ -225,8 +226,12 @@ std::string site_text(const CallView& call, bool full) {
   return text;
 }
 
+std::string call_place(const CallView& call) {
+  return std::string(call_kind_name(call.kind)) + " at " + site_text(call);
+}
+
 std::string call_text(const CallView& call) {
-  std::string text = std::string(call_kind_name(call.kind)) + " at " + site_text(call);
+  std::string text = call_place(call);
   if (call.episode != kNoEpisode) {
     text += " (episode " + std::to_string(call.episode) + ")";
   }
@@ -275,10 +280,7 @@ std::string flight_text(const std::string& who, const std::vector<CallView>& cal
 }
 
 std::string span_text(std::int64_t from, std::int64_t to) {
-  const double seconds = static_cast<double>(std::max<std::int64_t>(to - from, 0)) / 1e9;
-  char text[32];
-  (void)std::snprintf(text, sizeof text, seconds < 10 ? "%.1f s" : "%.0f s", seconds);
-  return text;
+  return rounded_seconds(static_cast<double>(std::max<std::int64_t>(to - from, 0)) / 1e9) + " s";
 }
 
 }  // namespace lockstep::detail

@@ -115,6 +115,8 @@ struct CallView {
 // "an unrecorded place" (a call made through an interface that gave none, or a Python wait that
 // passed within its quick try).
 [[nodiscard]] std::string site_text(const CallView& call, bool full = false);
+// "wait_for_everyone at train.py:88".
+[[nodiscard]] std::string call_place(const CallView& call);
 // "wait_for_everyone at train.py:88 (episode 41)".
 [[nodiscard]] std::string call_text(const CallView& call);
 // Where a process that is not waiting in this episode is, from its latest call `call` (none:

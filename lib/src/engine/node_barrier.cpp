@@ -415,10 +415,7 @@ std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) con
     if (!call || call->episode != episode_) {
       continue;  // not in this episode's call (or it wrote a later one meanwhile)
     }
-    add_place(groups,
-              std::string(call_kind_name(call->kind)) + " at " + site_text(*call) + " (episode " +
-                  std::to_string(episode_) + ")",
-              rank_of(slot));
+    add_place(groups, call_text(*call), rank_of(slot));
   }
   if (!groups.empty()) {
     text += "; " + places_text(groups, " waits in ", " wait in ", "; ");
@@ -488,7 +485,8 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
   for (const Met& one : met) {
     kinds.push_back(one.call.kind);
   }
-  bool apart = !one_call(kinds);
+  const bool same_call = one_call(kinds);
+  bool apart = !same_call;
   if (!apart && strict_) {
     for (const Met& one : met) {  // one place per kind (a guard's two sides may differ)
       for (const Met& other : met) {
@@ -503,13 +501,12 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
   }
   Places places;
   for (const Met& one : met) {
-    add_place(places, std::string(call_kind_name(one.call.kind)) + " at " + site_text(one.call),
-              one.rank);
+    add_place(places, call_place(one.call), one.rank);
   }
   std::string message = "episode " + std::to_string(episode) + " met " +
-                        (one_call(kinds) ? "at different places" : "from different calls") + ": " +
+                        (same_call ? "at different places" : "from different calls") + ": " +
                         places_text(places, " in ", " in ", ", ");
-  message += one_call(kinds)
+  message += same_call
                  ? " (LOCKSTEP_CHECK=strict: every process must wait at the same place)"
                  : " (a wait that some processes skip, or a main_process_first block that raised "
                    "on the main process?)";
@@ -543,7 +540,7 @@ std::string NodeBarrier::met_apart() const {
     for (const CallView& call : recent_calls(segment_.call_log(slot))) {
       // A try's call came after it; an unrecorded place may be any (never taken as different).
       if (call.episode < episode_ && call.end != CallEnd::tried && call.site != 0) {
-        met[call.episode][rank] = std::string(call_kind_name(call.kind)) + " at " + site_text(call);
+        met[call.episode][rank] = call_place(call);
       }
     }
   }

@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <new>
 
 #include "base/log.hpp"
+#include "base/text.hpp"  // rounded_seconds
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -104,9 +104,7 @@ std::chrono::nanoseconds stall_warning() noexcept {
 void say_stalled(int rank, const char* what, std::chrono::nanoseconds waited,
                  const std::string& whom) noexcept {
   try {
-    const double seconds = std::chrono::duration<double>(waited).count();
-    char amount[32];
-    (void)std::snprintf(amount, sizeof amount, seconds < 10 ? "%.1f" : "%.0f", seconds);
+    const std::string amount = rounded_seconds(std::chrono::duration<double>(waited).count());
     log_line(rank, std::string(what) + " has waited " + amount + " s for " + whom +
                        "; still waiting (LOCKSTEP_STALL_WARNING sets when this is said)");
   } catch (...) {

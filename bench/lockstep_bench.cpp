@@ -183,9 +183,23 @@ struct Machine {
   }
 };
 
+// Whether this binary has the link-time optimization of liblockstep.so (meson option
+// bench_lto): without it, the lockstep rows lack the inlining across files that users' programs
+// get from liblockstep.so.
+#ifdef LOCKSTEP_BENCH_LTO
+constexpr bool kLinkTimeOptimized = true;
+#else
+constexpr bool kLinkTimeOptimized = false;
+#endif
+
 void table_header(const Options& options, const Machine& machine) {
   std::printf("# lockstep-bench %s: barrier latency, N processes looping on one barrier\n",
               LOCKSTEP_VERSION_STRING);
+  if (!kLinkTimeOptimized) {
+    std::printf(
+        "# built without link-time optimization (meson option bench_lto): the lockstep rows lack "
+        "liblockstep.so's inlining across files\n");
+  }
   std::printf("# %s, %d CPUs (%s), %s, load average %s\n", machine.date.c_str(), machine.cpus,
               machine.model.c_str(), machine.kernel.c_str(), machine.load.c_str());
   std::printf("# %lld iterations after %lld warm-up per cell; microseconds per episode:\n",
@@ -230,6 +244,7 @@ void print_json(const std::vector<Row>& rows, const Options& options, const Mach
               machine.cpus, lockstep::detail::json_string(machine.model).c_str(),
               lockstep::detail::json_string(machine.kernel).c_str(),
               lockstep::detail::json_string(machine.load).c_str());
+  std::printf(" \"link_time_optimized\": %s,\n", kLinkTimeOptimized ? "true" : "false");
   std::printf(
       " \"iterations\": %lld, \"warmup\": %lld, \"sample_every\": %lld, \"unit\": \"us\",\n",
       static_cast<long long>(options.iterations), static_cast<long long>(options.warmup),

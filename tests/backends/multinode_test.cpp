@@ -77,7 +77,7 @@ bool shell(const std::string& script) {
 
 // The namespaces of one netns test: node k's is "<prefix>k" (its veth "lseth", 10.77.0.k+1), the
 // strangers' is "<prefix>out" (10.77.0.9), the bridge's "<prefix>hub". Their kernels give up a
-// connect(2) that gets no answer after 3 SYN retries (15 s) instead of Linux's 6 (127 s): the
+// connect(2) that gets no answer after 2 SYN retries (7 s) instead of Linux's 6 (127 s): the
 // mid-join cut waits that out in UCX (below), and CI once paid 136 s for it.
 class Namespaces {
  public:
@@ -108,7 +108,7 @@ class Namespaces {
                 "/24 dev lseth; ip -n " + ns + " link set lseth up; ip -n " + ns +
                 " link set lo up; ip -n " + hub() + " link set " + b + " master br0; ip -n " +
                 hub() + " link set " + b + " up; ip netns exec " + ns +
-                " sh -c 'echo 3 > /proc/sys/net/ipv4/tcp_syn_retries'; ";
+                " sh -c 'echo 2 > /proc/sys/net/ipv4/tcp_syn_retries'; ";
     }
     made_ = true;
     if (!shell(script)) {
@@ -959,13 +959,15 @@ TEST_P(MultiNode, ALinkCutMidBarrierFailsEveryNodeInBoundedTime) {
 }
 
 // Between episodes: the link is cut while every process computes; the next barrier fails at once
-// (the kernel found the link dead meanwhile), on the node cut off and on the others.
+// (the kernel found the link dead meanwhile, within the link timeout of 2 s), on the node cut off
+// and on the others.
 TEST_P(MultiNode, ALinkCutBetweenEpisodesFailsTheNextBarrier) {
   if (!netns()) {
     GTEST_SKIP() << "cuts a link: the netns variant only";
   }
+  node_env_["LOCKSTEP_LINK_TIMEOUT"] = "2";
   for (int node = 0; node < 3; ++node) {
-    start(node, 3, 1, {"pause", shared_.string(), "9000"});
+    start(node, 3, 1, {"pause", shared_.string(), "6000"});
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));  // through the first barrier, computing
   namespaces_->cut(2);
@@ -986,7 +988,7 @@ TEST_P(MultiNode, ALinkCutBetweenEpisodesFailsTheNextBarrier) {
 // 2 joins after. Nodes 0 and 2 find node 1 gone as they connect to it; node 1 times out its join.
 // Node 0's connection to node 1 is UCX's blocking connect(2): it waits out the kernel's SYN
 // retries (docs/across-machines.md, "A machine the network no longer reaches"; up to 127 s with
-// Linux's default, 15 s in these namespaces).
+// Linux's default, 7 s in these namespaces).
 TEST_P(MultiNode, ALinkCutMidJoinFailsEveryNode) {
   if (!netns()) {
     GTEST_SKIP() << "cuts a link: the netns variant only";
@@ -1001,7 +1003,7 @@ TEST_P(MultiNode, ALinkCutMidJoinFailsEveryNode) {
   wait_all(std::chrono::seconds(180));
   const double took = std::chrono::duration<double>(Clock::now() - cut_at).count();
   std::cout << "every node ended " << took << " s after the cut" << std::endl;
-  EXPECT_LT(took, 45) << "beyond the namespaces' SYN retries (15 s) and the join timeout";
+  EXPECT_LT(took, 45) << "beyond the namespaces' SYN retries (7 s) and the join timeout";
   auto ends = results();
   ASSERT_EQ(ends.size(), 3U) << all_output();
   for (int rank : {0, 2}) {

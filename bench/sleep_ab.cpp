@@ -528,10 +528,11 @@ int main(int argc, char** argv) {
     return 2;
   }
 #ifndef LOCKSTEP_BENCH_LTO
-  (void)std::fputs("sleep-ab: built without link-time optimization (meson option bench_lto): its "
-                   "lockstep variants run code that no user runs; for figures that count, "
-                   "configure with -Dbench_lto=enabled\n",
-                   stderr);
+  (void)std::fputs(
+      "sleep-ab: built without link-time optimization (meson option bench_lto): its "
+      "lockstep variants run code that no user runs; for figures that count, "
+      "configure with -Dbench_lto=enabled\n",
+      stderr);
 #endif
   const int ranks = number(argv[1], "NPROC");
   const int blocks = number(argv[2], "BLOCKS");

@@ -13,7 +13,7 @@
 #include "base/proc.hpp"
 #include "lockstep/error.hpp"
 #include "ucx/wire.hpp"
-#include "waiting/waiter.hpp"
+#include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail::rendezvous {
 namespace {

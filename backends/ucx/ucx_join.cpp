@@ -12,7 +12,7 @@
 #include "job/job_secret.hpp"
 #include "lockstep/error.hpp"
 #include "ucx/ucx_backend.hpp"
-#include "waiting/waiter.hpp"
+#include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail::ucx {
 namespace {

@@ -51,38 +51,50 @@ bool Launcher::route_streams(Child& child, int local_rank, int (&pipes)[2][2]) {
   return relay;
 }
 
-void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
+namespace {
+
+// Reads what the rank has written so far into stream.pending (the read ends are non-blocking);
+// false when its pipe has ended (then closed).
+bool drain(Stream& stream) {
   char buffer[4096];
   for (;;) {
-    ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+    const ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      break;  // nothing more now (the read ends are non-blocking)
+      return true;  // nothing more now
     }
     if (n <= 0) {
       ::close(stream.fd);
       stream.fd = -1;
-      flush_all = true;
-      break;
+      return false;
     }
     if (stream.pending.empty()) {
       stream.held_since = std::chrono::steady_clock::now();
     }
     stream.pending.append(buffer, static_cast<std::size_t>(n));
     if (static_cast<std::size_t>(n) < sizeof buffer) {
-      break;
+      return true;
     }
   }
-  const std::string tag = options_.tag_output ? "[rank " + std::to_string(rank) + "] " : "";
+}
+
+// What one pump relays: `out` for the console (each line tagged), `raw` for the log file
+// (exactly what the rank wrote).
+struct Relayed {
   std::string out;
   std::string raw;
-  // A line with its newline; a line redrawn in place (a progress bar: text, then '\r'), which
-  // the next piece overwrites, tag included; or a long line's piece.
+};
+
+// Takes from stream.pending what is relayed now: each line with its newline; a line redrawn in
+// place (a progress bar: text, then '\r'), which the next piece overwrites, tag included; and a
+// line without end in sight, or paused in, as it is. `flush_all`: the rest too (the rank ended).
+Relayed take_lines(Stream& stream, const std::string& tag, bool flush_all) {
+  Relayed relayed;
   auto take = [&](const std::string& piece) {
-    out += (stream.mid_line ? "" : tag) + piece;
-    raw += piece;
+    relayed.out += (stream.mid_line ? "" : tag) + piece;
+    relayed.raw += piece;
     stream.mid_line = piece.back() != '\n' && piece.back() != '\r';
     if (piece.back() == '\n') {
       stream.recent.push_back(piece);
@@ -108,14 +120,23 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
     // The last line, without its newline: the console (and the tail) get it ended, the file
     // exactly what the rank wrote.
     take(stream.pending + "\n");
-    raw.pop_back();
+    relayed.raw.pop_back();
     stream.pending.clear();
   } else if (stream.pending.size() > kMaxHeldLine ||
              (!stream.pending.empty() &&
               std::chrono::steady_clock::now() - stream.held_since >= kMaxHeldTime)) {
-    take(stream.pending);  // a line without end in sight, or a pause in it: relayed as it comes
+    take(stream.pending);
     stream.pending.clear();
   }
+  return relayed;
+}
+
+}  // namespace
+
+void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
+  flush_all = !drain(stream) || flush_all;
+  const std::string tag = options_.tag_output ? "[rank " + std::to_string(rank) + "] " : "";
+  const auto [out, raw] = take_lines(stream, tag, flush_all);
   if (stream.console && !out.empty()) {
     to_console(stream.out, out);
   }

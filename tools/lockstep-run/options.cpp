@@ -173,9 +173,8 @@ std::string launched_job_id(const Options& options) {
          options.master_addr + ":" + std::to_string(options.master_port);
 }
 
-// The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
-// spellings too).
-static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
+// The job: its shape, its identity, and how its processes wait and are placed.
+static void add_job_flags(CLI::App& app, Options& options) {
   app.footer("Usage: lockstep-run [OPTIONS] [--] PROGRAM [ARGS...]");
   app.add_option("--nproc-per-node,--nproc_per_node", options.nproc_text,
                  "Processes to start on this node: a number (1-4096), gpu (one per CUDA device "
@@ -197,8 +196,29 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.add_option("--job-id,--job_id,--rdzv-id,--rdzv_id", options.job_id,
                  "Job identity (default: random on one node, so two jobs never meet; "
                  "'lockstep-run' across nodes, where every node must give the same)");
-  app.add_flag("--tag-output,--tag_output", options.tag_output,
-               "Prefix every line a process prints with \"[rank N] \"");
+  app.add_flag("--standalone", options.standalone,
+               "One node, on a free port of 127.0.0.1 (unless --master-port is given)");
+  app.add_option("--backend", options.backend,
+                 "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
+                 "the first built)")
+      ->check(CLI::IsMember(lockstep::detail::known_backends()));
+  app.add_option("--wait-policy,--wait_policy", options.wait_policy,
+                 "Barrier wait policy for the processes (sets LOCKSTEP_WAIT_POLICY)")
+      ->check(CLI::IsMember(wait_policy_names()));
+  app.add_option("--cpu-bind,--cpu_bind", options.cpu_bind,
+                 "Bind each process to CPUs: none; core (local rank r on the r-th CPU it may "
+                 "use); numa (on the CPUs of NUMA node r mod nodes); gpu (on the CPUs of its "
+                 "GPU's NUMA node)")
+      ->capture_default_str();
+}
+
+// The program each process runs, and how it is stopped.
+static void add_program_flags(CLI::App& app, Options& options) {
+  app.add_flag("-m,--module", options.module,
+               "The program is a Python module: run python3 -u -m MODULE [ARGS...]");
+  app.add_flag("--no-python,--no_python", options.no_python,
+               "Run the program as it is, even a .py file (by default a program whose name ends "
+               "in .py runs as python3 -u PROGRAM, as under torchrun)");
   app.add_option("--grace-period,--grace_period", options.grace_period,
                  "Seconds between SIGTERM and SIGKILL when stopping the job")
       ->check(CLI::Validator(
@@ -212,20 +232,12 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
           "SECONDS"))
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
-  app.add_option("--wait-policy,--wait_policy", options.wait_policy,
-                 "Barrier wait policy for the processes (sets LOCKSTEP_WAIT_POLICY)")
-      ->check(CLI::IsMember(wait_policy_names()));
-  app.add_option("--backend", options.backend,
-                 "Cross-node backend for a multi-node job (sets LOCKSTEP_BACKEND; default: "
-                 "the first built)")
-      ->check(CLI::IsMember(lockstep::detail::known_backends()));
-  app.add_flag("--standalone", options.standalone,
-               "One node, on a free port of 127.0.0.1 (unless --master-port is given)");
-  app.add_flag("-m,--module", options.module,
-               "The program is a Python module: run python3 -u -m MODULE [ARGS...]");
-  app.add_flag("--no-python,--no_python", options.no_python,
-               "Run the program as it is, even a .py file (by default a program whose name ends "
-               "in .py runs as python3 -u PROGRAM, as under torchrun)");
+}
+
+// Where the processes' output goes.
+static void add_output_flags(CLI::App& app, Options& options) {
+  app.add_flag("--tag-output,--tag_output", options.tag_output,
+               "Prefix every line a process prints with \"[rank N] \"");
   app.add_option("--log-dir,--log_dir", options.log_dir,
                  "Write each process's output to DIR/run-<time>-<id>/rank<N>.stdout and "
                  ".stderr (owner-only); with neither --redirects nor --tee, as --tee 3");
@@ -237,11 +249,10 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.add_option("--local-ranks-filter,--local_ranks_filter", options.local_ranks_filter_text,
                  "Local ranks whose output the console shows, as 0,2 (all by default; the log "
                  "files get everything)");
-  app.add_option("--cpu-bind,--cpu_bind", options.cpu_bind,
-                 "Bind each process to CPUs: none; core (local rank r on the r-th CPU it may "
-                 "use); numa (on the CPUs of NUMA node r mod nodes); gpu (on the CPUs of its "
-                 "GPU's NUMA node)")
-      ->capture_default_str();
+}
+
+// torchrun's flags that lockstep-run takes for what they mean here.
+static void add_torchrun_flags(CLI::App& app, Options& options) {
   app.add_option("--max-restarts,--max_restarts", options.max_restarts_text,
                  "torchrun's: only 0, what lockstep-run does (a failed process stops the job; "
                  "nothing is restarted)");
@@ -257,6 +268,10 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", options.rdzv_endpoint,
                  "torchrun's HOST[:PORT] of node 0, as --master-addr HOST --master-port PORT "
                  "(29400 when no port is given, as torchrun's)");
+}
+
+// What lockstep-run does instead of running a job.
+static void add_action_flags(CLI::App& app, Options& options, bool& cleanup) {
   app.add_flag("--dry-run,--dry_run", options.dry_run,
                "Print each process's command and environment, one line per process, and exit "
                "without starting anything");
@@ -271,6 +286,16 @@ static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
                "joining or disturbing the jobs; no program is run");
   app.add_flag("--json", options.json, "With --status: one JSON document, for scripts");
   app.set_version_flag("--version", std::string("lockstep-run ") + LOCKSTEP_VERSION_STRING);
+}
+
+// The launcher's flags, as torchrun names them where it has them (with torchrun's underscore
+// spellings too), in groups.
+static void add_flags(CLI::App& app, Options& options, bool& cleanup) {
+  add_job_flags(app, options);
+  add_program_flags(app, options);
+  add_output_flags(app, options);
+  add_torchrun_flags(app, options);
+  add_action_flags(app, options, cleanup);
 }
 
 // torchrun's elastic restarts, which lockstep-run does not have.

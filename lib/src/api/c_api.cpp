@@ -13,7 +13,7 @@
 #include "lockstep/lockstep.h"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
-#include "waiting/waiter.hpp"
+#include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail {
 

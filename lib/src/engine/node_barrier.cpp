@@ -87,20 +87,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     fault_point("barrier.passed");
     return true;
   }
-  if (deadline) {
-    // For throw_timeout, and only where this process waits: the completing arrival above needs
-    // no clock read. (A peer that withdraws in the moment between the arrival and this read is
-    // named as missing; it had given up.)
-    arrived_at_ = Clock::now().time_since_epoch().count();
-  }
-  // Relaxed: read only by peers' diagnostics (timeouts, lost peers), never for correctness.
-  // Stored after the arrival so that a process that dies in between is never taken as arrived.
-  Slot& me = segment_.slot(segment_.my_slot());
-  me.arrived.store(episode_ + 1, std::memory_order_relaxed);
-  if (waiter_.asks_where_peers_are()) {
-    // Relaxed: a scheduling hint for the peers, never needed for correctness.
-    me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
-  }
+  note_waiting(deadline);
   if (hierarchical_) {
     if (leader_) {
       lead(ticket, deadline, what);
@@ -122,6 +109,30 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     fault_point("barrier.passed");
     return true;
   }
+  return give_up_or_pass<kTry>(outcome, full, what, call);
+}
+
+[[gnu::always_inline]] inline void NodeBarrier::note_waiting(
+    std::optional<Clock::time_point> deadline) noexcept {
+  if (deadline) {
+    // For throw_timeout, and only where this process waits: the completing arrival needs no
+    // clock read. (A peer that withdraws in the moment between the arrival and this read is
+    // named as missing; it had given up.)
+    arrived_at_ = Clock::now().time_since_epoch().count();
+  }
+  // Relaxed: read only by peers' diagnostics (timeouts, lost peers), never for correctness.
+  // Stored after the arrival so that a process that dies in between is never taken as arrived.
+  Slot& me = segment_.slot(segment_.my_slot());
+  me.arrived.store(episode_ + 1, std::memory_order_relaxed);
+  if (waiter_.asks_where_peers_are()) {
+    // Relaxed: a scheduling hint for the peers, never needed for correctness.
+    me.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+  }
+}
+
+template <bool kTry>
+bool NodeBarrier::give_up_or_pass(Outcome outcome, std::uint64_t full, const char* what,
+                                  std::uint32_t call) {
   // Timed out or interrupted: take the arrival back unless the episode completed meanwhile, or,
   // across nodes, the leader may already have counted it.
   if (withdraw(hierarchical_ ? full - 1 : full)) {

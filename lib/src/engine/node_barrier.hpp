@@ -98,6 +98,13 @@ class NodeBarrier {
   template <bool kTry>
   bool arrive_and_wait_as(std::optional<std::chrono::steady_clock::time_point> deadline,
                           const char* what, std::uint32_t call);
+  // After an arrival that waits: says so in this process's slot, for the peers' diagnostics and
+  // scheduling hints (and keeps when, for throw_timeout, where a deadline is set).
+  void note_waiting(std::optional<std::chrono::steady_clock::time_point> deadline) noexcept;
+  // After a wait for episode `full` that ended without it (`outcome`): gives up (kTry: returns
+  // false; else throws) or, when the arrival cannot be taken back, passes after all.
+  template <bool kTry>
+  bool give_up_or_pass(Outcome outcome, std::uint64_t full, const char* what, std::uint32_t call);
   // Waits until the arrival count reaches `target` (a committed wait, not `interruptible`, ends
   // only there or by throwing).
   Outcome wait(std::uint64_t target, std::optional<std::chrono::steady_clock::time_point> deadline,

@@ -12,7 +12,7 @@
 
 #include "base/proc.hpp"
 #include "waiting/futex.hpp"
-#include "waiting/waiter.hpp"
+#include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail {
 namespace {

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "lockstep/error.hpp"
-#include "waiting/waiter.hpp"  // check_interrupt
+#include "waiting/wait_controls.hpp"  // check_interrupt
 
 namespace lockstep::detail {
 

@@ -15,7 +15,7 @@
 #include "engine/segment_file.hpp"
 #include "lockstep/error.hpp"
 #include "waiting/futex.hpp"
-#include "waiting/waiter.hpp"  // say_stalled
+#include "waiting/wait_controls.hpp"  // say_stalled
 
 namespace bip = boost::interprocess;
 

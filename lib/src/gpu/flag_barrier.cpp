@@ -17,7 +17,7 @@
 #include "base/text.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
-#include "waiting/waiter.hpp"
+#include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail {
 namespace {

@@ -1,83 +1,15 @@
 #include "waiting/waiter.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <ctime>
-#include <new>
-
-#include "base/log.hpp"
-#include "base/text.hpp"  // rounded_seconds
-#include "lockstep/error.hpp"
 
 namespace lockstep::detail {
 
+using std::chrono::microseconds;
 using std::chrono::nanoseconds;
 using namespace wait_tuning;
 
 namespace {
-
-class SystemSignals final : public WaitSignals {
- public:
-  SystemSignals() noexcept
-      : loadavg_(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC)),
-        online_(static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)))) {}
-  // Never destroyed (see system_signals): its descriptor goes with the process.
-  ~SystemSignals() override = default;
-  SystemSignals(const SystemSignals&) = delete;
-  SystemSignals& operator=(const SystemSignals&) = delete;
-
-  WaitClock::time_point now() noexcept override { return WaitClock::now(); }
-
-  // steady_clock is CLOCK_MONOTONIC (libstdc++ and libc++ on Linux): the coarse clock counts
-  // from the same origin.
-  WaitClock::time_point coarse_now() noexcept override {
-    timespec now{};
-    if (::clock_gettime(CLOCK_MONOTONIC_COARSE, &now) != 0) {
-      return WaitClock::now();
-    }
-    return WaitClock::time_point(std::chrono::seconds(now.tv_sec) +
-                                 std::chrono::nanoseconds(now.tv_nsec));
-  }
-
-  // "0.43 0.83 0.41 4/80 4080": the numerator of the fourth field. pread at offset 0 makes the
-  // kernel write the line anew, so the file is opened once (a fork inherits it: pread keeps no
-  // offset to share).
-  int runnable_tasks() noexcept override {
-    if (loadavg_ < 0) {
-      return -1;
-    }
-    char text[128];
-    const ssize_t length = ::pread(loadavg_, text, sizeof text - 1, 0);
-    if (length <= 0) {
-      return -1;
-    }
-    text[length] = '\0';
-    int spaces = 0;
-    const char* p = text;
-    for (; *p != '\0' && spaces < 3; ++p) {
-      spaces += *p == ' ' ? 1 : 0;
-    }
-    char* end = nullptr;
-    const long runnable = std::strtol(p, &end, 10);
-    return end != p && *end == '/' && runnable > 0 && runnable < 1'000'000
-               ? static_cast<int>(runnable)
-               : -1;
-  }
-
-  int online_cpus() noexcept override { return online_; }
-
-  void yield() noexcept override { ::sched_yield(); }
-
- private:
-  int loadavg_;
-  int online_;
-};
 
 // A shared load sample's word (Waiter::share_samples): the stamp above kSampleBits of count.
 constexpr int kSampleBits = 16;
@@ -85,97 +17,6 @@ constexpr std::uint64_t kSampleMask = (std::uint64_t{1} << kSampleBits) - 1;
 constexpr std::uint64_t kStampMask = (std::uint64_t{1} << (64 - kSampleBits)) - 1;
 
 }  // namespace
-
-namespace {
-std::atomic<int> interrupt_fd{-1};
-thread_local bool deaf_to_interrupts = false;  // ignore_interrupts_on_this_thread
-std::atomic<std::int64_t> stall_after_ns{0};
-}  // namespace
-
-std::chrono::nanoseconds set_stall_warning(std::chrono::nanoseconds after) noexcept {
-  return std::chrono::nanoseconds(
-      stall_after_ns.exchange(std::max<std::int64_t>(after.count(), 0), std::memory_order_relaxed));
-}
-
-std::chrono::nanoseconds stall_warning() noexcept {
-  return std::chrono::nanoseconds(stall_after_ns.load(std::memory_order_relaxed));
-}
-
-void say_stalled(int rank, const char* what, std::chrono::nanoseconds waited,
-                 const std::string& whom) noexcept {
-  try {
-    const std::string amount = rounded_seconds(std::chrono::duration<double>(waited).count());
-    log_line(rank, std::string(what) + " has waited " + amount + " s for " + whom +
-                       "; still waiting (LOCKSTEP_STALL_WARNING sets when this is said)");
-  } catch (...) {
-    // Out of memory for a diagnostic: the wait goes on without it.
-  }
-}
-
-int set_interrupt_fd(int fd) noexcept {
-  return interrupt_fd.exchange(fd < 0 ? -1 : fd, std::memory_order_relaxed);
-}
-
-bool interrupt_pending() noexcept {
-  // Relaxed: the descriptor is set before the wait by the thread that waits.
-  const int fd = interrupt_fd.load(std::memory_order_relaxed);
-  if (fd < 0 || deaf_to_interrupts) {  // the thread-local only read where a descriptor is set
-    return false;
-  }
-  pollfd entry{fd, POLLIN, 0};
-  return ::poll(&entry, 1, 0) > 0 && (entry.revents & POLLIN) != 0;
-}
-
-bool interrupt_armed() noexcept {
-  return interrupt_fd.load(std::memory_order_relaxed) >= 0 && !deaf_to_interrupts;
-}
-
-void ignore_interrupts_on_this_thread() noexcept {
-  deaf_to_interrupts = true;
-}
-
-void check_interrupt(const std::string& what) {
-  if (interrupt_pending()) {
-    throw InterruptedError(what + ": interrupted by a signal");
-  }
-}
-
-WaitSignals& system_signals() noexcept {
-  // Never destroyed: a thread may still wait in a barrier while its process exits (see
-  // Context::leave), and a descriptor closed under it could be reused for another file.
-  alignas(SystemSignals) static unsigned char storage[sizeof(SystemSignals)];
-  static auto* const signals = new (storage) SystemSignals;
-  return *signals;
-}
-
-WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
-                      nanoseconds learned_spin) noexcept {
-  switch (policy) {
-    case WaitPolicy::spin:
-      return WaitOptions{nanoseconds::max(), nanoseconds{0}, false};
-    case WaitPolicy::block:
-      return WaitOptions{nanoseconds{0}, nanoseconds{0}, true};
-    case WaitPolicy::adaptive:
-      break;
-  }
-  const bool own_cpu = shape.processes <= shape.cpus;
-  if (shape.across_nodes) {
-    // Yield between polls from the start (as MPI does), so that on a crowded node the process
-    // waited for gets the CPU; with a CPU per process, only as long as a node's spin and yield
-    // (bench/barrier_bench's BM_LockstepCrossNode, 2x2 nodes on 2 vCPUs, 2026-11-30: 2 ms of
-    // yielding cost 30-40% more per episode than 220 us).
-    const nanoseconds yield = own_cpu ? nanoseconds(kYieldAcrossNodes) : nanoseconds(kYieldIdle);
-    return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};
-  }
-  if (loaded && own_cpu) {
-    return WaitOptions{nanoseconds(kSpinLoaded), nanoseconds{0}, true};
-  }
-  if (own_cpu) {
-    return WaitOptions{std::clamp(learned_spin, nanoseconds(kSpinMin), nanoseconds(kSpinMaxIdle)),
-                       kYieldIdle, true};
-  }
-  return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : kYieldIdle, true};
-}
 
 Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcept
     : policy_(policy),

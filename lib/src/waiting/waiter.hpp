@@ -15,197 +15,20 @@
 // Everything it reads goes through WaitSignals, so tests drive it with a fake clock and fake load.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <string>
 
 #include "lockstep/wait_policy.hpp"
+#include "waiting/wait_controls.hpp"
+#include "waiting/wait_plan.hpp"
+#include "waiting/wait_signals.hpp"
 
 namespace lockstep::detail {
-
-using WaitClock = std::chrono::steady_clock;
-
-// The phases of one wait: busy-poll, then poll with sched_yield between polls, then block on the
-// site (if `sleep`). `spin == nanoseconds::max()` spins for ever.
-struct WaitOptions {
-  std::chrono::nanoseconds spin{0};
-  std::chrono::nanoseconds yield{0};
-  bool sleep = true;
-  friend bool operator==(const WaitOptions&, const WaitOptions&) = default;
-};
-
-// Who waits. Fixed for a process's membership.
-struct WaitShape {
-  int processes = 1;          // the job's processes on this node
-  int cpus = 1;               // CPUs this process may run on (its affinity mask)
-  bool across_nodes = false;  // the job spans nodes: every wait includes a network round trip
-  // The job's processes on this machine (0: `processes`), for load samples: more than the node's
-  // when simulated nodes share the machine.
-  int processes_here = 0;
-};
-
-// What the adaptive policy reads of the machine.
-class WaitSignals {
- public:
-  WaitSignals() = default;
-  virtual ~WaitSignals() = default;
-  WaitSignals(const WaitSignals&) = delete;
-  WaitSignals& operator=(const WaitSignals&) = delete;
-
-  [[nodiscard]] virtual WaitClock::time_point now() noexcept = 0;
-  // The same clock read cheaply, as of the last scheduler tick (CLOCK_MONOTONIC_COARSE: never
-  // ahead of now(), behind it by a tick at most, 1-10 ms). For the times a wait that sleeps at
-  // once keeps, whose scale is the periodic check's and the stall line's (see Waiter::wait).
-  [[nodiscard]] virtual WaitClock::time_point coarse_now() noexcept { return now(); }
-  // Tasks runnable on the machine at this instant, the caller included (the numerator of
-  // /proc/loadavg's fourth field), or -1 when it cannot be read.
-  [[nodiscard]] virtual int runnable_tasks() noexcept = 0;
-  // CPUs online on the machine.
-  [[nodiscard]] virtual int online_cpus() noexcept = 0;
-  // Offers the CPU to another runnable task (sched_yield).
-  virtual void yield() noexcept = 0;
-};
-
-// The machine itself: the steady clock, /proc/loadavg (opened once, read with pread) and
-// sched_yield.
-WaitSignals& system_signals() noexcept;
-
-// Interrupting waits (lockstep_set_interrupt_fd): while the descriptor set here (-1: none) is
-// readable, every wait of the process gives up (a signal handler's self-pipe, such as Python's
-// signal.set_wakeup_fd: a signal that arrives while a wait sleeps ends the sleep with EINTR,
-// and one that arrives while it spins is seen at its next check). Returns the previous one.
-int set_interrupt_fd(int fd) noexcept;
-// Whether the interrupt descriptor is readable (one poll(2), only while one is set).
-bool interrupt_pending() noexcept;
-// Throws InterruptedError ("<what>: interrupted by a signal") if interrupt_pending().
-void check_interrupt(const std::string& what);
-// Whether an interrupt descriptor is set: then an interruptible wait never sleeps without a
-// timeout (the signal may be handled on another thread, and not end its sleep).
-bool interrupt_armed() noexcept;
-// From now on the calling thread's waits are not interrupted (interrupt_pending and
-// interrupt_armed say no there): for a thread of the library's own (the GPU relay across nodes)
-// that waits for the other nodes while the user's threads take the signals.
-void ignore_interrupts_on_this_thread() noexcept;
-
-// A wait that lasts says so (LOCKSTEP_STALL_WARNING, set by the context when it joins): after
-// `after` (zero: never), then again after twice as long each time, a wait calls its site's
-// stalled(), which names what it waits for. Returns the previous setting.
-std::chrono::nanoseconds set_stall_warning(std::chrono::nanoseconds after) noexcept;
-[[nodiscard]] std::chrono::nanoseconds stall_warning() noexcept;
-// The stall line every site says, one wording for the node barrier, the join and the backends:
-// "<what> has waited <s> s for <whom>; still waiting (LOCKSTEP_STALL_WARNING ...)", on stderr
-// with the process's rank (base/log.hpp). Never throws: a wait goes on without its diagnostic.
-void say_stalled(int rank, const char* what, std::chrono::nanoseconds waited,
-                 const std::string& whom) noexcept;
-
-// The tuned numbers, each with where it came from.
-namespace wait_tuning {
-using std::chrono::microseconds;
-using std::chrono::milliseconds;
-// Spins before the first clock read, so that the common, immediate case reads no clock.
-inline constexpr int kQuickSpins = 64;
-// Spins between clock reads (a clock read costs ~25 ns here, a pause ~10-40 ns).
-inline constexpr int kSpinsPerClockRead = 64;
-// The spin phase of a process that has a CPU to itself on an idle machine, between these bounds,
-// sized from the waits it has seen (see Waiter::learn). 20 us is where it starts: the anchor
-// measurements (docs/performance.md; 2-core EPYC VM, 2026-11-29) found a centralized barrier that
-// spins ~20 us before its futex at 0.26 us for N=2, while a ~2 us spin falls through to the 10-15
-// us futex wake often enough to average ~1 us. Up to 200 us: a training-like loop (compute of 0-100
-// us, then a barrier) has waits of that order, and a wake-up costs 10-15 us each time the spin
-// falls short. On a loaded machine the spin is kSpinLoaded, sized to catch the peer that this
-// process has just woken (a CPU each): a rank that completes an episode and wakes its peer comes
-// back to the next one first, and the woken peer returns 5-6.5 us after it (bench/sleep-ab
-// --wakes, N=2 beside one busy loop, 2 vCPUs, 2026-12-02). A spin that covers that catches the
-// peer, and both ranks then run on while the competitors wait (a median episode of 0.1-0.5 us
-// beside two or four busy loops); one that falls short sleeps, and the two keep waking each
-// other (12-15 us). With 6 us against 1 us, `lockstep-bench -n 2 -f adaptive -i 300000` beside one,
-// two and four busy loops, three runs each alternating: 8.3-8.8 against 11.4-11.9 us, 2.1-9.3
-// against 11.9-17.0, 5.5-12.2 against 24.6-37.1. The paired runs, which sleep every episode, and
-// the training-like loop did not move (docs/performance-history.md, "Where the loaded spin's cost
-// goes"). Those 6 us followed the 64 quick polls (about 1.6 us); since a loaded wait makes one poll
-// only (Waiter::wait), the spin runs 8 us from its first clock read, the same reach: beside two
-// busy loops at N=2, BM_LockstepAdaptive/ranks:2 at 6 us against 8 us, 16 runs alternating, had
-// medians 4.71 and 3.42 us (8 us faster in 12 of 16), beside one busy loop 11.9 and 11.2, beside
-// one busy loop and two bursty processes 20.5 and 19.7; the training-like loop (sleep-ab --compute
-// 50) did not move (2026-12-02). Longer costs more where it misses: in the training-like loop with
-// two busy processes beside N=2, a 20 us spin cost 240 us of overhead per episode and the quick
-// spins alone 48 (2026-11-30): a waiter that spins spends the lag that would let it preempt the
-// competitor when woken.
-inline constexpr microseconds kSpinStart{20};
-inline constexpr microseconds kSpinMin{2};
-inline constexpr microseconds kSpinMaxIdle{200};
-inline constexpr microseconds kSpinLoaded{8};
-// After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
-// sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
-// sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host
-// has given the core away (bench/barrier_bench's training loop, N=2, 2026-11-30: with 200 us of
-// yielding, 1-2 sleeps per 1,400 episodes raised the overhead per episode from 0.6 to 3 us in
-// one run in four). More processes than CPUs, 2026-11-29: a 1 us spin before yielding cost
-// 5.3 us per episode at N=4 and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound
-// keeps a 1 s wait at 0.2% of a core (the node barrier then wakes once per check_interval, 100 ms).
-inline constexpr milliseconds kYieldIdle{2};
-// Across nodes with a CPU per process: yield this long, then sleep (see plan_wait).
-inline constexpr microseconds kYieldAcrossNodes{220};
-// An oversubscribed waiter spins instead of yielding, at most this long per wait, while no late
-// peer was last seen on its CPU (the site's hint): bounds the cost of a stale hint.
-inline constexpr microseconds kYieldlessSpin{50};
-// A gap this long between two clock reads of a spin loop means the waiter lost its CPU (a clock
-// read plus 64 pauses take about 1-3 us); one this long across a sched_yield means the CPU went
-// to a task for a good part of a scheduler slice (0.7-3 ms), longer than a peer of the job uses
-// it to arrive (a context switch and a few microseconds). Either takes a load sample at once.
-inline constexpr microseconds kDescheduledGap{50};
-inline constexpr microseconds kYieldedAwayGap{500};
-// Regular load samples are at most this frequent (one scheduler tick here): a pread of
-// /proc/loadavg costs 1.5-5 us, and at one per millisecond per process the samples cost 8
-// simulated nodes on 2 vCPUs about 10% per barrier (BM_LockstepCrossNode, 2026-11-30). A yield
-// or spin that lost the CPU for long takes one at once, whatever the period. Until a process
-// has kLoadWindow samples it takes them every kFirstSamplesPeriod, so that a job that starts on
-// a loaded machine sees it within its first milliseconds (each slice a yield loses there costs
-// ~3 ms: with the regular period, ten yields per process went to competitors first, ~10% of a
-// 0.2 s benchmark run at H=2, N=4).
-inline constexpr milliseconds kLoadSamplePeriod{4};
-inline constexpr microseconds kFirstSamplesPeriod{250};
-// While loaded, a sample serves only to see the load go, and each read still holds a CPU that a
-// late peer may wait for: at one per 4 ms per node, the reads put `adaptive`'s p99 at 1.03-1.06x
-// `block`'s beside 1+burst2@2 at N = 4 on 2 vCPUs, and without them at 0.94-1.00x (eight sets of
-// six `sleep-ab 4 60 200` runs each, 2026-12-02). At one per 16 ms, idle again takes 256 ms.
-inline constexpr milliseconds kLoadedSamplePeriod{16};
-// Samples that must agree before the machine counts as loaded, and as idle again (see
-// Waiter::sample_load). Idle takes more: a sample is taken as a wait begins, just after the
-// barrier woke the peers, and a peer woken but not yet on a run queue (a wake-up sent to another
-// vCPU waits for its interrupt) is neither asleep nor runnable, so a sample then can miss the
-// competitor; beside one busy loop at N=4 on 2 vCPUs, 10-20% of samples read no foreign task,
-// in runs of four often enough to turn the job idle a few times per second of barriers, each
-// time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts, 2026-12-02).
-inline constexpr std::size_t kLoadWindow = 4;
-inline constexpr std::size_t kIdleWindow = 16;
-static_assert(kIdleWindow >= kLoadWindow, "the samples kept serve both windows");
-}  // namespace wait_tuning
-
-// The options of one wait for `policy`, given whether the machine is `loaded` and the spin the
-// waiter has learned (adaptive only):
-//   spin:     spin for ever, never yield or sleep.
-//   block:    sleep at once.
-//   adaptive, one node, a CPU per process: spin `learned_spin` and yield kYieldIdle on an idle
-//             machine, spin kSpinLoaded on a loaded one; then sleep. (Loaded, a wait polls once
-//             before its first clock read, and one whose late peer may be on this CPU does not
-//             spin at all: Waiter::wait.)
-//   adaptive, one node, more processes than CPUs: yield kYieldIdle (idle machine only), then
-//             sleep.
-//   adaptive, across nodes: no spin (a message takes microseconds); yield as above on an idle
-//             machine; then sleep.
-// Never sched_yield on a loaded machine. Under the EEVDF scheduler a yield hands the CPU to a
-// busy competitor for a whole slice (0.7-3 ms), and a waiter that spun or yielded has spent its
-// lag, so it is not picked when its peer finally arrives; a sleeper keeps its lag and preempts
-// the competitor when woken (the anchor measurements, docs/performance.md: spinning-and-yielding
-// costs 400-2,600 us per episode there, sleeping 25-220 us).
-WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
-                      std::chrono::nanoseconds learned_spin) noexcept;
 
 // Base of the places that wait; a Site overrides what it has.
 //   bool done()                 polls what is awaited (may make progress, may throw)
@@ -309,11 +132,67 @@ class Waiter {
  private:
   // The rest of wait(): every wait that does not sleep at once untimed, and one whose sleep at
   // once ended not done (`woken`: the time it began). Out of line, so that wait()'s path after
-  // its sleep stays short (see wait).
+  // its sleep stays short (see wait). A loop of steps, each inlined in it.
   template <class Site>
   [[gnu::noinline]] End wait_long(Site& site, std::optional<WaitClock::time_point> deadline,
                                   std::chrono::nanoseconds check_interval, bool interruptible,
                                   WaitOptions options, std::optional<WaitClock::time_point> woken);
+
+  // One wait in wait_long: what it was asked, its times, and what it has done so far.
+  struct Course {
+    std::optional<WaitClock::time_point> deadline;
+    std::chrono::nanoseconds check_interval;
+    bool interruptible;
+    bool sleep;   // the options' sleep: whether it ever blocks
+    bool coarse;  // it sleeps at once and has no deadline: the coarse clock serves (see wait)
+    WaitClock::time_point start;  // when the wait began
+    WaitClock::time_point now;    // the last clock read
+    WaitClock::time_point spin_end;
+    WaitClock::time_point yield_end;
+    WaitClock::time_point next_check;
+    WaitClock::time_point next_stall;
+    std::chrono::nanoseconds stall_interval;
+    bool loaded_spin;  // it spins kSpinLoaded (Stats::loaded_spins)
+    bool sampled;      // its one regular load sample is taken (after the spin)
+    bool alarm_heard;  // site.alarmed() seen, and checked for at once
+  };
+  Course begin_course(std::optional<WaitClock::time_point> deadline,
+                      std::chrono::nanoseconds check_interval, bool interruptible,
+                      const WaitOptions& options,
+                      std::optional<WaitClock::time_point> woken) noexcept;
+  [[nodiscard]] WaitClock::time_point read_clock(const Course& course) noexcept {
+    return course.coarse ? signals_.coarse_now() : signals_.now();
+  }
+  // The wait is done: learns from it.
+  End finish(const Course& course) noexcept {
+    stats_.loaded_catches += course.loaded_spin && course.now < course.spin_end ? 1 : 0;
+    learn(course.now - course.start);
+    return End::done;
+  }
+  [[nodiscard]] static bool interrupted(const Course& course) noexcept {
+    return course.interruptible && interrupt_pending();
+  }
+  // wait_long's steps: each returns how the wait ended, or nothing if it goes on.
+  template <class Site>
+  std::optional<End> check_when_due(Site& site, Course& course);
+  void sample_after_spin(Course& course) noexcept;
+  template <class Site>
+  std::optional<End> spin_step(Site& site, Course& course);
+  template <class Site>
+  std::optional<End> yield_step(Site& site, Course& course);
+  template <class Site>
+  std::optional<End> sleep_step(Site& site, Course& course);
+  // kSpinsPerClockRead polls: whether the site was done.
+  template <class Site>
+  static bool poll_some(Site& site) {
+    for (int i = 0; i < wait_tuning::kSpinsPerClockRead; ++i) {
+      if (site.done()) {
+        return true;
+      }
+      cpu_relax();
+    }
+    return false;
+  }
 
   static void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -411,141 +290,190 @@ template <class Site>
 Waiter::End Waiter::wait_long(Site& site, std::optional<WaitClock::time_point> deadline,
                               std::chrono::nanoseconds check_interval, bool interruptible,
                               WaitOptions options, std::optional<WaitClock::time_point> woken) {
-  using namespace wait_tuning;
+  Course course = begin_course(deadline, check_interval, interruptible, options, woken);
+  for (;;) {
+    if (auto end = check_when_due(site, course)) {
+      return *end;
+    }
+    sample_after_spin(course);
+    std::optional<End> end;
+    if (course.now < course.spin_end) {
+      end = spin_step(site, course);
+    } else if (course.now < course.yield_end || !course.sleep) {
+      end = yield_step(site, course);
+    } else {
+      end = sleep_step(site, course);
+    }
+    if (end) {
+      return *end;
+    }
+  }
+}
+
+[[gnu::always_inline]] inline Waiter::Course Waiter::begin_course(
+    std::optional<WaitClock::time_point> deadline, std::chrono::nanoseconds check_interval,
+    bool interruptible, const WaitOptions& options,
+    std::optional<WaitClock::time_point> woken) noexcept {
   const auto forever = WaitClock::time_point::max();
-  // A wait that sleeps at once and has no deadline: the coarse clock (see wait).
-  const bool coarse =
+  Course course{};
+  course.deadline = deadline;
+  course.check_interval = check_interval;
+  course.interruptible = interruptible;
+  course.sleep = options.sleep;
+  course.coarse =
       options.spin.count() == 0 && options.yield.count() == 0 && options.sleep && !deadline;
-  auto clock = [&] { return coarse ? signals_.coarse_now() : signals_.now(); };
   // `woken`: the wait began at that time, slept at once and was woken, not done (see wait).
-  const auto start = woken ? *woken : clock();
+  course.start = woken ? *woken : read_clock(course);
   if (!woken) {
     ++stats_.timed_waits;
     stats_.loaded_waits += loaded_ ? 1 : 0;
   }
-  auto now = woken ? clock() : start;
-  auto spin_end = options.spin == std::chrono::nanoseconds::max() ? forever : start + options.spin;
-  auto yield_end = spin_end == forever ? forever : spin_end + options.yield;
+  course.now = woken ? read_clock(course) : course.start;
+  course.spin_end =
+      options.spin == std::chrono::nanoseconds::max() ? forever : course.start + options.spin;
+  course.yield_end = course.spin_end == forever ? forever : course.spin_end + options.yield;
   // Woken, not done: a peer may be lost, or the stall line due (the site is watched).
-  auto next_check = woken ? now : start + check_interval;
+  course.next_check = woken ? course.now : course.start + check_interval;
   // The stall warning, read once per wait that reaches a clock read (never by an immediate one).
-  auto stall_interval = stall_warning();
-  auto next_stall = stall_interval.count() > 0 ? start + stall_interval : forever;
-  const bool loaded_spin = loaded_ && spin_end > start && spin_end != forever;
-  stats_.loaded_spins += loaded_spin ? 1 : 0;
-  bool sampled = woken.has_value();  // this wait's one regular load sample, after the spin
-  auto finish = [&] {
-    stats_.loaded_catches += loaded_spin && now < spin_end ? 1 : 0;
-    learn(now - start);
-    return End::done;
-  };
-  auto interrupted = [&] { return interruptible && interrupt_pending(); };
-  bool alarm_heard = false;  // site.alarmed() seen, and checked for at once
-  for (;;) {
-    if (!alarm_heard && site.alarmed()) [[unlikely]] {
-      // A peer may be lost: look now. A spinning or yielding wait is not woken by the watch, and
-      // one that began after the alarm would otherwise look only check_interval later (0.1 s,
-      // seen from Python: issue 45).
-      alarm_heard = true;
-      next_check = now;
-    }
-    if (now >= next_check || (deadline && now >= *deadline)) {
-      if (site.check()) {
-        return finish();
-      }
-      if (interrupted()) {
-        return End::interrupted;
-      }
-      next_check = now + check_interval;
-      if (deadline && now >= *deadline) {
-        return End::timed_out;
-      }
-      if (now >= next_stall) {
-        site.stalled(now - start);
-        stall_interval *= 2;
-        next_stall = now + stall_interval;
-      }
-    }
-    if (adaptive_ && !sampled && now >= spin_end) {
-      sampled = true;
-      if (sample_load(now)) {
-        yield_end = std::min(yield_end, now);  // loaded: no yield, sleep
-      }
-    }
-    if (now < spin_end) {
-      for (int i = 0; i < kSpinsPerClockRead; ++i) {
-        if (site.done()) {
-          return finish();
-        }
-        cpu_relax();
-      }
-      const auto before = now;
-      now = signals_.now();
-      if (adaptive_ && now - before > kDescheduledGap && sample_load(now, true)) {
-        spin_end = yield_end = now;  // lost the CPU to work that is not the job's: sleep
-      }
-    } else if (now < yield_end || !options.sleep) {
-      // Yield only to a late peer that may need this CPU; while every late peer runs elsewhere,
-      // a short spin steals nothing from them. A hint can be stale (the peer moved here since),
-      // so spinning instead of yielding is bounded per wait.
-      if (!shape_.across_nodes && now - spin_end < kYieldlessSpin && !site.late_peer_here()) {
-        for (int i = 0; i < kSpinsPerClockRead; ++i) {
-          if (site.done()) {
-            return finish();
-          }
-          cpu_relax();
-        }
-        now = signals_.now();
-        continue;
-      }
-      signals_.yield();
-      ++stats_.yields;
-      if (site.done()) {
-        now = signals_.now();
-        return finish();
-      }
-      const auto before = now;
-      now = signals_.now();
-      if (adaptive_ && now - before > kYieldedAwayGap && sample_load(now, true)) {
-        yield_end = now;  // the yield went to work that is not the job's: sleep instead
-      }
-    } else {
-      // A watched site is woken by whatever check() would find: it sleeps without a timeout,
-      // which a loaded machine's sleeps pay for (see engine/peer_watch.hpp), unless a deadline
-      // or an interrupt descriptor wants it back.
-      const bool watched = site.watched();
-      const bool untimed = !deadline && watched && !(interruptible && interrupt_armed());
-      auto limit = untimed ? std::chrono::nanoseconds::max() : next_check - now;
-      if (deadline) {
-        limit = std::min(limit, *deadline - now);
-      }
-      if (interrupted()) {
-        return End::interrupted;
-      }
-      if (untimed) {
-        site.wake_me_at(next_stall);
-      }
-      site.block(limit);
-      ++stats_.blocks;
-      stats_.untimed_blocks += untimed ? 1 : 0;
-      // The time after a sleep serves only learning and a wait that goes on: a read here, on a
-      // loaded machine, cost 1-2% of block's episode (see `coarse` above), so a wait that ends
-      // finishes with the time before the sleep (finish() uses it only to learn).
-      if (!learns() && site.done()) {
-        return finish();
-      }
-      now = clock();
-      if (site.done()) {
-        return finish();
-      }
-      if (interrupted()) {
-        return End::interrupted;
-      }
-      if (watched) {
-        next_check = now;  // woken, not done: a peer may be lost, or the stall line due
-      }
+  course.stall_interval = stall_warning();
+  course.next_stall =
+      course.stall_interval.count() > 0 ? course.start + course.stall_interval : forever;
+  course.loaded_spin = loaded_ && course.spin_end > course.start && course.spin_end != forever;
+  stats_.loaded_spins += course.loaded_spin ? 1 : 0;
+  course.sampled = woken.has_value();
+  course.alarm_heard = false;
+  return course;
+}
+
+// Every check_interval, at the deadline, and at once when the site's alarm is first seen: asks
+// the site (a lost peer throws), the interrupt descriptor, the deadline, and says the stall line
+// when it is due.
+template <class Site>
+[[gnu::always_inline]] inline std::optional<Waiter::End> Waiter::check_when_due(Site& site,
+                                                                                Course& course) {
+  if (!course.alarm_heard && site.alarmed()) [[unlikely]] {
+    // A peer may be lost: look now. A spinning or yielding wait is not woken by the watch, and
+    // one that began after the alarm would otherwise look only check_interval later (0.1 s,
+    // seen from Python: issue 45).
+    course.alarm_heard = true;
+    course.next_check = course.now;
+  }
+  const bool past_deadline = course.deadline && course.now >= *course.deadline;
+  if (course.now < course.next_check && !past_deadline) {
+    return std::nullopt;
+  }
+  if (site.check()) {
+    return finish(course);
+  }
+  if (interrupted(course)) {
+    return End::interrupted;
+  }
+  course.next_check = course.now + course.check_interval;
+  if (past_deadline) {
+    return End::timed_out;
+  }
+  if (course.now >= course.next_stall) {
+    site.stalled(course.now - course.start);
+    course.stall_interval *= 2;
+    course.next_stall = course.now + course.stall_interval;
+  }
+  return std::nullopt;
+}
+
+// Adaptive: the wait's one regular load sample, once its spin is over; loaded, it does not yield
+// but sleeps.
+[[gnu::always_inline]] inline void Waiter::sample_after_spin(Course& course) noexcept {
+  if (adaptive_ && !course.sampled && course.now >= course.spin_end) {
+    course.sampled = true;
+    if (sample_load(course.now)) {
+      course.yield_end = std::min(course.yield_end, course.now);
     }
   }
+}
+
+// Polls, then reads the clock; a gap between two reads means the CPU went to another task.
+template <class Site>
+[[gnu::always_inline]] inline std::optional<Waiter::End> Waiter::spin_step(Site& site,
+                                                                           Course& course) {
+  if (poll_some(site)) {
+    return finish(course);
+  }
+  const auto before = course.now;
+  course.now = signals_.now();
+  if (adaptive_ && course.now - before > wait_tuning::kDescheduledGap &&
+      sample_load(course.now, true)) {
+    course.spin_end = course.yield_end = course.now;  // lost the CPU to work not the job's: sleep
+  }
+  return std::nullopt;
+}
+
+// Yields only to a late peer that may need this CPU; while every late peer runs elsewhere, a
+// short spin steals nothing from them. A hint can be stale (the peer moved here since), so
+// spinning instead of yielding is bounded per wait.
+template <class Site>
+[[gnu::always_inline]] inline std::optional<Waiter::End> Waiter::yield_step(Site& site,
+                                                                            Course& course) {
+  if (!shape_.across_nodes && course.now - course.spin_end < wait_tuning::kYieldlessSpin &&
+      !site.late_peer_here()) {
+    if (poll_some(site)) {
+      return finish(course);
+    }
+    course.now = signals_.now();
+    return std::nullopt;
+  }
+  signals_.yield();
+  ++stats_.yields;
+  if (site.done()) {
+    course.now = signals_.now();
+    return finish(course);
+  }
+  const auto before = course.now;
+  course.now = signals_.now();
+  if (adaptive_ && course.now - before > wait_tuning::kYieldedAwayGap &&
+      sample_load(course.now, true)) {
+    course.yield_end = course.now;  // the yield went to work that is not the job's: sleep instead
+  }
+  return std::nullopt;
+}
+
+// A watched site is woken by whatever check() would find: it sleeps without a timeout, which a
+// loaded machine's sleeps pay for (see engine/peer_watch.hpp), unless a deadline or an interrupt
+// descriptor wants it back.
+template <class Site>
+[[gnu::always_inline]] inline std::optional<Waiter::End> Waiter::sleep_step(Site& site,
+                                                                            Course& course) {
+  const bool watched = site.watched();
+  const bool untimed = !course.deadline && watched && !(course.interruptible && interrupt_armed());
+  auto limit = untimed ? std::chrono::nanoseconds::max() : course.next_check - course.now;
+  if (course.deadline) {
+    limit = std::min(limit, *course.deadline - course.now);
+  }
+  if (interrupted(course)) {
+    return End::interrupted;
+  }
+  if (untimed) {
+    site.wake_me_at(course.next_stall);
+  }
+  site.block(limit);
+  ++stats_.blocks;
+  stats_.untimed_blocks += untimed ? 1 : 0;
+  // The time after a sleep serves only learning and a wait that goes on: a read here, on a
+  // loaded machine, cost 1-2% of block's episode (see `coarse` in begin_course), so a wait that
+  // ends finishes with the time before the sleep (finish() uses it only to learn).
+  if (!learns() && site.done()) {
+    return finish(course);
+  }
+  course.now = read_clock(course);
+  if (site.done()) {
+    return finish(course);
+  }
+  if (interrupted(course)) {
+    return End::interrupted;
+  }
+  if (watched) {
+    course.next_check = course.now;  // woken, not done: a peer may be lost, or the stall line due
+  }
+  return std::nullopt;
 }
 
 }  // namespace lockstep::detail

@@ -74,14 +74,29 @@ pthread_barrier_t* map_barrier(const std::string& name, bool create) {
   return static_cast<pthread_barrier_t*>(memory);
 }
 
+// Unlinks the shared memory object it names, however the function that made it ends.
+struct Unlink {
+  std::string name;
+  Unlink() = default;
+  Unlink(const Unlink&) = delete;
+  Unlink& operator=(const Unlink&) = delete;
+  ~Unlink() {
+    if (!name.empty()) {
+      ::shm_unlink(name.c_str());
+    }
+  }
+};
+
 pthread_barrier_t* shared_pthread_barrier(lockstep::State& state) {
   std::string name;
   pthread_barrier_t* barrier = nullptr;
+  Unlink made;  // rank 0's: once every process has mapped it, or on an error
   if (state.is_main_process()) {
     std::random_device device;
     name =
         "/lockstep-consumer-bench-" + std::to_string(::getpid()) + "-" + std::to_string(device());
     barrier = map_barrier(name, true);
+    made.name = name;
     pthread_barrierattr_t attributes;
     pthread_barrierattr_init(&attributes);
     pthread_barrierattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
@@ -93,9 +108,6 @@ pthread_barrier_t* shared_pthread_barrier(lockstep::State& state) {
     barrier = map_barrier(name, false);
   }
   state.wait_for_everyone();  // every process has mapped it
-  if (state.is_main_process()) {
-    ::shm_unlink(name.c_str());
-  }
   return barrier;
 }
 
@@ -105,13 +117,14 @@ double seconds_now() {
 
 int run(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: consumer-bench BLOCKS EPISODES_PER_BLOCK (under lockstep-run)\n");
+    (void)std::fprintf(stderr,
+                       "usage: consumer-bench BLOCKS EPISODES_PER_BLOCK (under lockstep-run)\n");
     return 2;
   }
   const long blocks = positive(argv[1], "BLOCKS");
   const long per_block = positive(argv[2], "EPISODES_PER_BLOCK");
   if (blocks < 4 || blocks % 2 != 0) {
-    std::fprintf(stderr, "consumer-bench: BLOCKS %ld: an even number, at least 4\n", blocks);
+    (void)std::fprintf(stderr, "consumer-bench: BLOCKS %ld: an even number, at least 4\n", blocks);
     return 2;
   }
   lockstep::State state;
@@ -144,7 +157,7 @@ int run(int argc, char** argv) {
   }
   state.wait_for_everyone();
   if (state.is_main_process()) {
-    const char* policy = std::getenv("LOCKSTEP_WAIT_POLICY");
+    const char* policy = std::getenv("LOCKSTEP_WAIT_POLICY");  // NOLINT(concurrency-mt-unsafe)
     std::printf(
         "consumer-bench: N=%d policy=%s lockstep_us=%.4g pthread_us=%.4g ratio=%.4g "
         "ratio_p25=%.4g ratio_p75=%.4g cycles=%zu\n",
@@ -160,7 +173,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "consumer-bench: %s\n", error.what());
+    (void)std::fprintf(stderr, "consumer-bench: %s\n", error.what());
     return 1;
   }
 }

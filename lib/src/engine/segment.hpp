@@ -112,8 +112,9 @@ class NodeSegment {
   [[nodiscard]] std::optional<LostPeer> find_lost(Arrived arrived) const;
   // "process 3 (pid 4121)": a slot as a user knows it.
   [[nodiscard]] std::string describe(int slot) const;
-  // One stall line (waiting/wait_controls.hpp's set_stall_warning) on stderr: "<what> has waited <s> s
-  // for <those slots> on <this machine><where>; still waiting" (`slots` empty: for `instead`).
+  // One stall line (waiting/wait_controls.hpp's set_stall_warning) on stderr: "<what> has waited
+  // <s> s for <those slots> on <this machine><where>; still waiting" (`slots` empty: for
+  // `instead`).
   void report_stall(const char* what, std::chrono::nanoseconds waited,
                     const std::vector<int>& slots, const std::string& instead,
                     const std::string& where = {}) const noexcept;

@@ -8,9 +8,15 @@ as bench/gloo_barrier.py times torch.distributed's gloo barrier, for bench-repor
 Each process loops PartialState().wait_for_everyone(); rank 0 prints one JSON object:
 {"family": "lockstep-python", "ranks": N, "episodes": K, "us_per_episode": [one per repetition],
  "init_s": seconds for import, PartialState() and one barrier}.
+
+With --exchange BYTES, each repetition also times, in turn, broadcast_object and gather_object of
+a BYTES-long bytes object per process (K / 10 calls each), and the JSON gains "broadcast_us" and
+"gather_us" (one per repetition) and "gather_target": issue 46's, a gather within 3x one barrier
+plus one broadcast of the same size, judged on the medians.
 """
 import argparse
 import json
+import statistics
 import time
 
 
@@ -18,7 +24,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=10000)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--exchange", type=int, default=0, metavar="BYTES",
+                        help="also time broadcast_object and gather_object of BYTES each")
     args = parser.parse_args()
+    if args.episodes < 10 or args.repetitions < 1 or args.exchange < 0:
+        parser.error("--episodes must be at least 10, --repetitions at least 1, --exchange at "
+                     "least 0")
     start = time.perf_counter()
     import lockstep  # pylint: disable=import-outside-toplevel
 
@@ -29,16 +40,33 @@ def main():
     for _ in range(200):  # warm-up
         wait()
     results = []
+    exchanges = {"broadcast_us": [], "gather_us": []}
+    payload = bytes(args.exchange)
+    calls = args.episodes // 10
     for _ in range(args.repetitions):
         begin = time.perf_counter()
         for _ in range(args.episodes):
             wait()
         results.append((time.perf_counter() - begin) * 1e6 / args.episodes)
+        if args.exchange:
+            for name, call in (("broadcast_us", lambda: state.broadcast_object(payload)),
+                               ("gather_us", lambda: lockstep.gather_object([payload]))):
+                wait()
+                begin = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                exchanges[name].append((time.perf_counter() - begin) * 1e6 / calls)
     wait()
     if state.is_main_process:
-        print(json.dumps({"family": "lockstep-python", "ranks": state.num_processes,
-                          "episodes": args.episodes, "us_per_episode": results,
-                          "init_s": init_s}))
+        report = {"family": "lockstep-python", "ranks": state.num_processes,
+                  "episodes": args.episodes, "us_per_episode": results, "init_s": init_s}
+        if args.exchange:
+            report.update(exchanges, exchange_bytes=args.exchange)
+            median = statistics.median
+            bound = 3 * (median(results) + median(exchanges["broadcast_us"]))
+            report["gather_target"] = {"bound_us": bound,
+                                       "met": median(exchanges["gather_us"]) <= bound}
+        print(json.dumps(report))
 
 
 if __name__ == "__main__":

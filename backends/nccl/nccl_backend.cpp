@@ -95,6 +95,17 @@ class NcclBackend final : public Backend {
       throw;
     }
   }
+  // Through the bootstrap too.
+  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
+                                             std::optional<Clock::time_point> deadline,
+                                             const char* what) override {
+    try {
+      return bootstrap_->gather(part, deadline, what);
+    } catch (const Error&) {
+      abort_communicator();
+      throw;
+    }
+  }
   void abort(const Failure& failure) noexcept override;
 
  private:

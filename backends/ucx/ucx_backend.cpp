@@ -1,5 +1,5 @@
-// The UCX backend: the leaders' dissemination barrier, node 0's broadcast and the failure reports,
-// over UCP active messages (the class: ucx_backend.hpp; joining: ucx_join.cpp).
+// The UCX backend: the leaders' dissemination barrier, node 0's broadcast and gather, the failure
+// reports, over UCP active messages (the class: ucx_backend.hpp; joining: ucx_join.cpp).
 #include <poll.h>
 
 #include <algorithm>
@@ -326,6 +326,8 @@ void UcxBackend::handle_member(const wire::Message& message) {
       return;
     }
     blobs_[blob->sequence] = blob->data;
+  } else if (const auto* part = std::get_if<wire::Part>(&message)) {
+    take_part(*part);
   }
   // A hello, welcome or refusal from a member after joining is dropped.
 }
@@ -537,6 +539,72 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
   blobs_.erase(sequence);
   ++blob_sequence_;
   return data;
+}
+
+void UcxBackend::take_part(const wire::Part& part) {
+  const bool from_member =
+      part.token == token_ && part.from < static_cast<std::uint32_t>(num_nodes_) && part.from != 0;
+  if (me_ != 0 || !from_member || part.sequence < part_sequence_ ||
+      parts_[part.sequence].count(static_cast<int>(part.from)) != 0) {
+    return;  // not node 0, foreign, node 0's own, old or repeated: dropped
+  }
+  if (part.sequence >= part_sequence_ + kMaxAhead) {
+    // A leader sends one part and then waits for node 0's share of them all: one further ahead
+    // is not lockstep's.
+    if (!aborted_) {
+      aborted_ = Failure{FailureKind::error,
+                         -1,
+                         {},
+                         "node " + std::to_string(part.from) + " sent its part of gather " +
+                             std::to_string(part.sequence) + " while node 0 was at gather " +
+                             std::to_string(part_sequence_)};
+    }
+    return;
+  }
+  parts_[part.sequence][static_cast<int>(part.from)] = part.data;
+}
+
+std::vector<std::vector<std::byte>> UcxBackend::gather(std::span<const std::byte> part,
+                                                       std::optional<Clock::time_point> deadline,
+                                                       const char* what) {
+  if (part.size() > wire::kMaxPart) {  // refused before it is numbered
+    throw Error(std::string(what) + ": a part of a gather carries at most " +
+                std::to_string(wire::kMaxPart) + " bytes, not " + std::to_string(part.size()));
+  }
+  const std::uint64_t sequence = part_sequence_;
+  if (me_ != 0) {
+    ++part_sequence_;
+    send(members_[0]->ep,
+         wire::Part{token_, static_cast<std::uint32_t>(me_), sequence, {part.begin(), part.end()}});
+    return {};
+  }
+  const auto missing = [&] {
+    std::vector<int> nodes;
+    const auto& have = parts_[sequence];
+    for (int node = 1; node < num_nodes_; ++node) {
+      if (have.count(node) == 0) {
+        nodes.push_back(node);
+      }
+    }
+    return nodes;
+  };
+  wait_until([&] { return static_cast<int>(parts_[sequence].size()) == num_nodes_ - 1; }, deadline,
+             what,
+             [&] {
+               Failure failure{FailureKind::timeout, -1, ranks_of_nodes(missing()),
+                               "timed out waiting for the parts of a gather"};
+               abort(failure);
+               fail(failure, what);
+             },
+             [&] { return "the parts of a gather from " + nodes_text(missing()); });
+  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(num_nodes_));
+  out[0].assign(part.begin(), part.end());
+  for (auto& [node, data] : parts_[sequence]) {
+    out[static_cast<std::size_t>(node)] = std::move(data);
+  }
+  parts_.erase(sequence);
+  ++part_sequence_;
+  return out;
 }
 
 void UcxBackend::abort(const Failure& failure) noexcept {

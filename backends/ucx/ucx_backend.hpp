@@ -1,6 +1,6 @@
 // The UCX backend's leader (internal to backends/ucx): ucx_backend.cpp runs the barrier, the
-// broadcast and the failure reports; ucx_join.cpp joins the other leaders (node 0's rendezvous,
-// the others' connection to it, then the mesh of UCP endpoints).
+// broadcast, the gather and the failure reports; ucx_join.cpp joins the other leaders (node 0's
+// rendezvous, the others' connection to it, then the mesh of UCP endpoints).
 #pragma once
 
 #include <array>
@@ -63,6 +63,9 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                    std::optional<Clock::time_point> deadline,
                                    const char* what) override;
+  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
+                                             std::optional<Clock::time_point> deadline,
+                                             const char* what) override;
   void abort(const Failure& failure) noexcept override;
   void check_aborted(const char* what) override {
     if (aborted_) {
@@ -95,6 +98,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   void forget_joiner(int id);
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
+  // Node 0: keeps another leader's part of a gather (drops what is not one of this job's).
+  void take_part(const wire::Part& part);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes. whom() says what
   // it still waits for, in the stall line of a wait that lasts (LOCKSTEP_STALL_WARNING).
@@ -148,6 +153,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::array<std::array<RoundSlot, kMaxRounds>, 2> inbox_{};
   std::uint64_t blob_sequence_ = 0;
   std::map<std::uint64_t, std::vector<std::byte>> blobs_;
+  std::uint64_t part_sequence_ = 0;
+  std::map<std::uint64_t, std::map<int, std::vector<std::byte>>> parts_;  // node 0: by gather, node
   std::optional<Failure> aborted_;  // an abort received from another leader
 };
 

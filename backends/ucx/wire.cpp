@@ -94,6 +94,17 @@ class Reader {
   std::size_t at_ = 0;
 };
 
+// A blob or a part: the bytes a leader carries for a broadcast or a gather, numbered.
+template <class Carrier>
+Carrier read_carrier(Reader& r, std::size_t limit, const char* what) {
+  Carrier m;
+  m.token = r.u64();
+  m.from = r.u32();
+  m.sequence = r.u64();
+  m.data = r.bytes(limit, what);
+  return m;
+}
+
 template <class... F>
 struct Overload : F... {
   using F::operator()...;
@@ -153,6 +164,13 @@ std::vector<std::byte> encode(const Message& message) {
                  },
                  [&](const Blob& m) {
                    w.u16(static_cast<std::uint16_t>(Kind::blob));
+                   w.u64(m.token);
+                   w.u32(m.from);
+                   w.u64(m.sequence);
+                   w.bytes(m.data);
+                 },
+                 [&](const Part& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::part));
                    w.u64(m.token);
                    w.u32(m.from);
                    w.u64(m.sequence);
@@ -225,15 +243,12 @@ Message decode(std::span<const std::byte> bytes) {
       out = std::move(m);
       break;
     }
-    case Kind::blob: {
-      Blob m;
-      m.token = r.u64();
-      m.from = r.u32();
-      m.sequence = r.u64();
-      m.data = r.bytes(kMaxBlob, "blob");
-      out = std::move(m);
+    case Kind::blob:
+      out = read_carrier<Blob>(r, kMaxBlob, "blob");
       break;
-    }
+    case Kind::part:
+      out = read_carrier<Part>(r, kMaxPart, "part");
+      break;
     default:
       throw WireError("unknown message kind");
   }

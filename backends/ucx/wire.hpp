@@ -18,7 +18,8 @@
 namespace lockstep::detail::wire {
 
 inline constexpr std::uint32_t kMagic = 0x3153'4b4c;  // "LKS1"
-inline constexpr std::uint16_t kVersion = 1;
+// 2: a leader's part of a gather (Kind::part), 2026-12-05.
+inline constexpr std::uint16_t kVersion = 2;
 
 // Limits on what a message may carry (decoding refuses more).
 inline constexpr std::size_t kMaxText = 4096;         // identities, reasons, messages
@@ -26,6 +27,7 @@ inline constexpr std::size_t kMaxRanks = 1u << 20;    // processes of one node, 
 inline constexpr std::size_t kMaxAddress = 1u << 16;  // a UCX worker address
 inline constexpr std::size_t kMaxNodes = 1u << 16;
 inline constexpr std::size_t kMaxBlob = 4096;
+inline constexpr std::size_t kMaxPart = 65536;  // Bootstrap::kMaxPart
 
 enum class Kind : std::uint16_t {
   hello = 1,
@@ -33,7 +35,8 @@ enum class Kind : std::uint16_t {
   refuse = 3,
   arrive = 4,
   abort = 5,
-  blob = 6
+  blob = 6,
+  part = 7
 };
 
 // A leader asks node 0's leader to join (over the client-server connection).
@@ -91,7 +94,15 @@ struct Blob {
   std::vector<std::byte> data;
 };
 
-using Message = std::variant<Hello, Welcome, Refuse, Arrive, Abort, Blob>;
+// Leader `from`'s part of node 0's gather number `sequence` (to node 0 only).
+struct Part {
+  std::uint64_t token = 0;
+  std::uint32_t from = 0;
+  std::uint64_t sequence = 0;
+  std::vector<std::byte> data;
+};
+
+using Message = std::variant<Hello, Welcome, Refuse, Arrive, Abort, Blob, Part>;
 
 // What decode() throws for a message that is truncated, too long, over a limit, of another
 // protocol version or of no known kind. what() says which.

@@ -6,8 +6,9 @@
 
 The main process prepares the data first (main_process_first), each process takes its share
 (split_between_processes) and "trains" on it with a progress bar on each machine's main process,
-every process writes its results, and after wait_for_everyone the main process collects them and
-saves the model. (lockstep has no gather_object yet: the results meet in OUTDIR's files.)
+every process gathers every process's results (gather_object), and the main process saves the
+model after wait_for_everyone. With Accelerate the imports would read `from accelerate import
+Accelerator` and `from accelerate.utils import gather_object`.
 """
 import json
 import os
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from lockstep import Accelerator
+from lockstep import Accelerator, gather_object
 
 
 def progress(items, disable):
@@ -53,24 +54,16 @@ def main():
             time.sleep(0.05)  # a training step
             results.append(sample * sample)
 
-    mine_file = os.path.join(out, f"lockstep-train-{job}-{accelerator.process_index}.json")
-    with open(mine_file, "w", encoding="utf-8") as f:
-        json.dump(results, f)
-    accelerator.wait_for_everyone()  # every process's results are written
+    collected = gather_object(results)  # every process's results, in process order
 
     @accelerator.on_main_process
     def save():
-        collected = []
-        for rank in range(accelerator.num_processes):
-            path = os.path.join(out, f"lockstep-train-{job}-{rank}.json")
-            with open(path, encoding="utf-8") as f:
-                collected += json.load(f)
-            os.remove(path)
         os.remove(data_file)
         if collected != [x * x for x in dataset]:
             raise SystemExit(f"train: the processes' results do not add up: {collected}")
         accelerator.print(f"train: {len(collected)} samples on {accelerator.num_processes} "
                           "processes; the model is saved")
+    accelerator.wait_for_everyone()
     save()
     accelerator.wait_for_everyone()
 

@@ -32,7 +32,8 @@ import time
 from . import _library, _where
 
 __all__ = ["PartialState", "Accelerator", "Error", "ConfigError", "TimeoutError", "PeerLostError",
-           "SystemError", "split_range", "broadcast_object_list", "MAX_BROADCAST", "__version__"]
+           "SystemError", "split_range", "broadcast_object_list", "gather_object", "max_gather",
+           "MAX_BROADCAST", "__version__"]
 
 MAX_BROADCAST = 32768  # bytes of a pickled object that broadcast_object carries (the C API's)
 
@@ -175,6 +176,31 @@ def broadcast_object_list(object_list, from_process=0):
                          "lockstep broadcasts from the main process (0) only")
     object_list[:] = PartialState().broadcast_object(list(object_list))
     return object_list
+
+
+def gather_object(object):  # pylint: disable=redefined-builtin
+    """Accelerate's accelerate.utils.gather_object: every process's `object` (a list, as
+    Accelerate's evaluation loops give it), pickled, joined into one list in process order, on
+    every process; in a job of one process, `object` itself. A process's pickled object is at
+    most max_gather() bytes (8176 where 4 processes share a machine; more: lockstep.Error on every
+    process, naming the process and its size). Every process must call it, as
+    wait_for_everyone(), which it implies. Not interrupted by signal handlers: a Ctrl-C takes
+    effect when it returns."""
+    state = PartialState()
+    if not state.use_distributed:
+        return object
+    return [item for one in state._gather(object) for item in one]
+
+
+def max_gather(processes_on_machine=None):
+    """The most bytes of one process's pickled object that gather_object carries where
+    `processes_on_machine` processes share its machine (this job's: its local processes)."""
+    if processes_on_machine is None:
+        processes_on_machine = PartialState().num_local_processes
+    if not isinstance(processes_on_machine, int) or processes_on_machine < 1:
+        raise ValueError(f"lockstep.max_gather({processes_on_machine!r}): a number of processes, "
+                         "at least 1")
+    return _lib.lockstep_max_gather(processes_on_machine)
 
 
 def available_backends():
@@ -402,6 +428,32 @@ class PartialState:
             _lib.lockstep_free(out)
         return pickle.loads(received)
 
+    def _gather(self, obj):
+        """Every process's object, by process index, pickled on the way (gather_object)."""
+        data = pickle.dumps(obj)
+        out = ctypes.c_void_p()
+        sizes = (ctypes.c_size_t * self.num_processes)()
+        _check(_lib.lockstep_gather_object_at(PartialState._handle, data, len(data),
+                                              ctypes.byref(out), sizes, len(sizes), *_site()))
+        try:
+            received = ctypes.string_at(out, sum(sizes)) if out.value else b""
+        finally:
+            _lib.lockstep_free(out)
+        objects, at = [], 0
+        for size in sizes:
+            objects.append(pickle.loads(received[at:at + size]))
+            at += size
+        return objects
+
+    def _set_trigger(self):
+        _check(_lib.lockstep_set_trigger(PartialState._handle))
+
+    def _check_trigger(self):
+        triggered = ctypes.c_int()
+        _check(_lib.lockstep_check_trigger_at(PartialState._handle, ctypes.byref(triggered),
+                                              *_site()))
+        return bool(triggered.value)
+
     # Running a function on some processes only: each decorator (Accelerate's) returns a function
     # that runs the original where it applies and returns None elsewhere. As Accelerate's, it
     # runs everywhere in a job of one process (on_process(process_index=3) included).
@@ -544,6 +596,17 @@ class Accelerator:
                                  f"{local_process_idx!r} differ: give one")
             local_process_index = local_process_idx
         return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    def set_trigger(self):
+        """Accelerate's Accelerator.set_trigger: marks this process, so that the next
+        check_trigger() is true on every process (stop everyone when one says so)."""
+        self.state._set_trigger()  # pylint: disable=protected-access
+
+    def check_trigger(self):
+        """Accelerate's Accelerator.check_trigger: True on every process when any process set its
+        trigger since the last check (every trigger is then cleared), else False. Every process
+        must call it at the same point, as wait_for_everyone()."""
+        return self.state._check_trigger()  # pylint: disable=protected-access
 
     def __repr__(self):
         return f"lockstep.Accelerator({self.state!r})"

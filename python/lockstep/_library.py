@@ -54,6 +54,10 @@ def load():
     lib.lockstep_broadcast.restype = ctypes.c_int
     lib.lockstep_free.argtypes = [ctypes.c_void_p]
     lib.lockstep_free.restype = None
+    lib.lockstep_max_gather.argtypes = [ctypes.c_int]
+    lib.lockstep_max_gather.restype = ctypes.c_size_t
+    lib.lockstep_set_trigger.argtypes = [ctypes.c_void_p]
+    lib.lockstep_set_trigger.restype = ctypes.c_int
     for name in ("main_process_first_begin", "main_process_first_end",
                  "local_main_process_first_begin", "local_main_process_first_end"):
         function = getattr(lib, "lockstep_" + name)
@@ -70,6 +74,10 @@ def load():
                        ("wait_for_everyone_for_at", [ctypes.c_void_p, ctypes.c_int64]),
                        ("try_wait_for_everyone_at", [ctypes.c_void_p]),
                        ("broadcast_at", lib.lockstep_broadcast.argtypes),
+                       ("gather_object_at", [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.c_void_p),
+                                             ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]),
+                       ("check_trigger_at", [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]),
                        ("main_process_first_begin_at", [ctypes.c_void_p]),
                        ("main_process_first_end_at", [ctypes.c_void_p]),
                        ("local_main_process_first_begin_at", [ctypes.c_void_p]),

@@ -50,6 +50,35 @@ int main(void) {
     CHECK(lockstep_broadcast(state, NULL, 0, &got, &size) == LOCKSTEP_OK);
     CHECK(size == 0 && got == NULL);
   }
+  {
+    /* Everyone's results, everywhere: process r gives r + 1 bytes of 'a' + r. */
+    char mine[64];
+    size_t sizes[64];
+    char* all = NULL;
+    size_t at = 0;
+    int i = 0;
+    int triggered = -1;
+    CHECK(n <= 64);
+    memset(mine, 'a' + rank, sizeof mine);
+    CHECK(lockstep_gather_object(state, mine, (size_t)rank + 1, (void**)&all, sizes, 1) ==
+          LOCKSTEP_INVALID_ARGUMENT);
+    CHECK(strstr(lockstep_last_error(), "room for 1 sizes") != NULL);
+    CHECK(lockstep_gather_object(state, mine, (size_t)rank + 1, (void**)&all, sizes, 64) ==
+          LOCKSTEP_OK);
+    for (i = 0; i < n; ++i) {
+      CHECK(sizes[i] == (size_t)i + 1);
+      CHECK(all != NULL && all[at] == 'a' + i && all[at + sizes[i] - 1] == 'a' + i);
+      at += sizes[i];
+    }
+    lockstep_free(all);
+    CHECK(lockstep_max_gather(0) == 0 && lockstep_max_gather(4) == 8176);
+    /* Stop everyone when one says so. */
+    if (rank == n - 1) {
+      CHECK(lockstep_set_trigger(state) == LOCKSTEP_OK);
+    }
+    CHECK(lockstep_check_trigger(state, &triggered) == LOCKSTEP_OK && triggered == 1);
+    CHECK(lockstep_check_trigger(state, &triggered) == LOCKSTEP_OK && triggered == 0);
+  }
   CHECK(strlen(lockstep_version()) > 0);
 
   /* What the job is: the launcher, the policy, the backends. */

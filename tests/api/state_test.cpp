@@ -263,6 +263,81 @@ TEST_P(StateTest, BroadcastGivesEveryProcessTheMainProcesssBytes) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Issue 46: everyone's results, everywhere. Many rounds, each process's bytes different in size
+// (empty ones too, up to its most) and content, a late process in each round; a process that
+// read a region before its owner wrote it, or after the next round's write, gets wrong bytes.
+TEST_P(StateTest, GatherGivesEveryProcessEveryProcesssBytes) {
+  const int n = GetParam();
+  auto ends = run_ranks(job(), [n](int rank) {
+    lockstep::State state;
+    const std::size_t most = lockstep::State::max_gather(n);
+    const auto bytes_of = [most](int of, int round) {
+      const std::size_t size =
+          (of + round) % 4 == 0 ? 0
+                                : (static_cast<std::size_t>(round * 131 + of * 977)) % (most + 1);
+      std::string text(size, '\0');
+      for (std::size_t i = 0; i < size; ++i) {
+        text[i] = static_cast<char>('a' + (i + static_cast<std::size_t>(round + of)) % 26);
+      }
+      return text;
+    };
+    for (int round = 0; round < 60; ++round) {
+      if (rank == round % n) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(round % 4));  // the late one
+      }
+      const std::vector<std::string> all = state.gather_object(bytes_of(rank, round));
+      RANK_CHECK(all.size() == static_cast<std::size_t>(n));
+      for (int of = 0; of < n && of < static_cast<int>(all.size()); ++of) {
+        RANK_CHECK(all[static_cast<std::size_t>(of)] == bytes_of(of, round));
+      }
+    }
+    // Every process at its most, then the last one byte over: Error on every process, naming
+    // the process and its size; the job goes on.
+    const std::vector<std::string> full = state.gather_object(std::string(most, 'z'));
+    RANK_CHECK(full ==
+               std::vector<std::string>(static_cast<std::size_t>(n), std::string(most, 'z')));
+    try {
+      (void)state.gather_object(std::string(rank == n - 1 ? most + 1 : 1, 'y'));
+      RANK_CHECK(false);
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(std::string(error.what())
+                     .find("process " + std::to_string(n - 1) + " gave " +
+                           std::to_string(most + 1) + " bytes; a gather carries at most " +
+                           std::to_string(most) + " bytes per process") != std::string::npos);
+    }
+    const std::vector<std::string> after = state.gather_object(std::to_string(rank));
+    for (int of = 0; of < n && of < static_cast<int>(after.size()); ++of) {
+      RANK_CHECK(after[static_cast<std::size_t>(of)] == std::to_string(of));
+    }
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// Accelerate's set_trigger / check_trigger: one process's mark makes every process's check true,
+// once; a check with no mark is false everywhere; a mark set by another thread counts.
+TEST_P(StateTest, ATriggerSetAnywhereIsSeenEverywhereOnce) {
+  const int n = GetParam();
+  auto ends = run_ranks(job(), [n](int rank) {
+    lockstep::State state;
+    RANK_CHECK(!state.check_trigger());
+    for (int round = 0; round < 20; ++round) {
+      const int setter = (round * 7) % n;
+      if (rank == setter) {
+        if (round % 2 == 0) {
+          state.set_trigger();
+        } else {
+          std::thread([&state] { state.set_trigger(); }).join();
+        }
+      }
+      RANK_CHECK(state.check_trigger());
+      RANK_CHECK(!state.check_trigger());
+    }
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Processes, StateTest, ::testing::Values(1, 2, 4, 8),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 

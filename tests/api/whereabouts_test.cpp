@@ -200,6 +200,34 @@ TEST(Whereabouts, AWaitThatMeetsAnotherCallIsAnErrorEverywhere) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Issue 46: a gather that meets a plain wait (a branch the main process took) is an error on the
+// gathering processes at once, naming both calls, and the waiter never passes its next wait.
+TEST(Whereabouts, AGatherThatMeetsAWaitIsAnErrorEverywhere) {
+  int* lines = shared_array<int>(2);
+  auto ends = run_ranks(Job::of(3), [lines](int rank) {
+    lockstep::State state;
+    try {
+      if (rank == 0) {
+        lines[0] = __LINE__ + 1;
+        state.wait_for_everyone();
+        state.wait_for_everyone();
+      } else {
+        lines[1] = __LINE__ + 1;
+        (void)state.gather_object(std::string("results"));
+      }
+      RANK_CHECK(false);  // nobody passes
+    } catch (const lockstep::Error& error) {
+      const std::string text = error.what();
+      RANK_CHECK(rank == 0 || contains(text,
+                                       "episode 0 met from different calls: process 0 in "
+                                       "wait_for_everyone at " +
+                                           at(lines[0]) + ", processes 1, 2 in gather_object at " +
+                                           at(lines[1]) + " ("));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 // LOCKSTEP_CHECK=strict: waits at two places of one call are an error too, on every process.
 TEST(Whereabouts, StrictChecksThePlaceOnEveryProcess) {
   Job job = Job::of(2);

@@ -294,6 +294,12 @@ class ScriptedBackend final : public lockstep::detail::Backend {
     chunks_.pop_front();
     return chunk;
   }
+  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
+                                             std::optional<Clock::time_point> /*deadline*/,
+                                             const char* /*what*/) override {
+    sent.emplace_back(part.begin(), part.end());
+    return {};
+  }
   void abort(const Failure& /*failure*/) noexcept override {}
 
   int barriers = 0;

@@ -509,6 +509,16 @@ TEST_P(MultiNode, BroadcastCarriesTheMainProcesssBytesToEveryNode) {
   }
 }
 
+TEST_P(MultiNode, GatherCarriesEveryProcesssBytesToEveryNode) {
+  // Issue 46: gather_object and the trigger across machines (node 0 gathers the leaders' parts).
+  run_job(3, 2, {"gather", shared_.string(), "40"});
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 6U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "done") << "rank " << rank << "\n" << all_output();
+  }
+}
+
 TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
   // Issue 23: a leader waiting for the other machines was silent (the node barrier said its
   // line, the backend's wait none).

@@ -146,6 +146,63 @@ int broadcast_rounds(lockstep::State& state, int rounds) {
   return 0;
 }
 
+// Issue 46: everyone's results across machines: `rounds` gathers of different sizes (within a
+// process's most on its machine), a late node now and then; every process checks every
+// process's bytes. Then one over its most and the whole job over the area in all: an Error on
+// every process naming why; then a trigger set on the last node.
+int gather_rounds(lockstep::State& state, int rounds) {
+  const int n = state.num_processes();
+  const std::size_t most = lockstep::State::max_gather(state.num_local_processes());
+  const std::size_t share =
+      std::min(most, (lockstep::State::kMaxBroadcast - 24) / static_cast<std::size_t>(n) - 16);
+  const auto bytes_of = [share](int of, int round) {
+    const std::size_t size =
+        (of + round) % 5 == 0 ? 0 : static_cast<std::size_t>(round * 389 + of * 97) % (share + 1);
+    return std::string(size, static_cast<char>('a' + (of + round) % 26));
+  };
+  for (int round = 0; round < rounds; ++round) {
+    if (state.node_index() == round % state.num_nodes() && round % 3 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const auto all = state.gather_object(bytes_of(state.process_index(), round));
+    for (int of = 0; of < n; ++of) {
+      if (all.size() != static_cast<std::size_t>(n) ||
+          all[static_cast<std::size_t>(of)] != bytes_of(of, round)) {
+        std::cout << "RESULT wrong bytes of process " << of << " in round " << round << std::endl;
+        return 1;
+      }
+    }
+  }
+  const auto refused = [&](std::size_t size, const std::string& want) {
+    try {
+      (void)state.gather_object(std::string(size, 'y'));
+      std::cout << "RESULT a gather of " << size << " bytes passed" << std::endl;
+      return false;
+    } catch (const lockstep::Error& error) {
+      if (std::string(error.what()).find(want) == std::string::npos) {
+        std::cout << "RESULT refused with " << error.what() << std::endl;
+        return false;
+      }
+    }
+    return true;
+  };
+  const bool last = state.process_index() == n - 1;
+  if (!refused(last ? most + 1 : 1, "process " + std::to_string(n - 1) + " gave " +
+                                        std::to_string(most + 1) + " bytes") ||
+      !refused(most, "bytes in all")) {
+    return 1;
+  }
+  if (state.node_index() == state.num_nodes() - 1 && state.is_local_main_process()) {
+    state.set_trigger();
+  }
+  if (!state.check_trigger() || state.check_trigger()) {
+    std::cout << "RESULT the trigger was not seen once everywhere" << std::endl;
+    return 1;
+  }
+  std::cout << "RESULT " << state.gather_object(std::string("done"))[0] << std::endl;
+  return 0;
+}
+
 std::int64_t now_ns() {
   return std::chrono::steady_clock::now().time_since_epoch().count();
 }
@@ -333,6 +390,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "broadcast") {
       return broadcast_rounds(state, arg);
+    }
+    if (scenario == "gather") {
+      return gather_rounds(state, arg);
     }
     if (scenario == "streams") {
       return stream_rounds(state, shared, arg);

@@ -43,25 +43,27 @@ constexpr std::uint64_t kToken = 0x0123'4567'89ab'cdefULL;
 
 struct Golden {
   Message message;
-  const char* bytes;  // "LKS1", version 1, kind, then the fields, little-endian
+  const char* bytes;  // "LKS1", version 2, kind, then the fields, little-endian
 };
 
 // NOLINTNEXTLINE(cert-err58-cpp): a test's fixed data
 const Golden kGolden[] = {
     {Hello{"job=a@h:1", 2, 4, 1, {2, 3}, bytes("addr")},
-     "4c4b533101000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
+     "4c4b533102000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
      "00000061646472"},
     {Welcome{kToken, {{0, {0, 1}, bytes("A")}, {1, {2, 3}, bytes("B")}}},
-     "4c4b533101000200efcdab89674523010200000000000000020000000000000001000000010000004101000000020"
+     "4c4b533102000200efcdab89674523010200000000000000020000000000000001000000010000004101000000020"
      "0000002000000030000000100000042"},
-    {Refuse{"no"}, "4c4b533101000300020000006e6f"},
+    {Refuse{"no"}, "4c4b533102000300020000006e6f"},
     {Arrive{kToken, 1, 42, 3, {0x5}},
-     "4c4b533101000400efcdab8967452301010000002a0000000000000003000000010000000500000000000000"},
+     "4c4b533102000400efcdab8967452301010000002a0000000000000003000000010000000500000000000000"},
     {Abort{kToken, 1, 2, -1, {2, 3}, "gone"},
-     "4c4b533101000500efcdab89674523010100000002000000ffffffff020000000200000003000000040000006"
+     "4c4b533102000500efcdab89674523010100000002000000ffffffff020000000200000003000000040000006"
      "76f6e65"},
     {Blob{kToken, 0, 7, bytes("id")},
-     "4c4b533101000600efcdab8967452301000000000700000000000000020000006964"},
+     "4c4b533102000600efcdab8967452301000000000700000000000000020000006964"},
+    {Part{kToken, 2, 7, bytes("id")},
+     "4c4b533102000700efcdab8967452301020000000700000000000000020000006964"},
 };
 
 TEST(Wire, EachKindEncodesToItsPinnedBytes) {
@@ -90,14 +92,14 @@ TEST(Wire, TruncatedForeignAndOverLimitMessagesAreRefused) {
   trailing.push_back(std::byte{0});
   EXPECT_THROW((void)decode(trailing), WireError);
   auto other_version = hello;
-  other_version[4] = std::byte{2};
+  other_version[4] = std::byte{1};  // 0.3's first protocol: it had no gather
   EXPECT_THROW((void)decode(other_version), WireError);
   auto unknown_kind = hello;
-  unknown_kind[6] = std::byte{9};
+  unknown_kind[6] = std::byte{8};
   EXPECT_THROW((void)decode(unknown_kind), WireError);
   // An identity length of 2^32 - 1: over the limit, never allocated.
   auto huge = unhex(
-      "4c4b53310100010"
+      "4c4b53310200010"
       "0ffffffff");
   EXPECT_THROW((void)decode(huge), WireError);
 }

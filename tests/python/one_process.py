@@ -43,6 +43,12 @@ def main():
            state.on_local_process(local_process_index=1)(lambda: "ran")(), "ran")
     with state.split_between_processes({"a": [1, 2], "name": "run"}) as mine:
         expect("the one process's share", mine, {"a": [1, 2], "name": "run"})
+    # Not distributed, Accelerate's gather_object returns the object itself; the trigger works.
+    expect("gather_object", lockstep.gather_object({"a": 1}), {"a": 1})
+    accelerator = lockstep.Accelerator()
+    accelerator.set_trigger()
+    expect("check_trigger, set", accelerator.check_trigger(), True)
+    expect("check_trigger, after", accelerator.check_trigger(), False)
     # destroy_process_group also destroys torch.distributed's default group, as Accelerate's.
     calls = fake_torch()
     state.destroy_process_group()

@@ -61,6 +61,26 @@ def main():
         expect("the refusal of a large broadcast", "a broadcast carries at most 32768" in
                str(error), True)
     expect("a broadcast after the refusal", state.broadcast_object(state.process_index), 0)
+    # Everyone's results, everywhere (issue 46): Accelerate's gather_object joins the processes'
+    # lists in process order; an object over its most is refused on every process, by name.
+    mine = [{"process": state.process_index, "loss": 0.5 * state.process_index}]
+    expect("gather_object", lockstep.gather_object(mine),
+           [{"process": 0, "loss": 0.0}, {"process": 1, "loss": 0.5}])
+    expect("gather_object of nothing", lockstep.gather_object([]), [])
+    expect("max_gather", lockstep.max_gather(), 16368)
+    try:
+        lockstep.gather_object([b"y" * (20000 if state.process_index == 1 else 1)])
+        sys.exit("partial_state: a gather of 20000 bytes was accepted")
+    except lockstep.Error as error:
+        expect("the refusal of a large gather", "process 1 gave" in str(error) and
+               "at most 16368 bytes per process" in str(error), True)
+    expect("a gather after the refusal", lockstep.gather_object([state.process_index]), [0, 1])
+    accelerator = lockstep.Accelerator(cpu=True)
+    expect("check_trigger, none set", accelerator.check_trigger(), False)
+    if state.process_index == 1:
+        accelerator.set_trigger()
+    expect("check_trigger, set on process 1", accelerator.check_trigger(), True)
+    expect("check_trigger, after", accelerator.check_trigger(), False)
     if state.process_index == 1:
         state.destroy_process_group()
         expect("initialized after leaving", state.initialized, False)

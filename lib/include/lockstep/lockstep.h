@@ -83,8 +83,27 @@ LOCKSTEP_C_API lockstep_status lockstep_try_wait_for_everyone(lockstep_state* st
  * process, naming the size. */
 LOCKSTEP_C_API lockstep_status lockstep_broadcast(lockstep_state* state, const void* data,
                                                   size_t size, void** out, size_t* out_size);
-/* Frees what lockstep_broadcast returned (null: nothing). */
+/* Frees what lockstep_broadcast or lockstep_gather_object returned (null: nothing). */
 LOCKSTEP_C_API void lockstep_free(void* buffer);
+/* Everyone's results, everywhere (State::gather_object): each process passes `data` (`size`
+ * bytes, at most lockstep_max_gather(processes on its machine)); every process receives every
+ * process's bytes one after another, by process index, in `*out` (allocated by lockstep, freed
+ * with lockstep_free; null when there are none), and each one's size in `out_sizes` (an array of
+ * `out_sizes_count` entries, at least lockstep_num_processes, or LOCKSTEP_INVALID_ARGUMENT before
+ * anything is done). Every process must call it, as lockstep_wait_for_everyone, which it
+ * implies. Over the limit: LOCKSTEP_ERROR on every process, naming the process and its size. */
+LOCKSTEP_C_API lockstep_status lockstep_gather_object(lockstep_state* state, const void* data,
+                                                      size_t size, void** out, size_t* out_sizes,
+                                                      size_t out_sizes_count);
+/* The most bytes one process passes to lockstep_gather_object where `processes_on_machine`
+ * processes share its machine (0 when that is below 1). */
+LOCKSTEP_C_API size_t lockstep_max_gather(int processes_on_machine);
+/* Stop everyone when one says so (State::set_trigger, State::check_trigger): set marks this
+ * process; check, which every process calls at the same point, sets `*out_triggered` to 1 on
+ * every process when any process set its mark since its last check (and clears every mark),
+ * else 0. */
+LOCKSTEP_C_API lockstep_status lockstep_set_trigger(lockstep_state* state);
+LOCKSTEP_C_API lockstep_status lockstep_check_trigger(lockstep_state* state, int* out_triggered);
 
 /* Stream-ordered (see State::wait_for_everyone(cudaStream_t)): `cuda_stream` is a cudaStream_t
  * (null: the legacy default stream). LOCKSTEP_CONFIG_ERROR when lockstep was built without CUDA. */
@@ -168,6 +187,13 @@ LOCKSTEP_C_API lockstep_status lockstep_broadcast_at(lockstep_state* state, cons
                                                      size_t size, void** out, size_t* out_size,
                                                      const char* file, int line,
                                                      const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* data,
+                                                         size_t size, void** out, size_t* out_sizes,
+                                                         size_t out_sizes_count, const char* file,
+                                                         int line, const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_check_trigger_at(lockstep_state* state, int* out_triggered,
+                                                         const char* file, int line,
+                                                         const char* function);
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream_at(lockstep_state* state,
                                                                        void* cuda_stream,
                                                                        const char* file, int line,
@@ -213,6 +239,11 @@ LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_end_at(lockstep
   lockstep_try_wait_for_everyone_at((state), LOCKSTEP_HERE)
 #define lockstep_broadcast(state, data, size, out, out_size) \
   lockstep_broadcast_at((state), (data), (size), (out), (out_size), LOCKSTEP_HERE)
+#define lockstep_gather_object(state, data, size, out, out_sizes, out_sizes_count)          \
+  lockstep_gather_object_at((state), (data), (size), (out), (out_sizes), (out_sizes_count), \
+                            LOCKSTEP_HERE)
+#define lockstep_check_trigger(state, out_triggered) \
+  lockstep_check_trigger_at((state), (out_triggered), LOCKSTEP_HERE)
 #define lockstep_wait_for_everyone_on_stream(state, cuda_stream) \
   lockstep_wait_for_everyone_on_stream_at((state), (cuda_stream), LOCKSTEP_HERE)
 #define lockstep_wait_for_everyone_on_stream_for(state, cuda_stream, timeout_ms) \

@@ -251,6 +251,25 @@ class LOCKSTEP_API State {
   std::vector<std::byte> broadcast(std::span<const std::byte> data,
                                    SourceLocation where = SourceLocation::current());
   std::string broadcast(std::string_view text, SourceLocation where = SourceLocation::current());
+  // Everyone's results, everywhere (Accelerate's gather_object, for bytes): returns, on every
+  // process, every process's `data`, by process index. For per-process results, metrics, file
+  // names: each process's at most max_gather(processes on its machine) bytes (8176 where 4
+  // processes share a machine), and across machines the job's together, 16 bytes more each, at
+  // most kMaxBroadcast (more: Error on every process, naming the process and its size). Every
+  // process must call it, as wait_for_everyone(), which it implies: two episodes of the barrier
+  // (three across machines), whatever the outcome. Not interrupted by lockstep_set_interrupt_fd's
+  // descriptor.
+  std::vector<std::vector<std::byte>> gather_object(
+      std::span<const std::byte> data, SourceLocation where = SourceLocation::current());
+  std::vector<std::string> gather_object(std::string_view text,
+                                         SourceLocation where = SourceLocation::current());
+  [[nodiscard]] static std::size_t max_gather(int processes_on_machine);
+  // Stop everyone when one says so (Accelerate's set_trigger and check_trigger): set_trigger()
+  // marks this process (any thread, any time); check_trigger(), which every process must call
+  // at the same point, returns true on every process when any process set its mark since its
+  // last check, and then clears every mark. A gather of one byte each (see gather_object).
+  void set_trigger() noexcept;
+  bool check_trigger(SourceLocation where = SourceLocation::current());
   // Stream-ordered: work enqueued on `stream` after this call, in any process, starts only after
   // the work every process enqueued on its own stream before its call has finished. The calling
   // thread does not wait for the GPU (in events mode across nodes each process first waits for
@@ -369,6 +388,9 @@ class LOCKSTEP_API State {
   bool try_wait_at(const detail::CallSite& site);
   std::vector<std::byte> broadcast_at(std::span<const std::byte> data,
                                       const detail::CallSite& site);
+  std::vector<std::vector<std::byte>> gather_at(std::span<const std::byte> data,
+                                                const detail::CallSite& site);
+  bool check_trigger_at(const detail::CallSite& site);
   void wait_stream_at(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
                       const detail::CallSite& site);
   FirstGuard first_at(bool local, const detail::CallSite& site);

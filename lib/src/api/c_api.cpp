@@ -30,6 +30,13 @@ class CApi {
                                           const CallSite& site) {
     return state.broadcast_at(data, site);
   }
+  static std::vector<std::vector<std::byte>> gather(State& state, std::span<const std::byte> data,
+                                                    const CallSite& site) {
+    return state.gather_at(data, site);
+  }
+  static bool check_trigger(State& state, const CallSite& site) {
+    return state.check_trigger_at(site);
+  }
   static void wait_stream(State& state, void* stream,
                           std::optional<std::chrono::milliseconds> timeout, const CallSite& site) {
     state.wait_stream_at(static_cast<CUstream_st*>(stream), timeout, site);
@@ -254,6 +261,82 @@ lockstep_status lockstep_broadcast_at(lockstep_state* state, const void* data, s
 
 void lockstep_free(void* buffer) {
   std::free(buffer);  // NOLINT(cppcoreguidelines-no-malloc): lockstep_broadcast's malloc
+}
+
+lockstep_status lockstep_gather_object(lockstep_state* state, const void* data, size_t size,
+                                       void** out, size_t* out_sizes, size_t out_sizes_count) {
+  return lockstep_gather_object_at(state, data, size, out, out_sizes, out_sizes_count, nullptr, 0,
+                                   nullptr);
+}
+
+lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* data, size_t size,
+                                          void** out, size_t* out_sizes, size_t out_sizes_count,
+                                          const char* file, int line, const char* function) {
+  if (state == nullptr || out == nullptr || out_sizes == nullptr ||
+      (data == nullptr && size != 0)) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_gather_object: state, out and out_sizes must not be null, nor data when "
+                "size is not 0");
+  }
+  const auto processes = static_cast<std::size_t>(state->state.num_processes());
+  if (out_sizes_count < processes) {
+    const std::string message = "lockstep_gather_object: out_sizes has room for " +
+                                std::to_string(out_sizes_count) + " sizes; the job has " +
+                                std::to_string(processes) + " processes";
+    return fail(LOCKSTEP_INVALID_ARGUMENT, message.c_str());
+  }
+  *out = nullptr;
+  return guarded([&] {
+    const auto all =
+        CApi::gather(state->state, std::span(static_cast<const std::byte*>(data), size),
+                     site_of(file, line, function));
+    std::size_t total = 0;
+    for (const auto& one : all) {
+      total += one.size();
+    }
+    // NOLINTNEXTLINE(cppcoreguidelines-no-malloc): C frees it
+    auto* copy = static_cast<std::byte*>(total == 0 ? nullptr : std::malloc(total));
+    if (total != 0 && copy == nullptr) {
+      throw std::bad_alloc();
+    }
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!all[i].empty()) {
+        std::memcpy(copy + at, all[i].data(), all[i].size());
+      }
+      at += all[i].size();
+      out_sizes[i] = all[i].size();
+    }
+    *out = copy;
+  });
+}
+
+size_t lockstep_max_gather(int processes_on_machine) {
+  return processes_on_machine < 1 ? 0 : lockstep::State::max_gather(processes_on_machine);
+}
+
+lockstep_status lockstep_set_trigger(lockstep_state* state) {
+  if (state == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_set_trigger: state must not be null");
+  }
+  state->state.set_trigger();
+  return LOCKSTEP_OK;
+}
+
+lockstep_status lockstep_check_trigger(lockstep_state* state, int* out_triggered) {
+  return lockstep_check_trigger_at(state, out_triggered, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_check_trigger_at(lockstep_state* state, int* out_triggered,
+                                          const char* file, int line, const char* function) {
+  if (state == nullptr || out_triggered == nullptr) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_check_trigger: state and out_triggered must not be null");
+  }
+  *out_triggered = 0;
+  return guarded([&] {
+    *out_triggered = CApi::check_trigger(state->state, site_of(file, line, function)) ? 1 : 0;
+  });
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {

@@ -118,6 +118,46 @@ std::string State::broadcast(std::string_view text, SourceLocation where) {
   return out;
 }
 
+std::vector<std::vector<std::byte>> State::gather_object(std::span<const std::byte> data,
+                                                         SourceLocation where) {
+  return gather_at(data, site_of(where));
+}
+
+std::vector<std::vector<std::byte>> State::gather_at(std::span<const std::byte> data,
+                                                     const detail::CallSite& site) {
+  return context_->gather(data, "gather_object", site);
+}
+
+std::vector<std::string> State::gather_object(std::string_view text, SourceLocation where) {
+  const auto all = gather_at(std::as_bytes(std::span(text.data(), text.size())), site_of(where));
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (const auto& bytes : all) {
+    out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  return out;
+}
+
+std::size_t State::max_gather(int processes_on_machine) {
+  if (processes_on_machine < 1) {
+    throw ConfigError("lockstep: max_gather: processes_on_machine must be at least 1, not " +
+                      std::to_string(processes_on_machine));
+  }
+  return detail::Context::gather_most(processes_on_machine);
+}
+
+void State::set_trigger() noexcept {
+  context_->set_trigger();
+}
+
+bool State::check_trigger(SourceLocation where) {
+  return check_trigger_at(site_of(where));
+}
+
+bool State::check_trigger_at(const detail::CallSite& site) {
+  return context_->check_trigger("check_trigger", site);
+}
+
 void State::wait_for_everyone(CUstream_st* stream, SourceLocation where) {
   wait_stream_at(stream, std::nullopt, site_of(where));
 }

@@ -29,6 +29,8 @@ const char* call_kind_name(CallKind kind) noexcept {
       return "wait_for_everyone(stream)";
     case CallKind::join:
       return "joining the job";
+    case CallKind::gather:
+      return "gather_object";
   }
   return "a lockstep call";
 }

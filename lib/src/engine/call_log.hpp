@@ -22,6 +22,7 @@ enum class CallKind : std::uint8_t {
   broadcast = 6,
   stream = 7,  // wait_for_everyone(stream)
   join = 8,    // joining the job (State's constructor)
+  gather = 9,  // gather_object
 };
 // How a call ended (CallEntry::ended tells whether it has).
 // `tried`: a try (try_wait_for_everyone) that found the others not all there and withdrew.

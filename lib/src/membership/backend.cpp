@@ -39,6 +39,32 @@ std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
   }
+  return share_locked(data, from_node0, deadline, what);
+}
+
+std::vector<std::vector<std::byte>> Leaders::gather(std::span<const std::byte> part,
+                                                    std::optional<Clock::time_point> deadline,
+                                                    const char* what) {
+  std::lock_guard lock(mutex_);
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  try {
+    if (part.size() > Bootstrap::kMaxPart) {
+      throw Error(std::string(what) + ": a machine's part of a gather is at most " +
+                  std::to_string(Bootstrap::kMaxPart) + " bytes, not " +
+                  std::to_string(part.size()));
+    }
+    return backend_->gather(part, deadline, what);
+  } catch (const std::exception& error) {
+    broken_ = failure_of(error, what);
+    throw;
+  }
+}
+
+std::vector<std::byte> Leaders::share_locked(std::span<const std::byte> data, bool from_node0,
+                                             std::optional<Clock::time_point> deadline,
+                                             const char* what) {
   constexpr std::size_t kChunk = Bootstrap::kMaxBlob;
   constexpr std::size_t kLength = 8;
   try {

@@ -62,6 +62,12 @@ class Backend {
   virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                            std::optional<Clock::time_point> deadline,
                                            const char* what) = 0;
+  // Every leader passes its `part` (at most Bootstrap::kMaxPart bytes); node 0's leader waits
+  // for them all and returns them by node index, the others return at once with nothing
+  // (Leaders::gather).
+  virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
+                                                     std::optional<Clock::time_point> deadline,
+                                                     const char* what) = 0;
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws.
   virtual void abort(const Failure& failure) noexcept = 0;
@@ -89,6 +95,7 @@ class Bootstrap {
   Bootstrap& operator=(const Bootstrap&) = delete;
 
   static constexpr std::size_t kMaxBlob = 4096;
+  static constexpr std::size_t kMaxPart = 65536;  // a leader's part of a gather
   // How many broadcasts a leader keeps that it has not yet asked for: node 0 must not get further
   // ahead of the others (a later one breaks the job on that leader: its next call throws, naming
   // both numbers).
@@ -100,6 +107,10 @@ class Bootstrap {
   virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                            std::optional<Clock::time_point> deadline,
                                            const char* what) = 0;
+  // As Backend::gather.
+  virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
+                                                     std::optional<Clock::time_point> deadline,
+                                                     const char* what) = 0;
   // Makes progress on the transport; throws as Backend::barrier would if a leader is gone or
   // aborted.
   virtual void poll(const char* what) = 0;
@@ -141,6 +152,11 @@ class Leaders {
   static constexpr std::size_t kMaxShare = std::size_t{48} * 1024;
   std::vector<std::byte> share(std::span<const std::byte> data, bool from_node0,
                                std::optional<Clock::time_point> deadline, const char* what);
+  // Backend::gather: every leader passes `part` (at most Bootstrap::kMaxPart bytes); node 0's
+  // leader gets them all, by node index (what it makes of them it passes on with share()).
+  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
+                                             std::optional<Clock::time_point> deadline,
+                                             const char* what);
   // Best effort, never throws; broken afterwards. If another thread's barrier holds the backend,
   // that barrier is cancelled (it ends within a sleep slice) and the failure is sent after it.
   void abort(const Failure& failure) noexcept;
@@ -152,6 +168,8 @@ class Leaders {
 
  private:
   void abort_locked(const Failure& failure) noexcept;
+  std::vector<std::byte> share_locked(std::span<const std::byte> data, bool from_node0,
+                                      std::optional<Clock::time_point> deadline, const char* what);
 
   std::unique_ptr<Backend> backend_;
   std::mutex mutex_;  // held by each call (the backend is used by one thread at a time)

@@ -15,6 +15,7 @@
 #include "base/log.hpp"
 #include "base/proc.hpp"
 #include "lockstep/error.hpp"
+#include "membership/busy_guard.hpp"
 
 #ifndef LOCKSTEP_DEFAULT_WAIT_POLICY
 #define LOCKSTEP_DEFAULT_WAIT_POLICY adaptive
@@ -75,25 +76,6 @@ std::optional<std::chrono::milliseconds> bounded(std::optional<std::chrono::mill
   }
   return timeout;
 }
-
-class BusyGuard {
- public:
-  BusyGuard(std::atomic<bool>& busy, const char* what) : busy_(busy) {
-    // seq_cst: with Context::leave, a Dekker pair (this sets busy, then reads left; leave sets
-    // left, then reads busy): at least one of them sees the other.
-    if (busy_.exchange(true, std::memory_order_seq_cst)) {
-      throw Error(std::string(what) +
-                  ": called from a second thread while another thread of this process waits in "
-                  "a lockstep barrier");
-    }
-  }
-  ~BusyGuard() { busy_.store(false, std::memory_order_release); }
-  BusyGuard(const BusyGuard&) = delete;
-  BusyGuard& operator=(const BusyGuard&) = delete;
-
- private:
-  std::atomic<bool>& busy_;
-};
 
 }  // namespace
 
@@ -389,116 +371,6 @@ void Context::arrival_failed(const char* what) {
     }
   }
   throw;
-}
-
-namespace {
-
-// A broadcast as it travels between machines: the status (4 bytes), the size (8), the data.
-constexpr std::size_t kBroadcastHead = 12;
-
-std::vector<std::byte> encode_broadcast(const BroadcastArea& area) {
-  const std::size_t n = area.status == 0 ? area.size : 0;
-  std::vector<std::byte> out(kBroadcastHead + n);
-  put_le(out.data(), area.status, 4);
-  put_le(out.data() + 4, area.size, 8);
-  std::memcpy(out.data() + kBroadcastHead, area.data, n);
-  return out;
-}
-
-void decode_broadcast(const std::vector<std::byte>& in, BroadcastArea& area, const char* what) {
-  const auto refuse = [&] {
-    throw Error(std::string(what) + ": node 0's broadcast is not lockstep's (" +
-                std::to_string(in.size()) + " bytes)");
-  };
-  if (in.size() < kBroadcastHead) {
-    refuse();
-  }
-  const auto status = static_cast<std::uint32_t>(get_le(in.data(), 4));
-  const std::uint64_t size = get_le(in.data() + 4, 8);
-  const std::size_t n = in.size() - kBroadcastHead;
-  if (status > 2 || (status == 0 && (size != n || n > kMaxBroadcast))) {
-    refuse();
-  }
-  area.status = status;
-  area.size = size;
-  std::memcpy(area.data, in.data() + kBroadcastHead, status == 0 ? n : 0);
-}
-
-}  // namespace
-
-std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what,
-                                          const CallSite& site) {
-  check_usable(what);
-  if (!barrier_) {  // a job of one
-    if (data.size() > kMaxBroadcast) {
-      throw_too_large(data.size(), what);
-    }
-    return {data.begin(), data.end()};
-  }
-  BusyGuard busy(busy_, what);
-  if (left_.load(std::memory_order_seq_cst)) {
-    throw_left(what);
-  }
-  // The writer of this node's area: the main process on a machine of its own; across machines
-  // node 0's leader, which must be the main process (every launcher places it so), and every
-  // other leader with what node 0's sent. Written before the first episode, read after it; the
-  // second episode frees the area for the next broadcast.
-  // Not interruptible (lockstep_set_interrupt_fd): an interrupted broadcast could be neither
-  // taken back nor retried (its two episodes and the backend's chunks are under way). One
-  // thread waits at a time (BusyGuard), so the process-wide setting is this call's meanwhile.
-  struct NoInterrupts {
-    int saved = set_interrupt_fd(-1);
-    NoInterrupts() = default;
-    NoInterrupts(const NoInterrupts&) = delete;
-    NoInterrupts& operator=(const NoInterrupts&) = delete;
-    ~NoInterrupts() { (void)set_interrupt_fd(saved); }
-  } no_interrupts;
-  settle_streams(std::nullopt, what);
-  const std::uint32_t call = barrier_->recorder().word(CallKind::broadcast, site);
-  BroadcastArea& area = segment_->broadcast_area();
-  const bool main_leads_node0 = config_.node_index == 0 && local_index_ == 0;
-  if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {
-    area.size = data.size();
-    area.status = data.size() > kMaxBroadcast ? 1 : 0;
-    if (area.status == 0 && !data.empty()) {  // an empty span's data() may be null
-      std::memcpy(area.data, data.data(), data.size());
-    }
-  }
-  if (backend_) {
-    if (config_.node_index == 0) {
-      if (config_.rank != 0) {
-        area.status = 2;  // the main process is not here: say so everywhere
-        area.size = 0;
-      }
-      (void)backend_->share(encode_broadcast(area), true, std::nullopt, what);
-    } else {
-      decode_broadcast(backend_->share({}, false, std::nullopt, what), area, what);
-    }
-  }
-  arrive(std::nullopt, what, call);
-  if (area.status == 1) {
-    const std::uint64_t size = area.size;
-    arrive(std::nullopt, what, call);  // everyone has read the refusal
-    throw_too_large(size, what);
-  }
-  if (area.status == 2) {
-    arrive(std::nullopt, what, call);
-    throw ConfigError("lockstep: " + std::string(what) +
-                      ": the main process (process 0) must lead machine 0 (be its local process "
-                      "0) for a broadcast across machines; this job places it elsewhere");
-  }
-  std::vector<std::byte> out(area.size);
-  if (!out.empty()) {  // an empty vector's data() may be null, which memcpy may not take
-    std::memcpy(out.data(), area.data, out.size());
-  }
-  arrive(std::nullopt, what, call);
-  return out;
-}
-
-void Context::throw_too_large(std::uint64_t size, const char* what) {
-  throw Error("lockstep: " + std::string(what) + ": the main process gave " + std::to_string(size) +
-              " bytes; a broadcast carries at most " + std::to_string(kMaxBroadcast) +
-              " (write larger data to a file and broadcast its name)");
 }
 
 void Context::check_intact(const char* what) {

@@ -61,6 +61,16 @@ class Context {
   // two episodes of the barrier, on every process, whatever the outcome.
   std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what,
                                    const CallSite& site);
+  // State::gather_object: every process's `data` (at most gather_most(processes on its
+  // machine) bytes, and across machines all of them together, 16 bytes more each, at most
+  // kMaxBroadcast), by rank, on every process; two episodes of the barrier on one machine,
+  // three across machines, on every process, whatever the outcome.
+  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> data, const char* what,
+                                             const CallSite& site);
+  [[nodiscard]] static std::size_t gather_most(int processes);
+  // State::set_trigger and check_trigger (a gather of this process's mark, which it clears).
+  void set_trigger() noexcept { trigger_.store(true, std::memory_order_relaxed); }
+  bool check_trigger(const char* what, const CallSite& site);
   // The stream-ordered barrier (see gpu/stream_barrier.hpp); `timeout`: State's rule.
   void wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
                    const char* what, const CallSite& site);
@@ -115,6 +125,7 @@ class Context {
   std::atomic<bool> left_{false};  // the process left the job (it exits, or left on purpose)
   std::atomic<bool> left_on_purpose_{false};
   std::atomic<bool> has_deferred_{false};
+  std::atomic<bool> trigger_{false};  // set_trigger's mark
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;
 };

@@ -5,9 +5,9 @@
 //                  [--families adaptive,block,spin,pthread,boost] [--format table|csv|json]
 //
 // For each N and family it forks N processes that loop on one barrier (bench/ranks.hpp, the
-// same ranks the Google Benchmark suite uses) and prints avg / p50 / p99 / max per episode and
-// the CPU time per episode. Installed beside lockstep-run; tools/bench-report is the full
-// comparison (MPI, gloo, the load matrix).
+// same ranks the Google Benchmark suite uses) and prints avg / min / p50 / p99 / max per episode,
+// how many episodes were timed, and the CPU time per episode. Installed beside lockstep-run;
+// tools/bench-report is the full comparison (MPI, gloo, the load matrix).
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -55,11 +55,16 @@ constexpr FamilyName kFamilies[] = {
 };
 constexpr int kMaxProcesses = static_cast<int>(sizeof(Report::cpu) / sizeof(Report::cpu[0]));
 
+// Below this many timed episodes p99 is the largest one, the max: it is left out (a table's "-",
+// CSV's empty field, JSON's null) rather than shown as a p99.
+constexpr std::size_t kSamplesForP99 = 100;
+
 struct Row {
   int nproc = 0;
   FamilyName family{};
-  double avg = 0, p50 = 0, p99 = 0, max = 0, cpu = 0;
-  std::string skipped;  // why the cell was not measured (empty: measured)
+  double avg = 0, min = 0, p50 = 0, p99 = 0, max = 0, cpu = 0;
+  std::size_t samples = 0;  // rank 0's timed episodes, which min, p50, p99 and max are of
+  std::string skipped;      // why the cell was not measured (empty: measured)
 };
 
 std::vector<int> parse_nproc(const std::string& text) {
@@ -123,6 +128,8 @@ std::optional<Row> measure(Family& family, int nproc, const Options& options) {
     const auto episodes = static_cast<double>(options.iterations);
     row.emplace();
     row->avg = report->elapsed * 1e6 / episodes;
+    row->samples = std::min(report->num_samples, lockstep::bench::kMaxSamples);
+    row->min = lockstep::bench::sampled_quantile(*report, 0.0);
     row->p50 = lockstep::bench::sampled_quantile(*report, 0.5);
     row->p99 = lockstep::bench::sampled_quantile(*report, 0.99);
     row->max = lockstep::bench::sampled_quantile(*report, 1.0);
@@ -205,34 +212,45 @@ void table_header(const Options& options, const Machine& machine) {
   std::printf("# %lld iterations after %lld warm-up per cell; microseconds per episode:\n",
               static_cast<long long>(options.iterations), static_cast<long long>(options.warmup));
   std::printf(
-      "#   avg = rank 0's loop time / iterations; p50 p99 max = rank 0's episodes, one in "
-      "%lld timed;\n#   cpu = CPU time per episode summed over the processes (spinning "
-      "shows here, sleeping does not)\n#\n",
-      static_cast<long long>(lockstep::bench::kSampleEvery));
-  std::printf("# %5s  %-20s %11s %11s %11s %11s %11s\n", "nproc", "family", "avg", "p50", "p99",
-              "max", "cpu");
+      "#   avg = rank 0's loop time / iterations; min p50 p99 max = rank 0's episodes, one in "
+      "%lld timed (samples: how many);\n#   p99 is shown from %zu samples on (fewer: -, it would "
+      "be the max; --iterations %lld or more)\n#   cpu = CPU time per episode summed over the "
+      "processes (spinning shows here, sleeping does not)\n#\n",
+      static_cast<long long>(lockstep::bench::kSampleEvery), kSamplesForP99,
+      static_cast<long long>(kSamplesForP99) *
+          static_cast<long long>(lockstep::bench::kSampleEvery));
+  std::printf("# %5s  %-20s %11s %11s %11s %11s %11s %11s %8s\n", "nproc", "family", "avg", "min",
+              "p50", "p99", "max", "cpu", "samples");
 }
 
 void table_row(const Row& row) {
   if (!row.skipped.empty()) {
     std::printf("  %5d  %-20s skipped: %s\n", row.nproc, row.family.label, row.skipped.c_str());
   } else {
-    std::printf("  %5d  %-20s %11.3f %11.3f %11.3f %11.3f %11.3f\n", row.nproc, row.family.label,
-                row.avg, row.p50, row.p99, row.max, row.cpu);
+    char p99[32] = "-";
+    if (row.samples >= kSamplesForP99) {
+      (void)std::snprintf(p99, sizeof p99, "%.3f", row.p99);
+    }
+    std::printf("  %5d  %-20s %11.3f %11.3f %11.3f %11s %11.3f %11.3f %8zu\n", row.nproc,
+                row.family.label, row.avg, row.min, row.p50, p99, row.max, row.cpu, row.samples);
   }
 }
 
 constexpr const char* kCsvHeader =
-    "nproc,family,iterations,avg_us,p50_us,p99_us,max_us,cpu_us,skipped";
+    "nproc,family,iterations,avg_us,min_us,p50_us,p99_us,max_us,cpu_us,samples,skipped";
 
 void csv_row(const Row& row, const Options& options) {
   if (!row.skipped.empty()) {
-    std::printf("%d,%s,%lld,,,,,,\"%s\"\n", row.nproc, row.family.key,
+    std::printf("%d,%s,%lld,,,,,,,,\"%s\"\n", row.nproc, row.family.key,
                 static_cast<long long>(options.iterations), row.skipped.c_str());
   } else {
-    std::printf("%d,%s,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,\n", row.nproc, row.family.key,
-                static_cast<long long>(options.iterations), row.avg, row.p50, row.p99, row.max,
-                row.cpu);
+    char p99[32] = "";
+    if (row.samples >= kSamplesForP99) {
+      (void)std::snprintf(p99, sizeof p99, "%.4f", row.p99);
+    }
+    std::printf("%d,%s,%lld,%.4f,%.4f,%.4f,%s,%.4f,%.4f,%zu,\n", row.nproc, row.family.key,
+                static_cast<long long>(options.iterations), row.avg, row.min, row.p50, p99, row.max,
+                row.cpu, row.samples);
   }
 }
 
@@ -256,10 +274,14 @@ void print_json(const std::vector<Row>& rows, const Options& options, const Mach
                 lockstep::detail::json_string(row.family.key).c_str(),
                 lockstep::detail::json_string(row.family.label).c_str());
     if (row.skipped.empty()) {
+      char p99[32] = "null";
+      if (row.samples >= kSamplesForP99) {
+        (void)std::snprintf(p99, sizeof p99, "%.4f", row.p99);
+      }
       std::printf(
-          ", \"avg_us\": %.4f, \"p50_us\": %.4f, \"p99_us\": %.4f, \"max_us\": %.4f, "
-          "\"cpu_us\": %.4f}",
-          row.avg, row.p50, row.p99, row.max, row.cpu);
+          ", \"avg_us\": %.4f, \"min_us\": %.4f, \"p50_us\": %.4f, \"p99_us\": %s, "
+          "\"max_us\": %.4f, \"cpu_us\": %.4f, \"samples\": %zu}",
+          row.avg, row.min, row.p50, p99, row.max, row.cpu, row.samples);
     } else {
       std::printf(", \"skipped\": %s}", lockstep::detail::json_string(row.skipped).c_str());
     }

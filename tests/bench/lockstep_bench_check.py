@@ -22,15 +22,25 @@ def run(*args, code=0):
     return done
 
 
-def check_cell(row, nproc, family):
+def check_cell(row, nproc, family, iterations=400):
     if family == "spin" and nproc > CPUS:
         if "CPUs" not in row["skipped"]:
             sys.exit(f"spin at N={nproc} on {CPUS} CPUs should be skipped, saying why: {row}")
         return
-    values = {k: float(row[k]) for k in ("avg_us", "p50_us", "p99_us", "max_us", "cpu_us")}
-    if not (values["avg_us"] > 0 and 0 < values["p50_us"] <= values["p99_us"] <= values["max_us"]
+    values = {k: float(row[k]) for k in ("avg_us", "min_us", "p50_us", "max_us", "cpu_us")}
+    if not (values["avg_us"] > 0 and 0 < values["min_us"] <= values["p50_us"] <= values["max_us"]
             and values["cpu_us"] > 0):
         sys.exit(f"implausible cell N={nproc} {family}: {row}")
+    # One episode in 16 is timed; p99 only from 100 samples on (below, it would be the max).
+    samples = int(row["samples"])
+    if samples != -(-iterations // 16):
+        sys.exit(f"N={nproc} {family}: {samples} samples of {iterations} iterations: {row}")
+    p99 = row["p99_us"]
+    if samples < 100:
+        if p99 not in ("", "None"):
+            sys.exit(f"N={nproc} {family}: a p99 of {samples} samples: {row}")
+    elif not values["p50_us"] <= float(p99) <= values["max_us"]:
+        sys.exit(f"implausible p99 N={nproc} {family}: {row}")
 
 
 def shm():
@@ -59,8 +69,14 @@ if [(r["nproc"], r["family"]) for r in results] != [(2, "adaptive"), (2, "pthrea
 for r in results:
     check_cell({k: str(v) for k, v in r.items()}, r["nproc"], r["family"])
 
+long = json.loads(run("--nproc", "2", "--iterations", "1600", "--warmup", "20", "--families",
+                     "adaptive", "--format", "json").stdout)["results"]
+for r in long:  # 100 samples: the p99 is there
+    check_cell({k: str(v) for k, v in r.items()}, r["nproc"], r["family"], iterations=1600)
+
 table = run("--nproc", "2", "--iterations", "200", "--warmup", "10").stdout
-for want in ("# lockstep-bench ", "avg", "p50", "p99", "max", "cpu", "lockstep adaptive",
+for want in ("# lockstep-bench ", "avg", "min", "p50", "p99", "max", "cpu", "samples",
+             "p99 is shown from 100 samples on", "lockstep adaptive",
              "pthread_barrier_t", "Boost.Interprocess"):
     if want not in table:
         sys.exit(f"the table lacks {want!r}:\n{table}")

@@ -95,6 +95,17 @@ def main():
                 "main_process_first", "split ['c', 'c']"]
     expect(f"what ran on process {me}", ran, want)
 
+    # Stop execution early (Accelerate's set_trigger / check_trigger): one process says so, and
+    # every process leaves its loop at the same step.
+    steps = 0
+    for step in range(10):
+        steps += 1
+        if me == 1 and step == 3:  # should_do_early_stopping(loss)
+            accelerator.set_trigger()
+        if accelerator.check_trigger():
+            break
+    expect("the steps before the trigger", steps, 4)
+
     # The rest of Accelerate is not pretended to.
     try:
         accelerator.prepare(None)

@@ -114,6 +114,38 @@ TEST_P(PeerLost, KilledPeerIsNamed) {
   EXPECT_EQ(failures(ends, /*killed=*/2), "");
 }
 
+// Issue 46: a process killed at any point of a run of gathers (a thread of its own raises
+// SIGKILL 1-20 ms in, so now between gathers, now between its entry and an episode): every other
+// process gets PeerLostError naming it, never bytes that are not the processes', never a hang.
+TEST_P(PeerLost, APeerKilledMidGatherIsNamed) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    Job job = Job::of(4);
+    job.env["LOCKSTEP_WAIT_POLICY"] = GetParam();
+    auto ends = run_ranks(job, [attempt](int rank) {
+      lockstep::State state;
+      if (rank == 2) {
+        std::thread([attempt] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1 + (attempt * 7) % 20));
+          ::raise(SIGKILL);
+        }).detach();
+      }
+      try {
+        for (int round = 0;; ++round) {
+          const auto all = state.gather_object(std::to_string(rank) + ":" + std::to_string(round));
+          for (int of = 0; of < 4; ++of) {
+            RANK_CHECK(all[static_cast<std::size_t>(of)] ==
+                       std::to_string(of) + ":" + std::to_string(round));
+          }
+        }
+      } catch (const lockstep::PeerLostError& error) {
+        RANK_CHECK(error.process_index() == 2);
+        RANK_CHECK(std::string(error.what()).starts_with("gather_object: process 2 of 4 (pid "));
+      }
+    });
+    EXPECT_EQ(failures(ends, /*killed=*/2), "") << "attempt " << attempt;
+  }
+}
+
 // Killed from outside while it sleeps mid-work (as the OOM killer would).
 TEST_P(PeerLost, PeerKilledFromOutsideMidWait) {
   Job job = Job::of(4);

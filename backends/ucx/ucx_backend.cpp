@@ -35,6 +35,9 @@ constexpr std::size_t kMaxEarly = 4096;
 // How often a waiting leader asks the kernel about its links (a poll(2) each).
 constexpr auto kLinkLook = 20ms;
 
+// What the wire decodes is what the interface promises to carry (Bootstrap's limits).
+static_assert(wire::kMaxBlob == Bootstrap::kMaxBlob && wire::kMaxPart == Bootstrap::kMaxPart);
+
 std::string ranks_text(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks);
 }
@@ -544,8 +547,10 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
 void UcxBackend::take_part(const wire::Part& part) {
   const bool from_member =
       part.token == token_ && part.from < static_cast<std::uint32_t>(num_nodes_) && part.from != 0;
+  // Looked up, not made: a part that is dropped leaves nothing behind in parts_.
+  const auto gather = parts_.find(part.sequence);
   if (me_ != 0 || !from_member || part.sequence < part_sequence_ ||
-      parts_[part.sequence].count(static_cast<int>(part.from)) != 0) {
+      (gather != parts_.end() && gather->second.count(static_cast<int>(part.from)) != 0)) {
     return;  // not node 0, foreign, node 0's own, old or repeated: dropped
   }
   if (part.sequence >= part_sequence_ + kMaxAhead) {
@@ -567,9 +572,9 @@ void UcxBackend::take_part(const wire::Part& part) {
 std::vector<std::vector<std::byte>> UcxBackend::gather(std::span<const std::byte> part,
                                                        std::optional<Clock::time_point> deadline,
                                                        const char* what) {
-  if (part.size() > wire::kMaxPart) {  // refused before it is numbered
+  if (part.size() > kMaxPart) {  // refused before it is numbered
     throw Error(std::string(what) + ": a part of a gather carries at most " +
-                std::to_string(wire::kMaxPart) + " bytes, not " + std::to_string(part.size()));
+                std::to_string(kMaxPart) + " bytes, not " + std::to_string(part.size()));
   }
   const std::uint64_t sequence = part_sequence_;
   if (me_ != 0) {

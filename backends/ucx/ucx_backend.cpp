@@ -64,6 +64,8 @@ UcxBackend::UcxBackend(const LeaderConfig& config)
       connect();
     }
     connect_mesh();
+    progress();
+    watch_new_paths();
     // What other leaders sent before this one knew the job's token.
     for (const auto& bytes : std::exchange(early_, {})) {
       try {
@@ -252,6 +254,17 @@ void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
 void UcxBackend::progress() {
   while (ucx_api().worker_progress(worker_) != 0) {
   }
+  if (relay_) {
+    // Node 0 passes another leader's abort on to every other leader, as it came: a leader
+    // that cannot reach the one that gave up (a partition) learns it so.
+    const wire::Abort abort = *std::exchange(relay_, std::nullopt);
+    for (Endpoint* member : members_) {
+      if (member != nullptr && member->error == UCS_OK &&
+          member->node != static_cast<int>(abort.from)) {
+        send(member->ep, abort);
+      }
+    }
+  }
   std::erase_if(sending_, [](auto& entry) {
     if (ucx_api().request_check_status(entry.first) == UCS_INPROGRESS) {
       return false;
@@ -308,6 +321,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
     failure.missing.assign(abort->missing.begin(), abort->missing.end());
     failure.message = "node " + std::to_string(abort->from) + " gave up: " + abort->message;
     aborted_ = std::move(failure);
+    if (me_ == 0) {
+      relay_ = *abort;  // sent on by progress(), outside UCX's callback
+    }
   } else if (const auto* blob = std::get_if<wire::Blob>(&message)) {
     if (!from_member(blob->token, blob->from) || blob->from != 0 ||
         blob->sequence < blob_sequence_ || blobs_.count(blob->sequence) != 0) {
@@ -392,12 +408,20 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
   }
 }
 
+void UcxBackend::watch_new_paths() {
+  paths_checked_ = Clock::now();
+  watch_paths(tcp_sockets_under(event_fd_), paths_, config_.job.link_timeout);
+}
+
 void UcxBackend::check_links(const char* what) {
   const auto now = Clock::now();
   if (links_.empty() || now - links_checked_ < kLinkLook) {
     return;
   }
   links_checked_ = now;
+  if (now - paths_checked_ >= rendezvous::kLinkProbe) {
+    watch_new_paths();  // connections UCX made since (a peer's, accepted)
+  }
   for (int node = 0; node < num_nodes_; ++node) {
     int& link = links_[static_cast<std::size_t>(node)];
     int error = 0;
@@ -431,14 +455,19 @@ void UcxBackend::check_members(const char* what) {
   for (int node = 0; node < num_nodes_; ++node) {
     const Endpoint* member = members_[static_cast<std::size_t>(node)];
     if (member != nullptr && member->error != UCS_OK) {
+      // Its process ended, or the network between the two machines no longer carries their
+      // connection (the kernel gave up on it: paths.hpp). The others are told: a machine that
+      // still reaches this one but not that one (a partition) must not wait for either.
       const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
-      fail(Failure{FailureKind::peer_lost,
-                   leader,
-                   {},
-                   "node " + std::to_string(node) + "'s main process (process " +
-                       std::to_string(leader) + ") is gone: its connection failed (" +
-                       ucx_api().status_string(member->error) + ")"},
-           what);
+      const Failure failure{FailureKind::peer_lost,
+                            leader,
+                            {},
+                            "node " + std::to_string(node) + "'s main process (process " +
+                                std::to_string(leader) + ") is gone or unreachable from node " +
+                                std::to_string(me_) + ": their connection failed (" +
+                                ucx_api().status_string(member->error) + ")"};
+      abort(failure);
+      fail(failure, what);
     }
   }
   check_links(what);

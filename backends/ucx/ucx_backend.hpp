@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "membership/backend.hpp"
+#include "ucx/paths.hpp"
 #include "ucx/rendezvous.hpp"
 #include "ucx/ucx_api.hpp"
 #include "ucx/wire.hpp"
@@ -118,6 +119,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   // At most every kLinkLook: a broken link (rendezvous.hpp) is a lost leader; node 0 tells the
   // leaders it still reaches, which cannot see the break themselves.
   void check_links(const char* what);
+  // Gives UCX's TCP connections that are new since the last look the links' watch (paths.hpp).
+  void watch_new_paths();
   [[noreturn]] void fail(const Failure& failure, const char* what);
   [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
 
@@ -145,6 +148,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::optional<wire::Welcome> welcome_;
   std::vector<int> links_;  // by node index: node 0 has one to each node, the others to node 0
   Clock::time_point links_checked_{};
+  std::vector<PathSocket> paths_;  // UCX's TCP connections that have the links' watch
+  Clock::time_point paths_checked_{};
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
 
   // The barrier and broadcasts.
@@ -155,7 +160,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::map<std::uint64_t, std::vector<std::byte>> blobs_;
   std::uint64_t part_sequence_ = 0;
   std::map<std::uint64_t, std::map<int, std::vector<std::byte>>> parts_;  // node 0: by gather, node
-  std::optional<Failure> aborted_;  // an abort received from another leader
+  std::optional<Failure> aborted_;    // an abort received from another leader
+  std::optional<wire::Abort> relay_;  // node 0: an abort to pass on to the other leaders
 };
 
 // Throws Error naming `what` unless `status` is UCS_OK.

@@ -134,6 +134,27 @@ class Namespaces {
   [[nodiscard]] std::string outside() const { return name("out"); }
   // Cuts node k's link (its veth goes down).
   void cut(int k) const { EXPECT_TRUE(shell("ip -n " + node(k) + " link set lseth down")); }
+  // Nodes a and b no longer reach each other while both still reach every other node (issue
+  // 45): with `blackhole`, a route in each that drops what it sends the other; else a neighbour
+  // entry in each that names a hardware address nobody has (the bridge delivers those frames
+  // nowhere: the silent neighbour). heal() undoes it.
+  void part(int a, int b, bool blackhole) const {
+    for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      const std::string ip = "10.77.0." + std::to_string(to + 1);
+      EXPECT_TRUE(shell("ip -n " + node(from) +
+                        (blackhole ? " route add blackhole " + ip + "/32"
+                                   : " neigh replace " + ip +
+                                         " lladdr 02:00:00:00:4c:53 dev lseth nud permanent")));
+    }
+  }
+  void heal(int a, int b, bool blackhole) const {
+    for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      const std::string ip = "10.77.0." + std::to_string(to + 1);
+      EXPECT_TRUE(shell(
+          "ip -n " + node(from) +
+          (blackhole ? " route del blackhole " + ip + "/32" : " neigh del " + ip + " dev lseth")));
+    }
+  }
 
  private:
   [[nodiscard]] std::string name(const std::string& what) const { return prefix_ + what; }
@@ -993,6 +1014,72 @@ TEST_P(MultiNode, ALinkCutBetweenEpisodesFailsTheNextBarrier) {
     EXPECT_NE(text.find("after the pause"), std::string::npos) << rank << ": " << text;
   }
 }
+
+// Issue 45: a partition between two machines that both still reach node 0. Nodes 1 and 2 lose
+// each other mid-run (a blackhole route, or a silent neighbour) while every link to node 0 holds:
+// the leaders' own paths are watched too, so every process of every node gets PeerLostError
+// within the link timeout (5 s, the default) and a margin, naming a node it lost, and no node
+// waits on in a barrier the others gave up on.
+class Partition : public MultiNode {
+ protected:
+  void run(bool blackhole) {
+    if (!netns()) {
+      GTEST_SKIP() << "parts two nodes: the netns variant only";
+    }
+    for (int node = 0; node < 3; ++node) {
+      start(node, 3, 2, {"forever", shared_.string()});
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // joined, and in barriers
+    const auto parted_at = Clock::now();
+    namespaces_->part(1, 2, blackhole);
+    wait_all(std::chrono::seconds(40));
+    const double took = std::chrono::duration<double>(Clock::now() - parted_at).count();
+    std::cout << "every node ended " << took << " s after the partition" << std::endl;
+    EXPECT_LT(took, 10) << "beyond the link timeout (5 s), the kernel's probes and the polls";
+    auto ends = results();
+    ASSERT_EQ(ends.size(), 6U) << all_output();
+    // Every process names the pair that cannot talk: node 0's too (node 0 passes on what the
+    // first of the two to see it says).
+    for (const auto& [rank, text] : ends) {
+      EXPECT_TRUE(text.starts_with("lost ")) << rank << ": " << text;
+      EXPECT_TRUE(
+          text.find("node 1's main process (process 2) is gone or unreachable from node 2") !=
+              std::string::npos ||
+          text.find("node 2's main process (process 4) is gone or unreachable from node 1") !=
+              std::string::npos)
+          << rank << ": " << text;
+    }
+  }
+};
+
+TEST_P(Partition, ABlackholeRouteBetweenTwoNodesFailsEveryNode) {
+  run(true);
+}
+
+TEST_P(Partition, ASilentNeighbourBetweenTwoNodesFailsEveryNode) {
+  run(false);
+}
+
+// An outage shorter than the link timeout (2 s of 5) is ridden out: every barrier passes.
+TEST_P(Partition, AShortOutageIsRiddenOut) {
+  if (!netns()) {
+    GTEST_SKIP() << "parts two nodes: the netns variant only";
+  }
+  for (int node = 0; node < 3; ++node) {
+    start(node, 3, 1, {"for", shared_.string(), "8000"});
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  namespaces_->part(1, 2, true);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  namespaces_->heal(1, 2, true);
+  wait_all(std::chrono::seconds(60));
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, Partition, ::testing::Values("netns"),
+                         [](const auto& info) { return std::string(info.param); });
 
 // Mid-join: node 1 has connected to node 0 and waits for the welcome when its link is cut; node
 // 2 joins after. Nodes 0 and 2 find node 1 gone as they connect to it; node 1 times out its join.

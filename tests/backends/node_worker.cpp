@@ -417,6 +417,17 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
+    if (scenario == "for") {  // barriers 1 ms apart for `arg` ms (node 0's clock), then ends
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(arg);
+      for (int round = 0;; ++round) {
+        state.wait_for_everyone();
+        if (state.broadcast(std::chrono::steady_clock::now() > until ? "end" : "") == "end") {
+          std::cout << "RESULT passed " << round << std::endl;
+          return 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
     if (scenario == "pause") {  // a barrier, `arg` ms of work, then barriers until one fails
       state.wait_for_everyone();
       std::this_thread::sleep_for(std::chrono::milliseconds(arg));

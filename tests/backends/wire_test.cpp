@@ -1,12 +1,21 @@
 // The UCX backend's wire format, pinned byte for byte (backends/ucx/wire.hpp), in every build:
 // the fuzzer (clang only) checks that decoding is safe; these check that the format does not
-// change by accident, and that what decodes is what was sent.
+// change by accident, and that what decodes is what was sent. Also the finding of UCX's
+// connections under its event fd (paths.hpp), which needs no UCX either.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "ucx/paths.hpp"
 #include "ucx/rendezvous.hpp"
 #include "ucx/wire.hpp"
 
@@ -124,6 +133,80 @@ TEST(Rendezvous, FramesAreReadWhateverTheChunks) {
   EXPECT_THROW((void)reader.feed(packet), WireError);
   rendezvous::FrameReader empty;
   EXPECT_THROW((void)empty.feed(unhex("00000000")), WireError);
+}
+
+// Two ends of a TCP connection on loopback.
+std::pair<int, int> tcp_pair() {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  EXPECT_EQ(::listen(listener, 1), 0);
+  EXPECT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const int server = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ::close(listener);
+  return {client, server};
+}
+
+unsigned user_timeout(int fd) {
+  unsigned value = 0;
+  socklen_t size = sizeof value;
+  EXPECT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value, &size), 0);
+  return value;
+}
+
+void watch(int epoll, int fd) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = fd;
+  ASSERT_EQ(::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event), 0);
+}
+
+// Issue 45: UCX's connections are found under its worker's event fd (an epoll instance that
+// watches each transport's instance, which watches its sockets), and only they: a TCP
+// connection that no instance there watches (the user's), a UDP socket and a Unix socket are
+// left alone, and each found one gets the links' user timeout.
+TEST(Paths, OnlyTheTcpConnectionsUnderTheEventFdAreFoundAndWatched) {
+  const auto [ucx_client, ucx_server] = tcp_pair();
+  const auto [user_client, user_server] = tcp_pair();
+  const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int unix_pair[2] = {-1, -1};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, unix_pair), 0);
+  const int worker = ::epoll_create1(EPOLL_CLOEXEC);
+  const int transport = ::epoll_create1(EPOLL_CLOEXEC);
+  watch(transport, ucx_client);
+  watch(transport, udp);
+  watch(worker, transport);
+  watch(worker, ucx_server);
+  watch(worker, unix_pair[0]);
+
+  std::vector<int> found;
+  for (const auto& socket : ucx::tcp_sockets_under(worker)) {
+    found.push_back(socket.fd);
+  }
+  std::sort(found.begin(), found.end());
+  EXPECT_EQ(found,
+            (std::vector<int>{std::min(ucx_client, ucx_server), std::max(ucx_client, ucx_server)}));
+  EXPECT_TRUE(ucx::tcp_sockets_under(ucx_client).empty()) << "not an epoll instance";
+
+  std::vector<ucx::PathSocket> watched;
+  ucx::watch_paths(ucx::tcp_sockets_under(worker), watched, std::chrono::milliseconds(3000));
+  EXPECT_EQ(watched.size(), 2U);
+  EXPECT_EQ(user_timeout(ucx_client), 3000U);
+  EXPECT_EQ(user_timeout(ucx_server), 3000U);
+  EXPECT_EQ(user_timeout(user_client), 0U) << "the user's connection was touched";
+  EXPECT_EQ(user_timeout(user_server), 0U);
+  // A second look finds nothing new.
+  ucx::watch_paths(ucx::tcp_sockets_under(worker), watched, std::chrono::milliseconds(3000));
+  EXPECT_EQ(watched.size(), 2U);
+  for (int fd : {ucx_client, ucx_server, user_client, user_server, udp, unix_pair[0], unix_pair[1],
+                 worker, transport}) {
+    ::close(fd);
+  }
 }
 
 }  // namespace

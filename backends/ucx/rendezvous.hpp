@@ -130,7 +130,8 @@ class Server {
 // job's link timeout, LOCKSTEP_LINK_TIMEOUT: 5 s by default): a node that the network no longer
 // reaches is noticed within that time, whatever the processes do (a busy or stopped process's
 // kernel still answers), where UCX's own connections would retransmit for a quarter of an hour.
-// Nothing is sent on a link.
+// After the join's last step (ucx_join.cpp: the node's "took the welcome", node 0's "wire up"),
+// nothing is sent on a link.
 inline constexpr auto kLinkProbe = std::chrono::seconds(1);
 // Sets a connection's keepalive and user timeout (`timeout`, at least kLinkProbe); SystemError
 // if the kernel refuses.

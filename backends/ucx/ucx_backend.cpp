@@ -515,6 +515,27 @@ void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* 
     slot = RoundSlot{};
   }
   ++episode_;
+  flush(deadline, what);
+}
+
+void UcxBackend::flush(std::optional<Clock::time_point> deadline, const char* what) {
+  if (sending_.empty()) {
+    return;  // the usual case: an eager send leaves at once
+  }
+  // A send queued behind a connection that UCX is still setting up (the job's first episodes)
+  // leaves only as this worker progresses: returning now would hold it, and the leader that
+  // waits for it, until this leader's next call.
+  wait_until([&] { return sending_.empty(); }, deadline, what,
+             [&] {
+               const Failure failure{FailureKind::timeout,
+                                     -1,
+                                     {},
+                                     "timed out while its message to the other machines was "
+                                     "still being sent"};
+               abort(failure);
+               fail(failure, what);
+             },
+             [] { return std::string("its message to the other machines to leave"); });
 }
 
 std::vector<int> UcxBackend::unheard_nodes(std::uint64_t episode,
@@ -557,6 +578,7 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
     for (int node = 1; node < num_nodes_; ++node) {
       send(members_[static_cast<std::size_t>(node)]->ep, message);
     }
+    flush(deadline, what);
     return {blob.begin(), blob.end()};
   }
   wait_until([&] { return blobs_.count(sequence) != 0; }, deadline, what,
@@ -610,6 +632,7 @@ std::vector<std::vector<std::byte>> UcxBackend::gather(std::span<const std::byte
     ++part_sequence_;
     send(members_[0]->ep,
          wire::Part{token_, static_cast<std::uint32_t>(me_), sequence, {part.begin(), part.end()}});
+    flush(deadline, what);
     return {};
   }
   const auto missing = [&] {

@@ -93,10 +93,21 @@ class UcxBackend final : public Backend, public Bootstrap {
   void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
   // Runs UCX until nothing more happens, then handles what arrived.
   void progress();
+  // Waits (as wait_until) until this leader's sends in flight have left.
+  void flush(std::optional<Clock::time_point> deadline, const char* what);
   // Node 0's rendezvous: a hello taken or refused (why: hello_refusal), a joined node's
   // connection lost before the welcome, and the join timeout's message.
   rendezvous::Verdict take_hello(int id, std::span<const std::byte> bytes, const std::string& from);
   void forget_joiner(int id);
+  // The join's last step (ucx_join.cpp, kTookWelcome): node 0 waits until every node took its
+  // welcome, then tells them to wire up; a node says it took it and waits for that word.
+  // A joining node: checks node 0's table of nodes (welcome_) before trusting it, and keeps it.
+  void check_welcome();
+  void await_welcome_taken();
+  void await_wire_up();
+  // Node 0: node `node` did not take the welcome (its link closed, with errno `error` or 0, or it
+  // timed out): tells the other nodes which, and throws.
+  [[noreturn]] void give_up_join(int node, bool timed_out, int error);
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
   // Node 0: keeps another leader's part of a gather (drops what is not one of this job's).

@@ -2,12 +2,17 @@
 // leaders; the others connect to it and read the welcome; then every leader connects to every
 // other by UCX worker address.
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstring>
 #include <random>
 
+#include "base/fault_points.hpp"
+#include "base/proc.hpp"
 #include "base/text.hpp"
 #include "job/job_secret.hpp"
 #include "lockstep/error.hpp"
@@ -21,6 +26,56 @@ namespace {
 // transport's entry (hundreds of bytes on tcp and shared memory); none comes near 1 MiB.
 constexpr std::size_t kMinWorkerAddress = 16;
 constexpr std::size_t kMaxWorkerAddress = 1u << 20;
+
+// The join's last step, on the links (issue 45): each node says that it took node 0's welcome,
+// and node 0, once every node has, says to wire up. No leader makes a UCX endpoint to another
+// before then, so a node that fails before the mesh (a welcome it cannot take, Ctrl-C, its join
+// timeout) destroys a worker that no peer is wiring up to: UCX 1.13 could abort the process (an
+// assertion in ucp_worker_destroy) when a peer's wire-up raced that.
+constexpr std::byte kTookWelcome{0x57};  // a node's "W": it took the welcome
+constexpr std::byte kWireUp{0x47};       // node 0's "G": every node took it
+// Node 0's "X", then the lost node's main process index (4 bytes, little-endian): a node could
+// not join, and the job cannot form.
+constexpr std::byte kGaveUp{0x58};
+
+enum class Mark { got, closed, timed_out };
+
+// Reads `out.size()` bytes from link `fd` by `deadline`, looking for an interrupt (`what`) between
+// slices. closed: the connection ended (*error 0) or broke (*error: errno) first.
+Mark read_link(int fd, std::span<std::byte> out, Clock::time_point deadline,
+               const std::string& what, int& error) {
+  std::size_t have = 0;
+  while (have < out.size()) {
+    check_interrupt(what);
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return Mark::timed_out;
+    }
+    pollfd entry{fd, POLLIN, 0};
+    const auto slice =
+        std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+    if (::poll(&entry, 1, static_cast<int>(slice.count())) <= 0) {
+      continue;  // nothing yet, or a signal: look again
+    }
+    const ssize_t got = ::recv(fd, out.data() + have, out.size() - have, MSG_DONTWAIT);
+    if (got > 0) {
+      have += static_cast<std::size_t>(got);
+    } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+      error = got == 0 ? 0 : errno;
+      return Mark::closed;
+    }
+  }
+  return Mark::got;
+}
+
+bool send_link(int fd, std::span<const std::byte> bytes) {
+  return fd >= 0 && ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+                        static_cast<ssize_t>(bytes.size());
+}
+
+std::string closed_text(int error) {
+  return error == 0 ? "its connection ended" : "its connection failed: " + error_text(error);
+}
 
 // Node 0's rendezvous address, with the variable its port came from.
 std::string where(const JobConfig& job) {
@@ -141,6 +196,7 @@ void UcxBackend::serve() {
     (void)server.send(joiner, bytes, std::max(config_.deadline, Clock::now() + kCloseBound));
     links_[static_cast<std::size_t>(node)] = server.take_link(joiner, config_.job.link_timeout);
   }
+  await_welcome_taken();
   joined_ = true;
   // The server goes: nobody else may join, and the port is free again.
 }
@@ -199,6 +255,105 @@ void UcxBackend::forget_joiner(int id) {
   }
 }
 
+void UcxBackend::await_welcome_taken() {
+  for (int node = 1; node < num_nodes_; ++node) {
+    const int link = links_[static_cast<std::size_t>(node)];
+    int error = 0;
+    std::byte mark{};
+    Mark got = link < 0 ? Mark::closed
+                        : read_link(link, {&mark, 1}, config_.deadline,
+                                    "lockstep: joining the job (node 0, waiting for node " +
+                                        std::to_string(node) + " to take its welcome)",
+                                    error);
+    if (got == Mark::got && mark != kTookWelcome) {
+      got = Mark::closed;
+      error = EPROTO;
+    }
+    if (got != Mark::got) {
+      give_up_join(node, got == Mark::timed_out, error);
+    }
+  }
+  for (int node = 1; node < num_nodes_; ++node) {
+    if (!send_link(links_[static_cast<std::size_t>(node)], {&kWireUp, 1})) {
+      give_up_join(node, false, errno);
+    }
+  }
+}
+
+void UcxBackend::give_up_join(int node, bool timed_out, int error) {
+  const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
+  // The other nodes wait for node 0's word: they learn which node could not join.
+  std::array<std::byte, 5> word{kGaveUp};
+  for (int shift = 0; shift < 4; ++shift) {
+    word[1 + static_cast<std::size_t>(shift)] =
+        static_cast<std::byte>(static_cast<std::uint32_t>(leader) >> (8 * shift));
+  }
+  for (int other = 1; other < num_nodes_; ++other) {
+    if (other != node) {
+      (void)send_link(links_[static_cast<std::size_t>(other)], word);
+    }
+  }
+  const std::string whom =
+      "node " + std::to_string(node) + "'s main process (process " + std::to_string(leader) + ")";
+  if (timed_out) {
+    throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): " + whom +
+                           " did not say that it took node 0's welcome",
+                       nodes_[static_cast<std::size_t>(node)].ranks);
+  }
+  throw PeerLostError("lockstep: joining the job: " + whom + " left after node 0's welcome (" +
+                          closed_text(error) + "): it could not join; see that node's error",
+                      leader);
+}
+
+void UcxBackend::await_wire_up() {
+  const std::string from = "node 0's main process at " + where(config_.job);
+  int error = 0;
+  std::byte mark{};
+  Mark got = send_link(links_[0], {&kTookWelcome, 1}) ? Mark::got : Mark::closed;
+  if (got == Mark::got) {
+    got = read_link(links_[0], {&mark, 1}, config_.deadline,
+                    "lockstep: joining the job (node " + std::to_string(me_) +
+                        ", waiting for node 0's word that every node took its welcome)",
+                    error);
+  } else {
+    error = errno;
+  }
+  if (got == Mark::got && mark == kWireUp) {
+    return;
+  }
+  std::array<std::byte, 4> lost{};
+  if (got == Mark::got && mark == kGaveUp &&
+      read_link(links_[0], lost, config_.deadline, "lockstep: joining the job", error) ==
+          Mark::got) {
+    std::uint32_t leader = 0;
+    for (int shift = 0; shift < 4; ++shift) {
+      leader |= std::to_integer<std::uint32_t>(lost[static_cast<std::size_t>(shift)])
+                << (8 * shift);
+    }
+    const auto node = std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& info) {
+      return !info.ranks.empty() && info.ranks.front() == static_cast<int>(leader);
+    });
+    if (node != nodes_.end()) {
+      throw PeerLostError("lockstep: joining the job: node " + std::to_string(node->node) +
+                              "'s main process (process " + std::to_string(leader) +
+                              ") could not join after node 0's welcome, and " + from +
+                              " gave up the job; see that node's error",
+                          static_cast<int>(leader));
+    }
+    got = Mark::closed;
+    error = EPROTO;
+  }
+  if (got == Mark::timed_out) {
+    throw TimeoutError("lockstep: joining the job timed out (LOCKSTEP_JOIN_TIMEOUT): node " +
+                           std::to_string(me_) + " took the welcome of " + from +
+                           ", which did not say that every other node took it",
+                       {});
+  }
+  throw PeerLostError("lockstep: joining the job: " + from + " gave up after its welcome (" +
+                          closed_text(got == Mark::got ? EPROTO : error) + ")",
+                      nodes_.front().ranks.front());
+}
+
 void UcxBackend::throw_serve_timeout(const std::vector<std::string>& dropped) const {
   std::string why;
   for (int node = 1; node < num_nodes_; ++node) {
@@ -249,6 +404,9 @@ void UcxBackend::connect() {
                              where(job) + " (last: " + last_error + ")",
                          {});
     }
+    if (fault_fails("join.welcome-changed")) {
+      bytes->front() ^= std::byte{0xff};  // a test's welcome changed on the way
+    }
     answer = wire::decode(*bytes);
   } catch (const wire::WireError& error) {
     throw ConfigError(
@@ -268,7 +426,14 @@ void UcxBackend::connect() {
   }
   welcome_ = std::get<wire::Welcome>(std::move(*answer));
 
-  // Check node 0's table before trusting it.
+  check_welcome();
+  token_ = welcome_->token;
+  await_wire_up();
+  joined_ = true;
+}
+
+void UcxBackend::check_welcome() {
+  const JobConfig& job = config_.job;
   const wire::Welcome& welcome = *welcome_;
   auto bad = [&](const std::string& why) {
     return Error("lockstep: node 0's main process at " + where(job) +
@@ -298,8 +463,6 @@ void UcxBackend::connect() {
   if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
     throw bad("leaves processes out");
   }
-  token_ = welcome.token;
-  joined_ = true;
 }
 
 void UcxBackend::connect_mesh() {

@@ -27,6 +27,11 @@ void reached(const char* name) noexcept {
   }
 }
 
+bool reached_failing(const char* name) noexcept {
+  std::lock_guard lock(mutex);
+  return point == name && --remaining == 0;
+}
+
 }  // namespace fault_detail
 
 void arm_fault_points(int rank) {

@@ -13,6 +13,9 @@
 //   lead.local       a multi-node leader: its node arrived, before meeting the other leaders
 //   lead.met         a multi-node leader: the other leaders met, before releasing its node
 //   gpu.releasing    a GPU watchdog releasing the streams: after raising one process's flag
+// and the points where a process fails (fault_fails) rather than dies:
+//   join.welcome-changed  a joining node's leader: node 0's welcome read, then found changed on
+//                         the way (its first byte flipped: it does not decode)
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,7 @@ void arm_fault_points(int rank);
 namespace fault_detail {
 extern std::atomic<bool> armed;
 void reached(const char* name) noexcept;
+bool reached_failing(const char* name) noexcept;
 }  // namespace fault_detail
 
 // Dies here if LOCKSTEP_FAULT_POINT names this point (see above).
@@ -34,6 +38,12 @@ inline void fault_point(const char* name) noexcept {
   if (fault_detail::armed.load(std::memory_order_relaxed)) [[unlikely]] {
     fault_detail::reached(name);
   }
+}
+
+// True here if LOCKSTEP_FAULT_POINT names this point: the caller then fails as the point's line
+// above says.
+inline bool fault_fails(const char* name) noexcept {
+  return fault_detail::armed.load(std::memory_order_relaxed) && fault_detail::reached_failing(name);
 }
 
 }  // namespace lockstep::detail

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/dynamic_library.hpp"
+#include "base/function_ref.hpp"
 #include "gpu/cuda_driver.hpp"
 #include "gpu/devices.hpp"  // visible_device
 #include "lockstep/error.hpp"
@@ -111,9 +112,9 @@ class NcclBackend final : public Backend {
  private:
   // Polls `done` until it is true; on the deadline, an NCCL error or a failure the bootstrap
   // reports, aborts the communicator (so that nothing waits on it again) and throws.
-  template <class Done>
-  void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
-                  const char* doing);
+  // (A FunctionRef: one wait's machine code for every caller, base/function_ref.hpp.)
+  void wait_until(FunctionRef<bool()> done, std::optional<Clock::time_point> deadline,
+                  const char* what, const char* doing);
   [[noreturn]] void fail(const Failure& failure, const char* what);
   void abort_communicator() noexcept;
   void set_up(const char* what);
@@ -222,15 +223,14 @@ void NcclBackend::fail(const Failure& failure, const char* what) {
   throw_failure(failure, std::string(what) + ": ");
 }
 
-template <class Done>
-void NcclBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
-                             const char* doing) {
+void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_point> deadline,
+                             const char* what, const char* doing) {
   // NCCL as a place to wait: polling asks NCCL and the bootstrap (a dead or aborting leader:
   // NCCL alone would wait for ever); blocking sleeps kPollSleep, since a GPU has nothing to
   // sleep on here.
   struct Site : WaitSite {
     NcclBackend& backend;
-    Done& ready;
+    FunctionRef<bool()>& ready;
     const char* what;
     bool done() {
       try {

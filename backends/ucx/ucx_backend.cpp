@@ -351,15 +351,15 @@ void UcxBackend::handle_member(const wire::Message& message) {
   // A hello, welcome or refusal from a member after joining is dropped.
 }
 
-template <class Done, class OnDeadline, class Whom>
-void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
-                            OnDeadline on_deadline, Whom whom) {
+void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_point> deadline,
+                            const char* what, FunctionRef<void()> on_deadline,
+                            FunctionRef<std::string()> whom) {
   // The backend as a place to wait: polling progresses the worker (and throws the job's failure
   // if a leader is gone); blocking sleeps on the worker's event fd. A message from another node
   // takes microseconds: the Waiter yields between polls (idle machine) and then sleeps.
   struct Site : WaitSite {
     UcxBackend& backend;
-    Done& ready;
+    FunctionRef<bool()>& ready;
     const char* what;
     bool done() {
       backend.progress();
@@ -395,7 +395,7 @@ void UcxBackend::wait_until(Done done, std::optional<Clock::time_point> deadline
         // Out of memory for a diagnostic: the wait goes on without it.
       }
     }
-    Whom& whom;
+    FunctionRef<std::string()>& whom;
   } site{{}, *this, done, what, whom};
   switch (config_.waiter->wait(site, deadline, kSleepSlice)) {
     case Waiter::End::done:

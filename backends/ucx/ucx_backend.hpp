@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/function_ref.hpp"
 #include "membership/backend.hpp"
 #include "ucx/paths.hpp"
 #include "ucx/rendezvous.hpp"
@@ -115,9 +116,10 @@ class UcxBackend final : public Backend, public Bootstrap {
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes. whom() says what
   // it still waits for, in the stall line of a wait that lasts (LOCKSTEP_STALL_WARNING).
-  template <class Done, class OnDeadline, class Whom>
-  void wait_until(Done done, std::optional<Clock::time_point> deadline, const char* what,
-                  OnDeadline on_deadline, Whom whom);
+  // (FunctionRefs: one wait's machine code for every caller, base/function_ref.hpp.)
+  void wait_until(FunctionRef<bool()> done, std::optional<Clock::time_point> deadline,
+                  const char* what, FunctionRef<void()> on_deadline,
+                  FunctionRef<std::string()> whom);
   // The nodes this leader has not heard of in `episode`'s barrier, directly or through the
   // others, given what it knew (`known`, a bit per node) before the round it waits in.
   [[nodiscard]] std::vector<int> unheard_nodes(std::uint64_t episode,

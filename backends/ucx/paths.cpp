@@ -66,8 +66,13 @@ void collect(int epoll_fd, int depth, std::vector<PathSocket>& sockets) {
     return;  // UCX nests two deep (the worker's, a transport's); more is not UCX's
   }
   for (const PathSocket& entry : watched_by(epoll_fd)) {
+    // stat(2) of /proc's link, not fstat(2) of the descriptor: it is UCX's, often made by UCX's
+    // async thread (an accepted connection), and ThreadSanitizer, which cannot see the kernel's
+    // order (the descriptor is in UCX's epoll instance before fdinfo lists it), reported the
+    // fstat as a race on the descriptor. The inode check is the same.
     struct stat now {};
-    if (::fstat(entry.fd, &now) != 0 || now.st_ino != entry.inode) {
+    const std::string link = "/proc/self/fd/" + std::to_string(entry.fd);
+    if (::stat(link.c_str(), &now) != 0 || now.st_ino != entry.inode) {
       continue;  // closed since, or the number reused by another file
     }
     const std::string what = what_is(entry.fd);

@@ -17,11 +17,15 @@
 namespace lockstep::detail::ucx {
 namespace {
 
-// What /proc says descriptor `fd` is ("socket:[123]", "anon_inode:[eventpoll]"), or "".
-std::string what_is(int fd) {
+std::string fd_link(int fd) {
+  return "/proc/self/fd/" + std::to_string(fd);
+}
+
+// What /proc's link `link` (fd_link) says its descriptor is ("socket:[123]",
+// "anon_inode:[eventpoll]"), or "".
+std::string what_is(const std::string& link) {
   char target[128] = {};
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  const ssize_t length = ::readlink(path.c_str(), target, sizeof target - 1);
+  const ssize_t length = ::readlink(link.c_str(), target, sizeof target - 1);
   return length > 0 ? std::string(target, static_cast<std::size_t>(length)) : std::string();
 }
 
@@ -71,11 +75,11 @@ void collect(int epoll_fd, int depth, std::vector<PathSocket>& sockets) {
     // order (the descriptor is in UCX's epoll instance before fdinfo lists it), reported the
     // fstat as a race on the descriptor. The inode check is the same.
     struct stat now {};
-    const std::string link = "/proc/self/fd/" + std::to_string(entry.fd);
+    const std::string link = fd_link(entry.fd);
     if (::stat(link.c_str(), &now) != 0 || now.st_ino != entry.inode) {
       continue;  // closed since, or the number reused by another file
     }
-    const std::string what = what_is(entry.fd);
+    const std::string what = what_is(link);
     if (what == "anon_inode:[eventpoll]") {
       collect(entry.fd, depth + 1, sockets);
     } else if (what.starts_with("socket:") && is_connected_tcp(entry.fd) &&
@@ -89,7 +93,7 @@ void collect(int epoll_fd, int depth, std::vector<PathSocket>& sockets) {
 
 std::vector<PathSocket> tcp_sockets_under(int event_fd) {
   std::vector<PathSocket> sockets;
-  if (what_is(event_fd) == "anon_inode:[eventpoll]") {
+  if (what_is(fd_link(event_fd)) == "anon_inode:[eventpoll]") {
     collect(event_fd, 0, sockets);
   }
   return sockets;

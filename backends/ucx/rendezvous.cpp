@@ -74,12 +74,12 @@ int remaining_ms(Clock::time_point deadline) {
   return static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, 1'000'000));
 }
 
-// Waits until `fd` is ready for `events` or `deadline` passes; false then. Throws
-// InterruptedError when the interrupt descriptor says so (asked every kInterruptLook at most).
-bool await(int fd, short events, Clock::time_point deadline) {
+}  // namespace
+
+bool await(int fd, short events, Clock::time_point deadline, const std::string& what) {
   constexpr int kInterruptLook = 100;  // ms
   for (;;) {
-    check_interrupt("lockstep: joining the job (connecting to node 0)");
+    check_interrupt(what);
     pollfd entry{fd, events, 0};
     const int ready = ::poll(&entry, 1, std::min(remaining_ms(deadline), kInterruptLook));
     if (ready > 0) {
@@ -90,6 +90,8 @@ bool await(int fd, short events, Clock::time_point deadline) {
     }
   }
 }
+
+namespace {
 
 // Writes all of `bytes` to the non-blocking socket `fd` by `deadline`.
 bool write_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline) {

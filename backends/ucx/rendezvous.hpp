@@ -133,6 +133,11 @@ class Server {
 // After the join's last step (ucx_join.cpp: the node's "took the welcome", node 0's "wire up"),
 // nothing is sent on a link.
 inline constexpr auto kLinkProbe = std::chrono::seconds(1);
+// Waits until `fd` is ready for `events` or `deadline` passes; false then (or when poll fails).
+// Throws InterruptedError naming `what` when the interrupt descriptor says so (asked every
+// 100 ms at most).
+bool await(int fd, short events, Clock::time_point deadline,
+           const std::string& what = "lockstep: joining the job (connecting to node 0)");
 // Sets a connection's keepalive and user timeout (`timeout`, at least kLinkProbe); SystemError
 // if the kernel refuses.
 void make_link(int fd, std::chrono::milliseconds timeout);

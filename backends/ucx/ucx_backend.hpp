@@ -100,10 +100,10 @@ class UcxBackend final : public Backend, public Bootstrap {
   // connection lost before the welcome, and the join timeout's message.
   rendezvous::Verdict take_hello(int id, std::span<const std::byte> bytes, const std::string& from);
   void forget_joiner(int id);
-  // The join's last step (ucx_join.cpp, kTookWelcome): node 0 waits until every node took its
-  // welcome, then tells them to wire up; a node says it took it and waits for that word.
   // A joining node: checks node 0's table of nodes (welcome_) before trusting it, and keeps it.
   void check_welcome();
+  // The join's last step (ucx_join.cpp, kTookWelcome): node 0 waits until every node took its
+  // welcome, then tells them to wire up; a node says it took it and waits for that word.
   void await_welcome_taken();
   void await_wire_up();
   // Node 0: node `node` did not take the welcome (its link closed, with errno `error` or 0, or it

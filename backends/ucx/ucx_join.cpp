@@ -12,6 +12,7 @@
 #include <random>
 
 #include "base/fault_points.hpp"
+#include "base/little_endian.hpp"
 #include "base/proc.hpp"
 #include "base/text.hpp"
 #include "job/job_secret.hpp"
@@ -40,22 +41,19 @@ constexpr std::byte kGaveUp{0x58};
 
 enum class Mark { got, closed, timed_out };
 
-// Reads `out.size()` bytes from link `fd` by `deadline`, looking for an interrupt (`what`) between
-// slices. closed: the connection ended (*error 0) or broke (*error: errno) first.
+// Reads `out.size()` bytes from link `fd` by `deadline` (rendezvous::await: an interrupt is
+// looked for, naming `what`). closed: the connection ended (*error 0) or broke (*error: errno)
+// first.
 Mark read_link(int fd, std::span<std::byte> out, Clock::time_point deadline,
                const std::string& what, int& error) {
   std::size_t have = 0;
   while (have < out.size()) {
-    check_interrupt(what);
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      return Mark::timed_out;
-    }
-    pollfd entry{fd, POLLIN, 0};
-    const auto slice =
-        std::min(kSleepSlice, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
-    if (::poll(&entry, 1, static_cast<int>(slice.count())) <= 0) {
-      continue;  // nothing yet, or a signal: look again
+    if (!rendezvous::await(fd, POLLIN, deadline, what)) {
+      if (Clock::now() >= deadline) {
+        return Mark::timed_out;
+      }
+      error = errno;
+      return Mark::closed;
     }
     const ssize_t got = ::recv(fd, out.data() + have, out.size() - have, MSG_DONTWAIT);
     if (got > 0) {
@@ -284,10 +282,7 @@ void UcxBackend::give_up_join(int node, bool timed_out, int error) {
   const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
   // The other nodes wait for node 0's word: they learn which node could not join.
   std::array<std::byte, 5> word{kGaveUp};
-  for (int shift = 0; shift < 4; ++shift) {
-    word[1 + static_cast<std::size_t>(shift)] =
-        static_cast<std::byte>(static_cast<std::uint32_t>(leader) >> (8 * shift));
-  }
+  put_le(&word[1], static_cast<std::uint32_t>(leader), 4);
   for (int other = 1; other < num_nodes_; ++other) {
     if (other != node) {
       (void)send_link(links_[static_cast<std::size_t>(other)], word);
@@ -325,11 +320,7 @@ void UcxBackend::await_wire_up() {
   if (got == Mark::got && mark == kGaveUp &&
       read_link(links_[0], lost, config_.deadline, "lockstep: joining the job", error) ==
           Mark::got) {
-    std::uint32_t leader = 0;
-    for (int shift = 0; shift < 4; ++shift) {
-      leader |= std::to_integer<std::uint32_t>(lost[static_cast<std::size_t>(shift)])
-                << (8 * shift);
-    }
+    const auto leader = static_cast<std::uint32_t>(get_le(lost.data(), 4));
     const auto node = std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& info) {
       return !info.ranks.empty() && info.ranks.front() == static_cast<int>(leader);
     });

@@ -46,8 +46,14 @@ def one_round(policy, folder):
                    LOCKSTEP_WAIT_POLICY=policy)
         workers.append(subprocess.Popen([sys.executable, "-c", WORKER, folder], env=env,
                                         stdout=subprocess.PIPE, text=True))
-    out, _ = workers[0].communicate(timeout=60)
-    workers[1].wait(timeout=60)
+    try:
+        out, _ = workers[0].communicate(timeout=60)
+        workers[1].wait(timeout=60)
+    finally:
+        for worker in workers:  # a hang fails the test (TimeoutExpired), leaving no process
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
     if workers[0].returncode != 0 or workers[1].returncode != -signal.SIGKILL:
         sys.exit(f"lost_peer: {policy}: exit codes {workers[0].returncode}, "
                  f"{workers[1].returncode}")

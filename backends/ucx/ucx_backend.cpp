@@ -120,6 +120,7 @@ void UcxBackend::start_ucx() {
 }
 
 void UcxBackend::shutdown() noexcept {
+  answerer_.reset();  // before its link closes
   for (int& link : links_) {
     if (link >= 0) {
       ::close(link);
@@ -255,9 +256,19 @@ void UcxBackend::progress() {
   while (ucx_api().worker_progress(worker_) != 0) {
   }
   if (relay_) {
-    // Node 0 passes another leader's abort on to every other leader, as it came: a leader
-    // that cannot reach the one that gave up (a partition) learns it so.
-    const wire::Abort abort = *std::exchange(relay_, std::nullopt);
+    // Node 0 passes another leader's abort on to every other leader: a leader that cannot
+    // reach the one that gave up (a partition) learns it so.
+    wire::Abort abort = *std::exchange(relay_, std::nullopt);
+    if (abort.kind == static_cast<std::uint32_t>(FailureKind::timeout)) {
+      // A leader timed out on machines that node 0 can ask: where their processes are goes with
+      // the error, to this node's processes and the others' (issue 44).
+      const std::string places = places_text(nodes_of(abort.missing, static_cast<int>(abort.from)));
+      abort.message += places;
+      abort.message.resize(std::min(abort.message.size(), wire::kMaxText));
+      if (aborted_) {
+        aborted_->message += places;
+      }
+    }
     for (Endpoint* member : members_) {
       if (member != nullptr && member->error == UCS_OK &&
           member->node != static_cast<int>(abort.from)) {
@@ -430,6 +441,9 @@ void UcxBackend::check_links(const char* what) {
     if (state == rendezvous::LinkState::fine) {
       continue;
     }
+    if (node == 0) {
+      answerer_.reset();  // before its link closes
+    }
     ::close(link);
     link = -1;
     if (state == rendezvous::LinkState::ended) {
@@ -503,12 +517,16 @@ void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* 
         [&] { return slot.present; }, deadline, what,
         [&] {
           const std::vector<int> missing_nodes = unheard_nodes(episode, known);
-          const std::string message = "timed out waiting for " + nodes_text(missing_nodes);
+          const std::string message =
+              "timed out waiting for " + nodes_text(missing_nodes) + places_text(missing_nodes);
           Failure failure{FailureKind::timeout, -1, ranks_of_nodes(missing_nodes), message};
           abort(failure);  // the episode cannot be taken back: the others must not wait for ever
           fail(failure, what);
         },
-        [&] { return nodes_text(unheard_nodes(episode, known)) + " on the other machines"; });
+        [&] {
+          const std::vector<int> unheard = unheard_nodes(episode, known);
+          return nodes_text(unheard) + " on the other machines" + places_text(unheard);
+        });
     for (std::size_t w = 0; w < known.size(); ++w) {
       known[w] |= slot.known[w];
     }
@@ -555,6 +573,36 @@ std::vector<int> UcxBackend::unheard_nodes(std::uint64_t episode,
     }
   }
   return nodes;
+}
+
+std::vector<int> UcxBackend::nodes_of(const std::vector<std::int32_t>& ranks, int except) const {
+  std::vector<int> nodes;
+  for (const NodeInfo& info : nodes_) {
+    const bool has = std::any_of(info.ranks.begin(), info.ranks.end(), [&](int rank) {
+      return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+    });
+    if (has && info.node != me_ && info.node != except) {
+      nodes.push_back(info.node);
+    }
+  }
+  return nodes;
+}
+
+std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
+  if (me_ != 0 || nodes.empty()) {
+    return {};
+  }
+  const std::map<int, std::string> answers = ask_places(links_, nodes);
+  std::string text;
+  for (const int node : nodes) {
+    const auto answer = answers.find(node);
+    text += "; on node " + std::to_string(node) +
+            (answer != answers.end()
+                 ? ", " + answer->second
+                 : ", where its processes are is not known (its main process did not say within " +
+                       seconds_text(std::chrono::duration<double>(kPlacesWait).count()) + " s)");
+  }
+  return text;
 }
 
 std::string UcxBackend::nodes_text(const std::vector<int>& nodes) const {

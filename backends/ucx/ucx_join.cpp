@@ -421,6 +421,10 @@ void UcxBackend::connect() {
   token_ = welcome_->token;
   await_wire_up();
   joined_ = true;
+  if (config_.places) {
+    // Node 0's questions come on the link from now on (nothing else does after the join).
+    answerer_ = std::make_unique<PlacesAnswerer>(links_[0], config_.places);
+  }
 }
 
 void UcxBackend::check_welcome() {

@@ -61,7 +61,7 @@ LeaderConfig leader(const std::string& backend, int node, int nodes, int port) {
   // One leader per process (each node is a forked process): the waiter lives as long.
   static lockstep::detail::Waiter waiter(lockstep::WaitPolicy::adaptive,
                                          lockstep::detail::WaitShape{1, 1, true});
-  return LeaderConfig{job, {node}, &waiter, Clock::now() + std::chrono::seconds(30)};
+  return LeaderConfig{job, {node}, &waiter, Clock::now() + std::chrono::seconds(30), {}};
 }
 
 // Node `node` of `nodes`, leading through `backend`.

@@ -546,9 +546,13 @@ TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
   node_env_["LOCKSTEP_STALL_WARNING"] = "0.3";
   run_job(2, 2, {"stall", shared_.string(), "1500"});
   const std::string& out = nodes_[0].output();
-  // Node 0's leader, in the backend: the node that has not arrived, and its processes.
+  // Node 0's leader, in the backend: the node that has not arrived, its processes, and where
+  // they are, as node 1's leader answered (issue 44): both sleep in their own code.
   EXPECT_NE(out.find(" rank 0] wait_for_everyone has waited 0.3 s for node 1 (processes 2, 3) "
-                     "on the other machines; still waiting"),
+                     "on the other machines; on node 1, process 2 is not in a lockstep call: "),
+            std::string::npos)
+      << all_output();
+  EXPECT_NE(out.find("; process 3 is not in a lockstep call: it returned from joining the job"),
             std::string::npos)
       << all_output();
   // Node 0's other process, in the node barrier: its main process is away.
@@ -581,6 +585,38 @@ TEST_P(MultiNode, ATimeoutNamesTheMissingNode) {
   for (int rank : {2, 3}) {
     EXPECT_TRUE(ends[rank].starts_with("timeout missing=2,3, ")) << rank << ": " << ends[rank];
     EXPECT_NE(ends[rank].find("gave up"), std::string::npos) << ends[rank];
+  }
+  // Node 0 asked node 1 where its processes are (issue 44): both sleep in their own code, its
+  // main process included.
+  EXPECT_NE(ends[0].find("; on node 1, process 2 is not in a lockstep call: it returned from "
+                         "wait_for_everyone at node_worker.cpp:"),
+            std::string::npos)
+      << ends[0];
+  EXPECT_NE(ends[0].find("; process 3 is not in a lockstep call: it returned from "
+                         "wait_for_everyone at node_worker.cpp:"),
+            std::string::npos)
+      << ends[0];
+}
+
+// Node 1's main process waits in its machine's barrier for its late process: node 0's timeout
+// says where each of them is, as node 1's main process answered it while it waited.
+TEST_P(MultiNode, NodeZerosTimeoutSaysWhereTheLateNodesProcessesAre) {
+  for (int node = 0; node < 3; ++node) {
+    start(node, 3, 2, {"late-one", shared_.string(), "1"});
+  }
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 6U) << all_output();
+  EXPECT_TRUE(ends[0].starts_with("timeout missing=2,3, ")) << ends[0];
+  const auto at = [&](const std::string& text) { return ends[0].find(text) != std::string::npos; };
+  EXPECT_TRUE(
+      at("; on node 1, process 3 is not in a lockstep call: it returned from "
+         "wait_for_everyone at node_worker.cpp:"))
+      << ends[0];
+  EXPECT_TRUE(at("; process 2 waits in wait_for_everyone at node_worker.cpp:")) << ends[0];
+  // Node 1's processes end too, told why, once its late process comes.
+  for (int rank : {2, 3}) {
+    EXPECT_FALSE(ends[rank].starts_with("passed")) << rank << ": " << ends[rank];
   }
 }
 

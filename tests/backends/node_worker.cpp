@@ -380,6 +380,20 @@ int main(int argc, char** argv) {
       std::cout << "RESULT passed" << std::endl;
       return 1;
     }
+    if (scenario == "late-one") {  // node `arg`'s second process comes 2.5 s late; its leader
+                                   // waits for it untimed, the other nodes 1 s
+      state.wait_for_everyone();
+      if (state.node_index() != arg) {
+        state.wait_for_everyone(std::chrono::seconds(1));
+      } else {
+        if (state.local_process_index() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        }
+        state.wait_for_everyone();
+      }
+      std::cout << "RESULT passed" << std::endl;
+      return 1;
+    }
     if (scenario == "late") {  // node 1's processes come `arg` ms late to the one timed wait
       if (state.node_index() == 1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(arg));

@@ -11,11 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include "ucx/paths.hpp"
+#include "ucx/places.hpp"
 #include "ucx/rendezvous.hpp"
 #include "ucx/wire.hpp"
 
@@ -207,6 +210,43 @@ TEST(Paths, OnlyTheTcpConnectionsUnderTheEventFdAreFoundAndWatched) {
                  worker, transport}) {
     ::close(fd);
   }
+}
+
+// Issue 44: node 0 asks a node where its processes are on their link, and the node's thread
+// answers with what its places function says, whatever the node's main thread does. Bytes that
+// are not a question are passed over; an answer to an earlier question is not taken for this
+// one's; a node that does not answer (or answers what is not an answer) is left out in bounded
+// time; text that is not printable is made so.
+TEST(Places, NodeZerosQuestionIsAnsweredOnTheLink) {
+  int link[2] = {-1, -1};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, link), 0);
+  std::atomic<int> asked{0};
+  {
+    ucx::PlacesAnswerer answerer(link[1], [&] {
+      return "process 3 is at train.py:" + std::to_string(120 + asked.fetch_add(1)) + "\n";
+    });
+    // Stray bytes before the question; then a question whose answer node 0 no longer waits for.
+    const std::vector<std::byte> stray = bytes("xyzQ");
+    ASSERT_EQ(::write(link[0], stray.data(), stray.size()), 4);
+    const std::vector<std::byte> rest = unhex("00000000");  // the rest of an earlier question
+    ASSERT_EQ(::write(link[0], rest.data(), rest.size()), 4);
+    const auto answers = ucx::ask_places({-1, link[0]}, {0, 1});
+    ASSERT_EQ(answers.size(), 1U);
+    EXPECT_EQ(answers.at(1), "process 3 is at train.py:121?");
+    EXPECT_EQ(asked.load(), 2);
+    const auto again = ucx::ask_places({-1, link[0]}, {1});
+    EXPECT_EQ(again.at(1), "process 3 is at train.py:122?");
+  }
+  // The answerer is gone (its thread stopped, the link still open): no answer, in bounded time.
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ucx::ask_places({-1, link[0]}, {1}).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - began, ucx::kPlacesWait + std::chrono::seconds(1));
+  // What answers is not an answer (a length past the limit): left out, at once.
+  const std::vector<std::byte> forged = unhex("500000000000000100");
+  ASSERT_EQ(::write(link[1], forged.data(), forged.size()), 9);
+  EXPECT_TRUE(ucx::ask_places({-1, link[0]}, {1}).empty());
+  ::close(link[0]);
+  ::close(link[1]);
 }
 
 }  // namespace

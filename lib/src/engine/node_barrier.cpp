@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/fault_points.hpp"
+#include "engine/segment_file.hpp"  // status_of, joined_and
 #include "lockstep/error.hpp"
 #include "waiting/futex.hpp"
 
@@ -541,6 +542,33 @@ std::vector<std::string> NodeBarrier::flight_record() const {
                                 recent_calls(segment_.call_log(slot)), now));
   }
   return lines;
+}
+
+std::string node_places(const NodeSegment& segment) {
+  const std::int64_t now = coarse_clock_ns();
+  std::vector<std::pair<int, std::string>> absent;  // by rank
+  Places waiting;
+  for (int slot = 0; slot < segment.num_slots(); ++slot) {
+    const Slot& peer = segment.slot(slot);
+    const int rank = peer.rank.load(std::memory_order_relaxed);  // set before joining
+    const auto call = latest_call(segment.call_log(slot));
+    const bool gone = status_of(peer) == SlotStatus::left || joined_and(peer, Liveness::dead);
+    if (call && call->ended == 0 && !gone) {
+      add_place(waiting, call_text(*call), rank);
+    } else {
+      absent.emplace_back(rank,
+                          "process " + std::to_string(rank) + " " + absent_text(call, now, gone));
+    }
+  }
+  std::sort(absent.begin(), absent.end());
+  std::string text;
+  for (const auto& [rank, line] : absent) {
+    text += (text.empty() ? "" : "; ") + line;
+  }
+  if (!waiting.empty()) {
+    text += (text.empty() ? "" : "; ") + places_text(waiting, " waits in ", " wait in ", "; ");
+  }
+  return text;
 }
 
 std::string NodeBarrier::met_apart() const {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,9 @@ struct LeaderConfig {
   std::vector<int> ranks;      // this node's processes
   Waiter* waiter;              // how this process waits (outlives the backend)
   Clock::time_point deadline;  // for joining
+  // Where this node's processes are, for the other machines' messages (engine/node_barrier.hpp's
+  // node_places); any thread may call it while the backend lives. Empty: not told.
+  std::function<std::string()> places;
 };
 
 // A backend: the leaders' barrier. Implementations need not remember their failures: Leaders

@@ -175,7 +175,9 @@ void Context::join(const CallSite& site) {
   // join reaches its node's processes).
   if (local_index_ == 0) {
     try {
-      backend_ = join_leaders(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline});
+      const NodeSegment* segment = segment_.get();
+      backend_ = join_leaders(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline,
+                                           [segment] { return node_places(*segment); }});
     } catch (const Error& error) {
       segment_->record_failure(failure_of(error, "lockstep: joining the job"));
       throw;

@@ -466,6 +466,10 @@ void UcxBackend::check_links(const char* what) {
 void UcxBackend::check_members(const char* what) {
   check_aborted(what);
   check_cancelled(what);
+  // The links first: a node that the network cut off from every other sees its link to node 0
+  // and its UCX connections fail alike (the same bound, paths.hpp), and says so naming node 0,
+  // the job's hub, rather than whichever connection UCX reported first.
+  check_links(what);
   for (int node = 0; node < num_nodes_; ++node) {
     const Endpoint* member = members_[static_cast<std::size_t>(node)];
     if (member != nullptr && member->error != UCS_OK) {
@@ -484,7 +488,6 @@ void UcxBackend::check_members(const char* what) {
       fail(failure, what);
     }
   }
-  check_links(what);
 }
 
 void UcxBackend::fail(const Failure& failure, const char* what) {

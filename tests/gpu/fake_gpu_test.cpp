@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/status.hpp"
 #include "fake_gpu.hpp"
 #include "gpu/flag_barrier.hpp"
 #include "ranks.hpp"
@@ -395,6 +396,38 @@ TEST(FakeGpu, ATimedCallMeasuresThePeersNotItsOwnBacklog) {
 
 // A call on a stream being captured into a CUDA graph is refused, naming the capture, before it
 // arrives: the process can call again outside the capture and the job goes on.
+// Issue 44: a flags-mode call, which never meets on the host, is recorded all the same: where
+// the process made it is what lockstep-run --status (read here) and the others' messages say.
+TEST(FakeGpu, AFlagsModeCallIsRecordedWithItsPlace) {
+  auto ends = run_ranks(Job::of(2), [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 71U);
+    state.wait_for_everyone(stream.handle());  // the first call meets on the host, to set up
+    const int line = __LINE__ + 1;
+    state.wait_for_everyone(stream.handle());
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(30)));
+    int found = 0;
+    for (const auto& job : lockstep::detail::job_statuses()) {
+      for (const auto& process : job.processes) {
+        if (process.pid != ::getpid()) {
+          continue;
+        }
+        ++found;
+        RANK_CHECK(process.state == "running");
+        RANK_CHECK(process.call == "wait_for_everyone(stream)");
+        RANK_CHECK(process.file.ends_with("fake_gpu_test.cpp"));
+        RANK_CHECK(process.line == line);
+        RANK_CHECK(process.episode == -1);  // the streams count their own episodes
+        RANK_CHECK(process.ended == "returned");
+      }
+    }
+    RANK_CHECK(found == 1);
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 TEST(FakeGpu, ACapturingStreamIsRefused) {
   constexpr int kN = 2;
   auto* shared = shared_array<Shared>(1);

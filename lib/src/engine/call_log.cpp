@@ -199,6 +199,44 @@ std::optional<CallView> latest_call(const CallLog& log) {
   return std::nullopt;
 }
 
+std::optional<std::uint32_t> episode_call(const CallLog& log, std::uint64_t episode) {
+  const std::uint64_t calls = log.calls.load(std::memory_order_acquire);  // as latest_call
+  const std::uint64_t first = calls > kCallRing ? calls - kCallRing : 0;
+  for (std::uint64_t number = calls; number-- > first;) {  // the latest first
+    const CallEntry& entry = log.ring[number % kCallRing];
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      // A seqlock's reader, as read_call's.
+      const std::uint64_t before = entry.sequence.load(std::memory_order_acquire);
+      const std::uint64_t its_episode = entry.episode.load(std::memory_order_relaxed);
+      const std::uint32_t word = entry.call.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (entry.sequence.load(std::memory_order_relaxed) != before || (before & 1) != 0) {
+        continue;  // the owner writes it now
+      }
+      if (before == 2 * number + 2 && its_episode == episode &&
+          static_cast<CallEnd>((word >> 16) & 0xff) != CallEnd::tried) {
+        return word;
+      }
+      break;  // another episode's call, or overwritten by a later one
+    }
+  }
+  return std::nullopt;
+}
+
+bool same_place(const CallLog& log_a, std::uint32_t a, const CallLog& log_b,
+                std::uint32_t b) noexcept {
+  // Acquire: the text of a counted site is whole (CallRecorder::intern).
+  if (a == 0 || b == 0 || a > kMaxSites || b > kMaxSites ||
+      a > log_a.sites.load(std::memory_order_acquire) ||
+      b > log_b.sites.load(std::memory_order_acquire)) {
+    return true;
+  }
+  const SiteText& one = log_a.site[a - 1];
+  const SiteText& other = log_b.site[b - 1];
+  // The file is the text's first string (then the function's).
+  return one.line == other.line && strncmp(one.text, other.text, sizeof one.text) == 0;
+}
+
 std::vector<CallView> recent_calls(const CallLog& log) {
   std::vector<CallView> out;
   const std::uint64_t calls = log.calls.load(std::memory_order_acquire);  // as latest_call

@@ -112,6 +112,14 @@ struct CallView {
 [[nodiscard]] std::optional<CallView> latest_call(const CallLog& log);
 // The last kCallRing calls at most, oldest first, each read whole.
 [[nodiscard]] std::vector<CallView> recent_calls(const CallLog& log);
+// The word (call_word) of `log`'s call in `episode`, other than a try that withdrew, if the log
+// still holds it whole: what a check of an episode compares first. Reads no site's text.
+[[nodiscard]] std::optional<std::uint32_t> episode_call(const CallLog& log, std::uint64_t episode);
+// Whether site `a` of `log_a` and site `b` of `log_b` (1-based indices, as in a call word) are
+// one place: the same line of the same file. An unknown site (0, or not yet counted) is one
+// place with any.
+[[nodiscard]] bool same_place(const CallLog& log_a, std::uint32_t a, const CallLog& log_b,
+                              std::uint32_t b) noexcept;
 // "train.py:88" (the file's last component; `full`: its path as recorded, and " in main"), or
 // "an unrecorded place" (a call made through an interface that gave none, or a Python wait that
 // passed within its quick try).

@@ -300,12 +300,18 @@ class NodeBarrier::Site : public WaitSite {
   Site(NodeBarrier& barrier, std::uint64_t target, const char* what) noexcept
       : barrier_(barrier), target_(target), what_(what) {}
   [[nodiscard]] bool done() const noexcept { return barrier_.reached(target_); }
-  void block(std::chrono::nanoseconds limit) noexcept { barrier_.sleep(target_, limit, stall_); }
+  void block(std::chrono::nanoseconds limit) noexcept {
+    barrier_.sleep(target_, limit, stall_, !heard_);
+  }
   [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
   // A lost peer wakes this site's sleepers (the watch), so they need no periodic check.
   [[nodiscard]] bool watched() const noexcept { return barrier_.watched(); }
-  [[nodiscard]] bool alarmed() const noexcept { return barrier_.alarmed(); }
+  // Once true, true for the rest of the wait (the alarm stays raised).
+  [[nodiscard]] bool alarmed() const noexcept {
+    heard_ = heard_ || barrier_.alarmed();
+    return heard_;
+  }
   void wake_me_at(std::chrono::steady_clock::time_point when) noexcept { stall_ = when; }
   void stalled(std::chrono::nanoseconds waited) const noexcept {
     barrier_.report_stall(what_, waited);
@@ -316,6 +322,7 @@ class NodeBarrier::Site : public WaitSite {
   std::uint64_t target_;
   const char* what_;
   std::chrono::steady_clock::time_point stall_ = std::chrono::steady_clock::time_point::max();
+  mutable bool heard_ = false;  // the waiter was told of the alarm (alarmed() returned true)
 };
 
 NodeBarrier::Outcome NodeBarrier::wait(std::uint64_t target,
@@ -341,7 +348,7 @@ bool NodeBarrier::quiet() const noexcept {
 }
 
 void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit,
-                        std::chrono::steady_clock::time_point stall) noexcept {
+                        std::chrono::steady_clock::time_point stall, bool unheard) noexcept {
   SegmentHeader& header = segment_.header();
   Slot& me = segment_.slot(segment_.my_slot());
   // Read the futex word before announcing the sleep: a completer that sees the announcement
@@ -352,7 +359,11 @@ void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit,
   // Relaxed: a hint for the peers' load samples (peers_asleep), never needed for correctness.
   me.asleep_until.store(target, std::memory_order_relaxed);
   header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
-  if (header.episode.arrivals.load(std::memory_order_seq_cst) < target) {
+  // An alarm the waiter has not heard of may have woken the node's sleepers just before the word
+  // was read (after the waiter last asked): then nothing wakes this sleep but its limit, up to
+  // kPollInterval for a timed wait (a lost peer noticed 0.1 s late, seen from Python under load:
+  // issue 45). The word's read (acquire) orders the alarm's marks before this look.
+  if (header.episode.arrivals.load(std::memory_order_seq_cst) < target && !(unheard && alarmed())) {
     const bool untimed = limit == std::chrono::nanoseconds::max() && quiet();
     if (untimed) {
       watch_->wake_me_at(stall);
@@ -466,24 +477,21 @@ bool one_call(const std::vector<CallKind>& kinds) {
 }  // namespace
 
 void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
+  // The call words first (no text, no allocation: LOCKSTEP_CHECK=strict runs this on every
+  // episode); the places' text is read only for the message of a mismatch.
   struct Met {
-    int rank;
-    CallView call;
+    int slot;
+    std::uint32_t word;
   };
   std::vector<Met> met;
+  met.reserve(static_cast<std::size_t>(segment_.num_slots()));
   const auto give_up = Clock::now() + std::chrono::milliseconds(100);
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     // Each process writes its call just after its arrival: a moment's wait at most, unless it
     // is descheduled or died there (then it is left out of the check).
     for (;;) {
-      std::optional<CallView> found;
-      for (CallView& call : recent_calls(segment_.call_log(slot))) {
-        if (call.episode == episode && call.end != CallEnd::tried) {
-          found = std::move(call);
-        }
-      }
-      if (found) {
-        met.push_back(Met{segment_.slot(slot).rank.load(std::memory_order_relaxed), *found});
+      if (const auto word = episode_call(segment_.call_log(slot), episode)) {
+        met.push_back(Met{slot, *word});
         break;
       }
       if (Clock::now() > give_up) {
@@ -495,21 +503,41 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
   std::vector<CallKind> kinds;
   kinds.reserve(met.size());
   for (const Met& one : met) {
-    kinds.push_back(one.call.kind);
+    kinds.push_back(call_kind(one.word));
   }
   const bool same_call = one_call(kinds);
   bool apart = !same_call;
   if (!apart && strict_) {
     for (const Met& one : met) {  // one place per kind (a guard's two sides may differ)
       for (const Met& other : met) {
-        apart = apart ||
-                (one.call.kind == other.call.kind && one.call.site != 0 && other.call.site != 0 &&
-                 (one.call.file != other.call.file || one.call.line != other.call.line));
+        apart = apart || (call_kind(one.word) == call_kind(other.word) &&
+                          !same_place(segment_.call_log(one.slot), one.word & 0xff,
+                                      segment_.call_log(other.slot), other.word & 0xff));
       }
     }
   }
   if (!apart) {
     return;
+  }
+  throw_met_apart(episode, same_call, what);
+}
+
+void NodeBarrier::throw_met_apart(std::uint64_t episode, bool same_call, const char* what) {
+  struct Met {
+    int rank;
+    CallView call;
+  };
+  std::vector<Met> met;
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    std::optional<CallView> found;
+    for (CallView& call : recent_calls(segment_.call_log(slot))) {
+      if (call.episode == episode && call.end != CallEnd::tried) {
+        found = std::move(call);
+      }
+    }
+    if (found) {
+      met.push_back(Met{segment_.slot(slot).rank.load(std::memory_order_relaxed), *found});
+    }
   }
   Places places;
   for (const Met& one : met) {

@@ -125,9 +125,10 @@ class NodeBarrier {
   [[nodiscard]] bool late_peer_here() const noexcept;
   // Sleeps on the futex until the count may have reached `target`, at most `limit`
   // (nanoseconds::max(): until woken, if the watch is quiet, and then to be woken at `stall`;
-  // else kPollInterval).
+  // else kPollInterval). `unheard`: the waiter has not yet been told of an alarm (alarmed()),
+  // so one raised now returns at once instead of sleeping.
   void sleep(std::uint64_t target, std::chrono::nanoseconds limit,
-             std::chrono::steady_clock::time_point stall) noexcept;
+             std::chrono::steady_clock::time_point stall, bool unheard) noexcept;
   // Whether this process's watch would wake a sleeper that a lost peer leaves waiting: there is
   // one, and it has not raised its alarm.
   [[nodiscard]] bool watched() const noexcept { return watch_ != nullptr && !watch_->alarmed(); }
@@ -174,6 +175,8 @@ class NodeBarrier {
   // wrote its own just after its arrival: waited for 0.1 s at most) are of different calls,
   // or with strict_, at different places of one.
   [[gnu::noinline]] void check_met(std::uint64_t episode, const char* what);
+  // check_met's error, naming each process's call and place in `episode`.
+  [[noreturn]] void throw_met_apart(std::uint64_t episode, bool same_call, const char* what);
 
   NodeSegment& segment_;
   Waiter& waiter_;

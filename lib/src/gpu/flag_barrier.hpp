@@ -114,6 +114,7 @@ class FlagBarrier final : public StreamBarrier {
   FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, bool across_nodes = false,
               StreamRelay relay = {});
   ~FlagBarrier() override;  // stops the watchdog; the area stays registered to the process's end
+  [[nodiscard]] bool meets_on_host() const noexcept override { return false; }
   FlagBarrier(const FlagBarrier&) = delete;
   FlagBarrier& operator=(const FlagBarrier&) = delete;
 

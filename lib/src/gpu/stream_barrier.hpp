@@ -46,6 +46,9 @@ class StreamBarrier {
   // names the call in errors.
   virtual void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
                     const Meet& meet, const char* what) = 0;
+  // Whether wait() meets the others on the host (through `meet`, which records the call in the
+  // process's call log); flags mode never does, and its caller records the call itself.
+  [[nodiscard]] virtual bool meets_on_host() const noexcept { return true; }
   // Whether a failure released this node's streams (their waits passed without the peers'
   // work): never blocks, never throws.
   [[nodiscard]] virtual bool released() const noexcept { return false; }

@@ -404,15 +404,37 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
     // Release: a thread that asks stream_released() sees the barrier made.
     published_stream_barrier_.store(stream_barrier_.get(), std::memory_order_release);
   }
-  stream_barrier_->wait(
-      stream, bounded(timeout),
-      [&](std::optional<std::chrono::steady_clock::time_point> deadline) {
-        if (barrier_) {
-          barrier_->arrive_and_wait(deadline, what,
-                                    barrier_->recorder().word(CallKind::stream, site));
-        }
-      },
-      what);
+  // Flags mode never meets on the host (but once, to set up: then the meet records the call):
+  // its call is recorded here, around the enqueue, with no episode (the streams count their
+  // own), so that the others' messages and lockstep-run --status say where this process made it.
+  CallRecorder* own =
+      barrier_ && !stream_barrier_->meets_on_host() ? &barrier_->recorder() : nullptr;
+  if (own != nullptr) {
+    own->begin(own->word(CallKind::stream, site), kNoEpisode);
+  }
+  try {
+    stream_barrier_->wait(
+        stream, bounded(timeout),
+        [&](std::optional<std::chrono::steady_clock::time_point> deadline) {
+          if (own != nullptr) {
+            own->end(false);
+            own = nullptr;
+          }
+          if (barrier_) {
+            barrier_->arrive_and_wait(deadline, what,
+                                      barrier_->recorder().word(CallKind::stream, site));
+          }
+        },
+        what);
+  } catch (...) {
+    if (own != nullptr) {
+      own->end_as(CallEnd::failed);
+    }
+    throw;
+  }
+  if (own != nullptr) {
+    own->end(false);
+  }
 }
 
 bool Context::stream_released() const noexcept {

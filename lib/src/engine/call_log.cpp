@@ -115,6 +115,27 @@ void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
   calls_ = number + 1;
   log_.calls.store(calls_, std::memory_order_release);  // release: the entry is whole
   open_ = true;
+  unmet_ = false;
+}
+
+void CallRecorder::begin_unmet(std::uint32_t word) noexcept {
+  if (!unmet_ || open_ || calls_ == 0) {
+    begin(word, kNoEpisode);
+    unmet_ = true;
+    return;
+  }
+  // The latest entry again, as begin writes one (a reader sees the old call or this one whole).
+  const std::uint64_t number = calls_ - 1;
+  CallEntry& entry = log_.ring[number % kCallRing];
+  entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  began_ = coarse_clock_ns();
+  entry.episode.store(kNoEpisode, std::memory_order_relaxed);
+  entry.call.store(word, std::memory_order_relaxed);
+  entry.began.store(began_, std::memory_order_relaxed);
+  entry.ended.store(0, std::memory_order_relaxed);
+  entry.sequence.store(2 * number + 2, std::memory_order_release);
+  open_ = true;
 }
 
 void CallRecorder::end(bool read_clock) noexcept {

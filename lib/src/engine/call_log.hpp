@@ -70,6 +70,10 @@ class CallRecorder {
   [[nodiscard]] std::uint32_t word(CallKind kind, const CallSite& site) noexcept;
   // A call begins: the entry is written whole (see CallEntry) with the coarse clock's time.
   void begin(std::uint32_t word, std::uint64_t episode) noexcept;
+  // A call that meets nobody (flags mode's stream barrier: no episode) begins: it takes the
+  // latest entry's place if that was one too, so that a run of them keeps one entry and the
+  // ring keeps the calls that met (the check of an episode looks for each process's there).
+  void begin_unmet(std::uint32_t word) noexcept;
   // The call returned: `now` read anew, or, for a call that did not wait past its quick spins,
   // its beginning (the coarse clock could not tell them apart).
   void end(bool read_clock) noexcept;
@@ -89,6 +93,7 @@ class CallRecorder {
   std::uint64_t calls_ = 0;  // this process's count of log_.calls
   std::int64_t began_ = 0;   // the current call's
   bool open_ = false;        // the current call has not ended
+  bool unmet_ = false;       // the latest entry is begin_unmet's
   Known last_{};             // the last site asked for, the common case
   std::vector<Known> known_;
 };

@@ -410,7 +410,7 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
   CallRecorder* own =
       barrier_ && !stream_barrier_->meets_on_host() ? &barrier_->recorder() : nullptr;
   if (own != nullptr) {
-    own->begin(own->word(CallKind::stream, site), kNoEpisode);
+    own->begin_unmet(own->word(CallKind::stream, site));
   }
   try {
     stream_barrier_->wait(

@@ -99,8 +99,7 @@ std::uint32_t CallRecorder::word(CallKind kind, const CallSite& site) noexcept {
   return call_word(kind, last_.index);
 }
 
-void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
-  const std::uint64_t number = calls_;
+void CallRecorder::write(std::uint64_t number, std::uint32_t word, std::uint64_t episode) noexcept {
   CallEntry& entry = log_.ring[number % kCallRing];
   // A seqlock's writer (see CallEntry): relaxed stores between the odd mark and the even one;
   // the release fence keeps them after the odd mark for a reader that reads them.
@@ -112,9 +111,13 @@ void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
   entry.began.store(began_, std::memory_order_relaxed);
   entry.ended.store(0, std::memory_order_relaxed);
   entry.sequence.store(2 * number + 2, std::memory_order_release);
-  calls_ = number + 1;
-  log_.calls.store(calls_, std::memory_order_release);  // release: the entry is whole
   open_ = true;
+}
+
+void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
+  write(calls_, word, episode);
+  calls_ += 1;
+  log_.calls.store(calls_, std::memory_order_release);  // release: the entry is whole
   unmet_ = false;
 }
 
@@ -124,18 +127,8 @@ void CallRecorder::begin_unmet(std::uint32_t word) noexcept {
     unmet_ = true;
     return;
   }
-  // The latest entry again, as begin writes one (a reader sees the old call or this one whole).
-  const std::uint64_t number = calls_ - 1;
-  CallEntry& entry = log_.ring[number % kCallRing];
-  entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  began_ = coarse_clock_ns();
-  entry.episode.store(kNoEpisode, std::memory_order_relaxed);
-  entry.call.store(word, std::memory_order_relaxed);
-  entry.began.store(began_, std::memory_order_relaxed);
-  entry.ended.store(0, std::memory_order_relaxed);
-  entry.sequence.store(2 * number + 2, std::memory_order_release);
-  open_ = true;
+  // The latest entry again (a reader sees the old call or this one, whole).
+  write(calls_ - 1, word, kNoEpisode);
 }
 
 void CallRecorder::end(bool read_clock) noexcept {

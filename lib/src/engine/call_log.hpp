@@ -88,6 +88,8 @@ class CallRecorder {
     std::uint32_t index;
   };
   std::uint32_t intern(const CallSite& site) noexcept;
+  // Writes entry `number` whole, as a call that begins now (began_), and opens it.
+  void write(std::uint64_t number, std::uint32_t word, std::uint64_t episode) noexcept;
 
   CallLog& log_;
   std::uint64_t calls_ = 0;  // this process's count of log_.calls

@@ -1,4 +1,4 @@
-// Where another machine's processes are: the question on the links (places.hpp).
+// Where another machine's processes are: the desk on the links (places.hpp).
 #include "ucx/places.hpp"
 
 #include <poll.h>
@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <iterator>
 #include <span>
+#include <string_view>
 
 #include "base/little_endian.hpp"
 
@@ -20,9 +22,12 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::byte kQuestion{0x51};  // 'Q'
 constexpr std::byte kAnswer{0x50};    // 'P'
+constexpr std::byte kAsk{0x41};       // 'A'
+constexpr std::byte kRelayed{0x52};   // 'R'
 constexpr std::size_t kQuestionSize = 5;
-constexpr std::size_t kAnswerHead = 9;
-constexpr auto kAnswerSendBound = std::chrono::seconds(1);
+constexpr std::size_t kHead = 9;  // the type, the id, and a length or a count
+constexpr std::size_t kEntryHead = 8;
+constexpr auto kSendBound = std::chrono::seconds(1);
 
 // Sends all of `bytes` on `fd` by `deadline`; false if the link fails or stays full.
 bool send_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline) {
@@ -51,7 +56,7 @@ bool send_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadli
   return true;
 }
 
-// A peer's text as a message may carry it: printable, and at most kMaxPlaces bytes.
+// A peer's text as a message may carry it: printable.
 std::string printable(std::span<const std::byte> bytes) {
   std::string text;
   text.reserve(bytes.size());
@@ -62,16 +67,40 @@ std::string printable(std::span<const std::byte> bytes) {
   return text;
 }
 
+void append_le(std::vector<std::byte>& frame, std::size_t value) {
+  frame.resize(frame.size() + 4);
+  put_le(&frame[frame.size() - 4], value, 4);
+}
+
+void append_text(std::vector<std::byte>& frame, std::string_view text) {
+  append_le(frame, text.size());
+  std::transform(text.begin(), text.end(), std::back_inserter(frame),
+                 [](char c) { return static_cast<std::byte>(c); });
+}
+
+std::vector<std::byte> head(std::byte type, std::uint32_t id) {
+  std::vector<std::byte> frame{type};
+  append_le(frame, id);
+  return frame;
+}
+
+std::size_t le_at(const std::vector<std::byte>& bytes, std::size_t at) {
+  return static_cast<std::size_t>(get_le(&bytes[at], 4));
+}
+
 }  // namespace
 
-PlacesAnswerer::PlacesAnswerer(int link, std::function<std::string()> places)
-    : link_(link), stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), places_(std::move(places)) {
-  if (stop_ >= 0 && link_ >= 0) {
+PlacesDesk::PlacesDesk(int me, std::vector<int> links, std::function<std::string()> places)
+    : me_(me),
+      links_(std::move(links)),
+      places_(std::move(places)),
+      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (stop_ >= 0) {
     thread_ = std::thread([this] { run(); });
   }
 }
 
-PlacesAnswerer::~PlacesAnswerer() {
+PlacesDesk::~PlacesDesk() {
   if (thread_.joinable()) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t written = ::write(stop_, &one, sizeof one);  // cannot fail
@@ -82,134 +111,269 @@ PlacesAnswerer::~PlacesAnswerer() {
   }
 }
 
-void PlacesAnswerer::run() noexcept {
-  std::vector<std::byte> got;
-  for (;;) {
-    std::array<pollfd, 2> fds{{{link_, POLLIN, 0}, {stop_, POLLIN, 0}}};
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) {
-        continue;
+std::string PlacesDesk::own() {
+  std::string text;
+  try {
+    text = places_();
+  } catch (const std::exception& error) {
+    text = std::string("its places could not be read: ") + error.what();
+  }
+  text.resize(std::min(text.size(), kMaxPlaces));
+  return text;
+}
+
+bool PlacesDesk::send(int node, const std::vector<std::byte>& frame) {
+  const int fd = node >= 0 && static_cast<std::size_t>(node) < links_.size()
+                     ? links_[static_cast<std::size_t>(node)]
+                     : -1;
+  const std::scoped_lock lock(send_mutex_);
+  return fd >= 0 && send_all(fd, frame, Clock::now() + kSendBound);
+}
+
+std::map<int, std::string> PlacesDesk::ask(const std::vector<int>& nodes) {
+  Asked asked;
+  asked.deadline = Clock::now() + kPlacesWait + (me_ == 0 ? Clock::duration{} : kRelayMargin);
+  for (const int node : nodes) {
+    if (node == me_) {
+      asked.answers[node] = own();
+    } else if (me_ == 0 && node > 0 && static_cast<std::size_t>(node) < links_.size() &&
+               links_[static_cast<std::size_t>(node)] >= 0) {
+      asked.waiting.insert(node);
+    }
+  }
+  if (me_ != 0 && !links_.empty() && links_[0] >= 0 && nodes.size() <= links_.size()) {
+    asked.waiting.insert(0);  // node 0 answers for all
+  }
+  const std::uint32_t id = question(nodes, std::move(asked));
+  std::unique_lock lock(mutex_);
+  const auto found = asked_.find(id);
+  answered_.wait_until(lock, found->second.deadline, [&] { return found->second.waiting.empty(); });
+  std::map<int, std::string> answers = std::move(found->second.answers);
+  asked_.erase(found);
+  std::erase_if(answers, [&](const auto& answer) {  // what was asked only
+    return std::find(nodes.begin(), nodes.end(), answer.first) == nodes.end();
+  });
+  return answers;
+}
+
+std::uint32_t PlacesDesk::question(const std::vector<int>& nodes, Asked asked) {
+  const std::set<int> to = asked.waiting;
+  std::uint32_t id = 0;
+  {
+    const std::scoped_lock lock(mutex_);
+    id = ++last_id_;
+    asked_.emplace(id, std::move(asked));
+  }
+  std::vector<std::byte> frame;
+  if (me_ == 0) {
+    frame = head(kQuestion, id);
+  } else {
+    frame = head(kAsk, id);
+    append_le(frame, nodes.size());
+    for (const int node : nodes) {
+      append_le(frame, static_cast<std::size_t>(node));
+    }
+  }
+  for (const int node : to) {
+    if (!send(node, frame)) {
+      const std::scoped_lock lock(mutex_);
+      asked_.at(id).waiting.erase(node);  // it will not answer
+    }
+  }
+  return id;
+}
+
+void PlacesDesk::run() noexcept {
+  std::vector<std::vector<std::byte>> got(links_.size());
+  std::vector<bool> reading(links_.size());
+  for (std::size_t node = 0; node < links_.size(); ++node) {
+    reading[node] = links_[node] >= 0 && static_cast<int>(node) != me_;
+  }
+  try {
+    for (;;) {
+      std::vector<pollfd> fds{{stop_, POLLIN, 0}};
+      std::vector<int> nodes;
+      for (std::size_t node = 0; node < links_.size(); ++node) {
+        if (reading[node]) {
+          fds.push_back({links_[node], POLLIN, 0});
+          nodes.push_back(static_cast<int>(node));
+        }
       }
+      if (::poll(fds.data(), fds.size(), relays_due_in()) < 0 && errno != EINTR) {
+        return;
+      }
+      if (fds[0].revents != 0) {
+        return;  // stopped
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        const auto node = static_cast<std::size_t>(nodes[i - 1]);
+        if (fds[i].revents == 0) {
+          continue;
+        }
+        // An error is left on the link for its owner to read (rendezvous::look_at_link).
+        if ((fds[i].revents & (POLLERR | POLLNVAL)) != 0 || (fds[i].revents & POLLIN) == 0) {
+          reading[node] = false;  // a failed link; or one that hung up with nothing more to read
+          continue;
+        }
+        std::array<std::byte, 4096> bytes{};
+        const ssize_t n = ::recv(links_[node], bytes.data(), bytes.size(), MSG_DONTWAIT);
+        if (n <= 0) {
+          reading[node] = n < 0 && (errno == EAGAIN || errno == EINTR);
+          continue;  // else the link ended (its owner sees that too) or failed as it was read
+        }
+        got[node].insert(got[node].end(), bytes.begin(), bytes.begin() + n);
+        take(static_cast<int>(node), got[node]);
+      }
+      send_relays_due();
+    }
+  } catch (...) {
+    // Out of memory: this node's desk stops; the askers say that they were not told.
+  }
+}
+
+void PlacesDesk::take(int node, std::vector<std::byte>& got) {
+  while (!got.empty()) {
+    const std::byte type = got.front();
+    const bool for_me =
+        me_ == 0 ? (type == kAnswer || type == kAsk) : (type == kQuestion || type == kRelayed);
+    if (!for_me) {
+      got.erase(got.begin());  // not a frame's start: nothing else is sent on a link
+      continue;
+    }
+    if (type == kQuestion) {
+      if (got.size() < kQuestionSize) {
+        return;
+      }
+      const auto id = static_cast<std::uint32_t>(le_at(got, 1));
+      got.erase(got.begin(), got.begin() + kQuestionSize);
+      send(node, answer_frame(id));
+      continue;
+    }
+    if (got.size() < kHead) {
       return;
     }
-    // An error is left on the link for its owner to read (rendezvous::look_at_link).
-    if (fds[1].revents != 0 || (fds[0].revents & (POLLERR | POLLNVAL)) != 0 ||
-        (fds[0].revents & POLLIN) == 0) {
-      return;  // stopped; a failed link; or one that hung up with nothing more to read
+    const auto id = static_cast<std::uint32_t>(le_at(got, 1));
+    const std::size_t length = le_at(got, 5);
+    const std::size_t limit = type == kAsk      ? links_.size()
+                              : type == kAnswer ? kMaxPlaces
+                                                : kMaxRelayed + links_.size() * kEntryHead;
+    if (length > limit) {
+      got.clear();  // not what the other side sends: what the link held is dropped
+      return;
     }
-    std::array<std::byte, 64> bytes{};
-    const ssize_t n = ::recv(link_, bytes.data(), bytes.size(), MSG_DONTWAIT);
-    if (n <= 0) {
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        continue;
-      }
-      return;  // the link ended (its owner sees that too) or failed as it was read
+    const std::size_t size = kHead + (type == kAsk ? 4 * length : length);
+    if (got.size() < size) {
+      return;
     }
-    got.insert(got.end(), bytes.begin(), bytes.begin() + n);
-    while (!got.empty()) {
-      if (got.front() != kQuestion) {
-        got.erase(got.begin());  // not a question: nothing else is sent on a link after the join
-        continue;
-      }
-      if (got.size() < kQuestionSize) {
-        break;
-      }
-      answer(static_cast<std::uint32_t>(get_le(&got[1], 4)));
-      got.erase(got.begin(), got.begin() + kQuestionSize);
+    const std::vector<std::byte> frame(got.begin(),
+                                       got.begin() + static_cast<std::ptrdiff_t>(size));
+    got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size));
+    if (type == kAsk) {
+      relay(node, id, frame);
+    } else if (type == kAnswer) {
+      took(node, id, {{node, printable(std::span(frame).subspan(kHead))}});
+    } else {
+      took(0, id, entries(frame));
     }
   }
 }
 
-void PlacesAnswerer::answer(std::uint32_t id) noexcept {
-  try {
-    std::string text;
-    try {
-      text = places_();
-    } catch (const std::exception& error) {
-      text = std::string("its places could not be read: ") + error.what();
-    }
-    text.resize(std::min(text.size(), kMaxPlaces));
-    std::vector<std::byte> frame(kAnswerHead + text.size());
-    frame[0] = kAnswer;
-    put_le(&frame[1], id, 4);
-    put_le(&frame[5], text.size(), 4);
-    std::transform(text.begin(), text.end(), frame.begin() + kAnswerHead,
-                   [](char c) { return static_cast<std::byte>(c); });
-    (void)send_all(link_, frame, Clock::now() + kAnswerSendBound);
-  } catch (...) {
-    // Out of memory: node 0 says that this node did not answer.
-  }
+std::vector<std::byte> PlacesDesk::answer_frame(std::uint32_t id) {
+  const std::string text = own();
+  std::vector<std::byte> frame = head(kAnswer, id);
+  append_text(frame, text);
+  return frame;
 }
 
-std::map<int, std::string> ask_places(const std::vector<int>& links,
-                                      const std::vector<int>& nodes) {
-  static std::atomic<std::uint32_t> last_id{0};
-  const std::uint32_t id = last_id.fetch_add(1, std::memory_order_relaxed) + 1;
-  std::array<std::byte, kQuestionSize> question{kQuestion};
-  put_le(&question[1], id, 4);
-  const auto deadline = Clock::now() + kPlacesWait;
-  struct Asked {
-    int node;
-    int fd;
-    std::vector<std::byte> got;
-  };
-  std::vector<Asked> asked;
-  for (const int node : nodes) {
-    const int fd = node >= 0 && static_cast<std::size_t>(node) < links.size()
-                       ? links[static_cast<std::size_t>(node)]
-                       : -1;
-    if (fd >= 0 && send_all(fd, question, deadline)) {
-      asked.push_back({node, fd, {}});
-    }
-  }
+std::map<int, std::string> PlacesDesk::entries(const std::vector<std::byte>& frame) const {
   std::map<int, std::string> answers;
-  while (!asked.empty()) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    std::vector<pollfd> fds;
-    fds.reserve(asked.size());
-    for (const Asked& one : asked) {
-      fds.push_back({one.fd, POLLIN, 0});
+  std::size_t at = kHead;
+  while (at + kEntryHead <= frame.size()) {
+    const std::size_t node = le_at(frame, at);
+    const std::size_t length = le_at(frame, at + 4);
+    if (node >= links_.size() || length > kMaxPlaces || length > frame.size() - at - kEntryHead) {
+      break;  // not what node 0 sends: the rest is dropped
     }
-    if (left.count() <= 0 ||
-        (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0 && errno != EINTR)) {
-      break;
-    }
-    for (std::size_t i = 0; i < asked.size(); ++i) {
-      Asked& one = asked[i];
-      // An error stays on the link for check_links to read.
-      if ((fds[i].revents & POLLIN) == 0 || (fds[i].revents & (POLLERR | POLLNVAL)) != 0) {
-        one.fd = fds[i].revents == 0 ? one.fd : -1;
-        continue;
-      }
-      std::array<std::byte, 1024> bytes{};
-      const ssize_t n = ::recv(one.fd, bytes.data(), bytes.size(), MSG_DONTWAIT);
-      if (n <= 0) {
-        one.fd = n < 0 && (errno == EAGAIN || errno == EINTR) ? one.fd : -1;
-        continue;
-      }
-      one.got.insert(one.got.end(), bytes.begin(), bytes.begin() + n);
-      // Answers to earlier questions (asked again before they came) are passed over.
-      while (one.got.size() >= kAnswerHead && one.fd >= 0) {
-        const auto length = static_cast<std::size_t>(get_le(&one.got[5], 4));
-        if (one.got.front() != kAnswer || length > kMaxPlaces) {
-          one.fd = -1;  // not an answer: this node's is not taken
-          break;
-        }
-        if (one.got.size() < kAnswerHead + length) {
-          break;
-        }
-        if (get_le(&one.got[1], 4) == id) {
-          answers[one.node] = printable(std::span(one.got).subspan(kAnswerHead, length));
-          one.fd = -1;  // answered
-          break;
-        }
-        one.got.erase(one.got.begin(),
-                      one.got.begin() + static_cast<std::ptrdiff_t>(kAnswerHead + length));
-      }
-    }
-    std::erase_if(asked, [](const Asked& one) { return one.fd < 0; });
+    answers[static_cast<int>(node)] = printable(std::span(frame).subspan(at + kEntryHead, length));
+    at += kEntryHead + length;
   }
   return answers;
+}
+
+void PlacesDesk::took(int from, std::uint32_t id, std::map<int, std::string> answers) {
+  const std::scoped_lock lock(mutex_);
+  const auto found = asked_.find(id);
+  if (found == asked_.end() || found->second.waiting.erase(from) == 0) {
+    return;  // an answer that came too late, or was not asked of `from`
+  }
+  answers.merge(found->second.answers);  // what this node knew itself stays
+  found->second.answers = std::move(answers);
+  answered_.notify_all();
+}
+
+void PlacesDesk::relay(int from, std::uint32_t id, const std::vector<std::byte>& frame) {
+  std::vector<int> nodes;
+  Asked asked;
+  asked.deadline = Clock::now() + kPlacesWait;
+  asked.reply_to = from;
+  asked.reply_id = id;
+  for (std::size_t at = kHead; at + 4 <= frame.size(); at += 4) {
+    const std::size_t node = le_at(frame, at);
+    if (node >= links_.size()) {
+      return;  // not what another node asks: not answered
+    }
+    nodes.push_back(static_cast<int>(node));
+    if (node == 0) {
+      asked.answers[0] = own();
+    } else if (static_cast<int>(node) != from && links_[node] >= 0) {
+      asked.waiting.insert(static_cast<int>(node));
+    }
+  }
+  (void)question(nodes, std::move(asked));  // answered by send_relays_due
+}
+
+int PlacesDesk::relays_due_in() {
+  const std::scoped_lock lock(mutex_);
+  int wait = -1;
+  const auto now = Clock::now();
+  for (const auto& [id, asked] : asked_) {
+    if (asked.reply_to >= 0) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(asked.deadline - now);
+      const int ms = asked.waiting.empty() ? 0 : static_cast<int>(std::max<long>(left.count(), 0));
+      wait = wait < 0 ? ms : std::min(wait, ms);
+    }
+  }
+  return wait;
+}
+
+void PlacesDesk::send_relays_due() {
+  std::vector<std::pair<int, std::vector<std::byte>>> due;
+  {
+    const std::scoped_lock lock(mutex_);
+    const auto now = Clock::now();
+    for (auto it = asked_.begin(); it != asked_.end();) {
+      const Asked& asked = it->second;
+      if (asked.reply_to < 0 || (!asked.waiting.empty() && now < asked.deadline)) {
+        ++it;
+        continue;
+      }
+      std::vector<std::byte> body;
+      for (const auto& [node, text] : asked.answers) {
+        if (body.size() + kEntryHead + text.size() <= kMaxRelayed) {
+          append_le(body, static_cast<std::size_t>(node));
+          append_text(body, text);
+        }
+      }
+      std::vector<std::byte> frame = head(kRelayed, asked.reply_id);
+      append_le(frame, body.size());
+      frame.insert(frame.end(), body.begin(), body.end());
+      due.emplace_back(asked.reply_to, std::move(frame));
+      it = asked_.erase(it);
+    }
+  }
+  for (const auto& [node, frame] : due) {
+    (void)send(node, frame);
+  }
 }
 
 }  // namespace lockstep::detail::ucx

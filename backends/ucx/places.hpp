@@ -1,19 +1,29 @@
-// Where another machine's processes are (issue 44): node 0's messages about a machine that is
+// Where another machine's processes are (issue 44): a leader's messages about a machine that is
 // late name where that machine's processes are. The late process is often that machine's main
 // process itself, in its own code, or its main process waits in its machine's own barrier for
-// one that is: neither polls UCX. So each other node's main process keeps a thread that answers
-// node 0's question on its link (the join's authenticated TCP connection, rendezvous.hpp), reading
-// the node segment as lockstep-run --status does.
+// one that is: neither polls UCX. So every node's main process keeps a thread, its desk, that
+// reads its links (the join's authenticated TCP connections, rendezvous.hpp: node 0 has one to
+// each node, the others one to node 0) and answers there, reading the node segment as
+// lockstep-run --status does. Node 0 asks the others itself; another node asks node 0, which
+// asks the nodes named and answers for them all (the others have no link to each other).
 //
-// On a link, after the join: node 0 sends 'Q' and an id (4 bytes); the node answers 'P', the id,
-// a length (4 bytes) and that many bytes of text (at most kMaxPlaces). Little-endian.
+// On a link, after the join (little-endian; id: 4 bytes, the asker's own numbering):
+//   node 0 -> node k: 'Q' id                      where are your processes?
+//   node k -> node 0: 'P' id length text          here (text: at most kMaxPlaces bytes)
+//   node k -> node 0: 'A' id count node...        where are these nodes' processes? (4 bytes each)
+//   node 0 -> node k: 'R' id length entries       entries: node, length, text; each as in 'P'
+// A frame that breaks these rules is dropped with what the link held then; its sender, who
+// passed the join's authentication, is then told nothing (it says so after kPlacesWait).
 #pragma once
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,33 +31,65 @@
 namespace lockstep::detail::ucx {
 
 inline constexpr std::size_t kMaxPlaces = 4096;
-// How long node 0 waits for the answers before it says what it knows without them.
+// At most this much text in one 'R' (what does not fit is left out: those nodes are not known).
+inline constexpr std::size_t kMaxRelayed = 16384;
+// How long node 0 waits for the answers before it says what it knows without them; another node
+// waits this and kRelayMargin for node 0's.
 inline constexpr auto kPlacesWait = std::chrono::milliseconds(500);
+inline constexpr auto kRelayMargin = std::chrono::milliseconds(250);
 
-// A node's answerer: a thread that answers node 0's questions on `link` with `places()` (any
-// thread may call it). The link stays its owner's, who closes it only after this is destroyed.
-// The thread reads nothing once the link reports an error (the owner's look at the link sees it
-// there, as before: rendezvous::look_at_link), or ends.
-class PlacesAnswerer {
+class PlacesDesk {
  public:
-  PlacesAnswerer(int link, std::function<std::string()> places);
-  ~PlacesAnswerer();  // stops the thread, and waits for it
-  PlacesAnswerer(const PlacesAnswerer&) = delete;
-  PlacesAnswerer& operator=(const PlacesAnswerer&) = delete;
+  // `me`: this node; `links`: by node (-1: none; node 0's own, and all but node 0's on another
+  // node); `places`: this node's processes' places (any thread may call it). The links stay
+  // their owner's, who closes one only after this is destroyed. The thread reads nothing more
+  // from a link that reports an error or its end (the owner sees that there, as before:
+  // rendezvous::look_at_link).
+  PlacesDesk(int me, std::vector<int> links, std::function<std::string()> places);
+  ~PlacesDesk();  // stops the thread, and waits for it
+  PlacesDesk(const PlacesDesk&) = delete;
+  PlacesDesk& operator=(const PlacesDesk&) = delete;
+
+  // Where the processes of `nodes` are, by node: those that answered within kPlacesWait (node 0
+  // asks) or kPlacesWait and kRelayMargin (another node asks node 0). Any thread.
+  std::map<int, std::string> ask(const std::vector<int>& nodes);
 
  private:
-  void run() noexcept;
-  void answer(std::uint32_t id) noexcept;
+  struct Asked {  // one question out: node 0's own or relayed, or another node's to node 0
+    std::set<int> waiting;  // the nodes whose answers have not come
+    std::map<int, std::string> answers;
+    std::chrono::steady_clock::time_point deadline;
+    int reply_to = -1;  // node 0 relaying: the node that asked, and its id
+    std::uint32_t reply_id = 0;
+  };
 
-  int link_;
-  int stop_;  // an eventfd: the destructor's word
+  void run() noexcept;
+  // The frames that `node`'s link brought (`got`, what is left of one stays there).
+  void take(int node, std::vector<std::byte>& got);
+  std::string own();  // this node's text, at most kMaxPlaces
+  std::vector<std::byte> answer_frame(std::uint32_t id);
+  [[nodiscard]] std::map<int, std::string> entries(const std::vector<std::byte>& frame) const;
+  // `from`'s answer to question `id` (node 0's 'R' on another node: its entries).
+  void took(int from, std::uint32_t id, std::map<int, std::string> answers);
+  // Node 0: another node's 'A' frame; asks those nodes, answered by send_relays_due.
+  void relay(int from, std::uint32_t id, const std::vector<std::byte>& frame);
+  int relays_due_in();  // milliseconds until a relayed question is due (-1: none)
+  void send_relays_due();
+  // Sends `nodes`' question (node 0: 'Q' to each of `asked.waiting`; another node: 'A' to node
+  // 0) and keeps it; its id.
+  std::uint32_t question(const std::vector<int>& nodes, Asked asked);
+  bool send(int node, const std::vector<std::byte>& frame);
+
+  int me_;
+  std::vector<int> links_;
   std::function<std::string()> places_;
+  int stop_;               // an eventfd: the destructor's word
+  std::mutex send_mutex_;  // one frame at a time on a link
+  std::mutex mutex_;       // what follows
+  std::condition_variable answered_;
+  std::uint32_t last_id_ = 0;
+  std::map<std::uint32_t, Asked> asked_;
   std::thread thread_;
 };
-
-// Node 0: asks each of `nodes` (by index into `links`; a link of -1 is not asked) where its
-// processes are, and waits for their answers for at most kPlacesWait. The answers, by node (a
-// node that did not answer in time, or answered what is not an answer, is left out).
-std::map<int, std::string> ask_places(const std::vector<int>& links, const std::vector<int>& nodes);
 
 }  // namespace lockstep::detail::ucx

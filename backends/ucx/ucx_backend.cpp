@@ -120,7 +120,7 @@ void UcxBackend::start_ucx() {
 }
 
 void UcxBackend::shutdown() noexcept {
-  answerer_.reset();  // before its link closes
+  desk_.reset();  // before its links close
   for (int& link : links_) {
     if (link >= 0) {
       ::close(link);
@@ -441,11 +441,10 @@ void UcxBackend::check_links(const char* what) {
     if (state == rendezvous::LinkState::fine) {
       continue;
     }
-    if (node == 0) {
-      answerer_.reset();  // before its link closes
-    }
+    desk_.reset();  // before its link closes
     ::close(link);
     link = -1;
+    open_desk();  // node 0's, on the links left
     if (state == rendezvous::LinkState::ended) {
       continue;  // closed in order: its process exited (UCX reports a death as it happens)
     }
@@ -591,19 +590,30 @@ std::vector<int> UcxBackend::nodes_of(const std::vector<std::int32_t>& ranks, in
   return nodes;
 }
 
+void UcxBackend::open_desk() {
+  // Questions and answers come on the links from now on (nothing else does after the join). A
+  // node other than 0 that lost its link to node 0 has nobody to ask or answer.
+  if (config_.places && (me_ == 0 || (!links_.empty() && links_[0] >= 0))) {
+    desk_ = std::make_unique<PlacesDesk>(me_, links_, config_.places);
+  }
+}
+
 std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
-  if (me_ != 0 || nodes.empty()) {
+  if (!desk_ || nodes.empty()) {
     return {};
   }
-  const std::map<int, std::string> answers = ask_places(links_, nodes);
+  const std::map<int, std::string> answers = desk_->ask(nodes);
   std::string text;
   for (const int node : nodes) {
     const auto answer = answers.find(node);
     text += "; on node " + std::to_string(node) +
             (answer != answers.end()
                  ? ", " + answer->second
-                 : ", where its processes are is not known (its main process did not say within " +
-                       seconds_text(std::chrono::duration<double>(kPlacesWait).count()) + " s)");
+                 : ", where its processes are is not known (not told within " +
+                       seconds_text(std::chrono::duration<double>(
+                                        kPlacesWait + (me_ == 0 ? Clock::duration{} : kRelayMargin))
+                                        .count()) +
+                       " s)");
   }
   return text;
 }

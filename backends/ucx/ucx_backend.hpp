@@ -127,9 +127,10 @@ class UcxBackend final : public Backend, public Bootstrap {
                                                const std::vector<std::uint64_t>& known) const;
   // "node 1 (processes 2, 3)", "nodes 1, 3 (processes 2, 3, 6, 7)".
   [[nodiscard]] std::string nodes_text(const std::vector<int>& nodes) const;
-  // Node 0: "; on node 1, process 3 is not in a lockstep call: ...; process 2 waits in ...",
-  // as `nodes`' answers say (places.hpp); the others: empty (they have no link to those nodes).
+  // "; on node 1, process 3 is not in a lockstep call: ...; process 2 waits in ...", as
+  // `nodes`' answers say (places.hpp: node 0 asks them, another node asks node 0).
   [[nodiscard]] std::string places_text(const std::vector<int>& nodes) const;
+  void open_desk();  // desk_ on the links there are, once joined
   // The nodes, other than this one and `except`, of any of `ranks`, ascending.
   [[nodiscard]] std::vector<int> nodes_of(const std::vector<std::int32_t>& ranks, int except) const;
   // Throws (and keeps) the job's failure, if a leader aborted or disconnected (or its link says
@@ -167,8 +168,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::optional<wire::Welcome> welcome_;
   std::vector<int> links_;  // by node index: node 0 has one to each node, the others to node 0
   Clock::time_point links_checked_{};
-  std::unique_ptr<PlacesAnswerer> answerer_;  // the other nodes: answers node 0 on links_[0]
-  std::vector<PathSocket> paths_;             // UCX's TCP connections that have the links' watch
+  std::unique_ptr<PlacesDesk> desk_;  // answers and asks on links_ (places.hpp)
+  std::vector<PathSocket> paths_;     // UCX's TCP connections that have the links' watch
   Clock::time_point paths_checked_{};
   std::vector<std::vector<std::byte>> early_;  // member messages before the welcome
 

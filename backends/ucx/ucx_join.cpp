@@ -196,6 +196,7 @@ void UcxBackend::serve() {
   }
   await_welcome_taken();
   joined_ = true;
+  open_desk();
   // The server goes: nobody else may join, and the port is free again.
 }
 
@@ -421,10 +422,7 @@ void UcxBackend::connect() {
   token_ = welcome_->token;
   await_wire_up();
   joined_ = true;
-  if (config_.places) {
-    // Node 0's questions come on the link from now on (nothing else does after the join).
-    answerer_ = std::make_unique<PlacesAnswerer>(links_[0], config_.places);
-  }
+  open_desk();
 }
 
 void UcxBackend::check_welcome() {

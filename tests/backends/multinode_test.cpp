@@ -587,15 +587,17 @@ TEST_P(MultiNode, ATimeoutNamesTheMissingNode) {
     EXPECT_NE(ends[rank].find("gave up"), std::string::npos) << ends[rank];
   }
   // Node 0 asked node 1 where its processes are (issue 44): both sleep in their own code, its
-  // main process included.
-  EXPECT_NE(ends[0].find("; on node 1, process 2 is not in a lockstep call: it returned from "
-                         "wait_for_everyone at node_worker.cpp:"),
-            std::string::npos)
-      << ends[0];
-  EXPECT_NE(ends[0].find("; process 3 is not in a lockstep call: it returned from "
-                         "wait_for_everyone at node_worker.cpp:"),
-            std::string::npos)
-      << ends[0];
+  // main process included. Node 2 asked node 0, which asked node 1 for it.
+  for (int rank : {0, 1, 4, 5}) {
+    EXPECT_NE(ends[rank].find("; on node 1, process 2 is not in a lockstep call: it returned from "
+                              "wait_for_everyone at node_worker.cpp:"),
+              std::string::npos)
+        << rank << ": " << ends[rank];
+    EXPECT_NE(ends[rank].find("; process 3 is not in a lockstep call: it returned from "
+                              "wait_for_everyone at node_worker.cpp:"),
+              std::string::npos)
+        << rank << ": " << ends[rank];
+  }
 }
 
 // Node 1's main process waits in its machine's barrier for its late process: node 0's timeout
@@ -616,6 +618,32 @@ TEST_P(MultiNode, NodeZerosTimeoutSaysWhereTheLateNodesProcessesAre) {
   EXPECT_TRUE(at("; process 2 waits in wait_for_everyone at node_worker.cpp:")) << ends[0];
   // Node 1's processes end too, told why, once its late process comes.
   for (int rank : {2, 3}) {
+    EXPECT_FALSE(ends[rank].starts_with("passed")) << rank << ": " << ends[rank];
+  }
+}
+
+// Node 0's process 1 is late, and its main process waits for it in its machine's barrier: the
+// other nodes' timeouts say where node 0's processes are, as node 0's desk answered them.
+TEST_P(MultiNode, AnotherNodesTimeoutSaysWhereNodeZerosProcessesAre) {
+  for (int node = 0; node < 3; ++node) {
+    start(node, 3, 2, {"late-one", shared_.string(), "0"});
+  }
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 6U) << all_output();
+  for (int rank : {2, 3, 4, 5}) {
+    const auto at = [&](const std::string& text) {
+      return ends[rank].find(text) != std::string::npos;
+    };
+    EXPECT_TRUE(ends[rank].starts_with("timeout missing=0,1, ")) << rank << ": " << ends[rank];
+    EXPECT_TRUE(
+        at("; on node 0, process 1 is not in a lockstep call: it returned from "
+           "wait_for_everyone at node_worker.cpp:"))
+        << rank << ": " << ends[rank];
+    EXPECT_TRUE(at("; process 0 waits in wait_for_everyone at node_worker.cpp:"))
+        << rank << ": " << ends[rank];
+  }
+  for (int rank : {0, 1}) {
     EXPECT_FALSE(ends[rank].starts_with("passed")) << rank << ": " << ends[rank];
   }
 }

@@ -6,17 +6,22 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "base/little_endian.hpp"
 #include "ucx/paths.hpp"
 #include "ucx/places.hpp"
 #include "ucx/rendezvous.hpp"
@@ -212,41 +217,126 @@ TEST(Paths, OnlyTheTcpConnectionsUnderTheEventFdAreFoundAndWatched) {
   }
 }
 
-// Issue 44: node 0 asks a node where its processes are on their link, and the node's thread
-// answers with what its places function says, whatever the node's main thread does. Bytes that
-// are not a question are passed over; an answer to an earlier question is not taken for this
-// one's; a node that does not answer (or answers what is not an answer) is left out in bounded
-// time; text that is not printable is made so.
-TEST(Places, NodeZerosQuestionIsAnsweredOnTheLink) {
-  int link[2] = {-1, -1};
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, link), 0);
+// Issue 44: every leader's desk answers on its links. Node 0 asks a node where its processes are,
+// and the node's thread answers with what its places function says, whatever the node's main
+// thread does; another node asks node 0, which asks the nodes named and answers for them all.
+// Bytes that are not a frame are passed over; an answer to an earlier question is not taken for
+// this one's; a node that does not answer (or answers what is not an answer) is left out in
+// bounded time; text that is not printable is made so.
+class Places : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto* pair : {&one_, &two_}) {
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair->data()), 0);
+    }
+  }
+  void TearDown() override {
+    for (auto* pair : {&one_, &two_}) {
+      ::close((*pair)[0]);
+      ::close((*pair)[1]);
+    }
+  }
+  // Node 0's desk, with links to node 1 (one_) and node 2 (two_): each node's end is [1].
+  std::unique_ptr<ucx::PlacesDesk> node0() {
+    return std::make_unique<ucx::PlacesDesk>(0, std::vector<int>{-1, one_[0], two_[0]},
+                                             [] { return std::string("process 0 waits"); });
+  }
+  std::unique_ptr<ucx::PlacesDesk> node(int index, std::function<std::string()> places) {
+    return std::make_unique<ucx::PlacesDesk>(
+        index, std::vector<int>{index == 1 ? one_[1] : two_[1], -1, -1}, std::move(places));
+  }
+  // What arrives on `fd` within `wait` (nothing: empty).
+  static std::vector<std::byte> read_some(int fd, std::chrono::milliseconds wait) {
+    pollfd entry{fd, POLLIN, 0};
+    std::vector<std::byte> got(65536);
+    if (::poll(&entry, 1, static_cast<int>(wait.count())) <= 0) {
+      return {};
+    }
+    const ssize_t n = ::recv(fd, got.data(), got.size(), MSG_DONTWAIT);
+    got.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    return got;
+  }
+  static constexpr auto kBound = ucx::kPlacesWait + ucx::kRelayMargin + std::chrono::seconds(1);
+  std::array<int, 2> one_{-1, -1};
+  std::array<int, 2> two_{-1, -1};
+};
+
+TEST_F(Places, NodeZeroAsksTheOthersOnTheirLinks) {
   std::atomic<int> asked{0};
+  const auto zero = node0();
+  const auto two = node(2, [] { return std::string("process 5 waits"); });
   {
-    ucx::PlacesAnswerer answerer(link[1], [&] {
+    const auto one = node(1, [&] {
       return "process 3 is at train.py:" + std::to_string(120 + asked.fetch_add(1)) + "\n";
     });
-    // Stray bytes before the question; then a question whose answer node 0 no longer waits for.
+    // Stray bytes before the question; then the rest of a question nobody waits for.
     const std::vector<std::byte> stray = bytes("xyzQ");
-    ASSERT_EQ(::write(link[0], stray.data(), stray.size()), 4);
-    const std::vector<std::byte> rest = unhex("00000000");  // the rest of an earlier question
-    ASSERT_EQ(::write(link[0], rest.data(), rest.size()), 4);
-    const auto answers = ucx::ask_places({-1, link[0]}, {0, 1});
-    ASSERT_EQ(answers.size(), 1U);
-    EXPECT_EQ(answers.at(1), "process 3 is at train.py:121?");
+    ASSERT_EQ(::write(one_[0], stray.data(), stray.size()), 4);
+    const std::vector<std::byte> rest = unhex("00000000");
+    ASSERT_EQ(::write(one_[0], rest.data(), rest.size()), 4);
+    const auto answers = zero->ask({0, 1, 2});
+    ASSERT_EQ(answers.size(), 3U);
+    EXPECT_EQ(answers.at(0), "process 0 waits");
+    EXPECT_EQ(answers.at(1), "process 3 is at train.py:121?");  // the earlier answer passed over
+    EXPECT_EQ(answers.at(2), "process 5 waits");
     EXPECT_EQ(asked.load(), 2);
-    const auto again = ucx::ask_places({-1, link[0]}, {1});
-    EXPECT_EQ(again.at(1), "process 3 is at train.py:122?");
+    EXPECT_EQ(zero->ask({1}).at(1), "process 3 is at train.py:122?");
   }
-  // The answerer is gone (its thread stopped, the link still open): no answer, in bounded time.
+  // Node 1's desk is gone (its thread stopped, the link still open): no answer, in bounded time;
+  // node 2 still answers.
   const auto began = std::chrono::steady_clock::now();
-  EXPECT_TRUE(ucx::ask_places({-1, link[0]}, {1}).empty());
-  EXPECT_LT(std::chrono::steady_clock::now() - began, ucx::kPlacesWait + std::chrono::seconds(1));
-  // What answers is not an answer (a length past the limit): left out, at once.
-  const std::vector<std::byte> forged = unhex("500000000000000100");
-  ASSERT_EQ(::write(link[1], forged.data(), forged.size()), 9);
-  EXPECT_TRUE(ucx::ask_places({-1, link[0]}, {1}).empty());
-  ::close(link[0]);
-  ::close(link[1]);
+  const auto answers = zero->ask({1, 2});
+  EXPECT_EQ(answers.size(), 1U);
+  EXPECT_EQ(answers.count(2), 1U);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, kBound);
+  // What node 1's end sends is not an answer (a length past the limit): not taken.
+  const std::vector<std::byte> forged = unhex("500100000000000100");
+  ASSERT_EQ(::write(one_[1], forged.data(), forged.size()), 9);
+  EXPECT_TRUE(zero->ask({1}).empty());
+}
+
+TEST_F(Places, AnotherNodeAsksNodeZeroWhichAsksForIt) {
+  const auto zero = node0();
+  const auto one = node(1, [] { return std::string("process 2 is not in a lockstep call"); });
+  {
+    const auto two = node(2, [] { return std::string("process 4 waits\x01"); });
+    const auto answers = one->ask({0, 2});
+    ASSERT_EQ(answers.size(), 2U);
+    EXPECT_EQ(answers.at(0), "process 0 waits");
+    EXPECT_EQ(answers.at(2), "process 4 waits?");
+  }
+  // Node 2 does not answer: node 1 hears node 0's word for node 0 alone, in bounded time.
+  const auto began = std::chrono::steady_clock::now();
+  const auto answers = one->ask({0, 2});
+  EXPECT_EQ(answers.size(), 1U);
+  EXPECT_EQ(answers.count(0), 1U);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, kBound);
+  // Node 2's end asks by hand: node 0 answers with node 1's entry ('R', the asker's id 7). (The
+  // question node 0 relayed to node 2 just now is read away first.)
+  EXPECT_EQ(read_some(two_[1], std::chrono::milliseconds(0)).size(), 5U);
+  const std::vector<std::byte> ask = unhex("41070000000100000001000000");
+  ASSERT_EQ(::write(two_[1], ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
+  const std::string text = "process 2 is not in a lockstep call";
+  std::vector<std::byte> want = unhex("5207000000");
+  want.resize(want.size() + 4);
+  put_le(&want[5], 8 + text.size(), 4);
+  for (const std::size_t value : {std::size_t{1}, text.size()}) {
+    want.resize(want.size() + 4);
+    put_le(&want[want.size() - 4], value, 4);
+  }
+  const std::vector<std::byte> body = bytes(text);
+  want.insert(want.end(), body.begin(), body.end());
+  std::vector<std::byte> got;
+  while (got.size() < want.size()) {
+    const std::vector<std::byte> more = read_some(two_[1], kBound);
+    ASSERT_FALSE(more.empty()) << "node 0 did not answer node 2's question";
+    got.insert(got.end(), more.begin(), more.end());
+  }
+  EXPECT_EQ(got, want);
+  // A question that names a node that is not in the job is not answered.
+  const std::vector<std::byte> bad = unhex("41080000000100000009000000");
+  ASSERT_EQ(::write(two_[1], bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
+  EXPECT_TRUE(read_some(two_[1], ucx::kPlacesWait + ucx::kRelayMargin).empty());
 }
 
 }  // namespace

@@ -42,6 +42,31 @@ std::string places_text(Places& places, const char* one, const char* many, const
   return text;
 }
 
+// Where the others met `slot`'s last episode, when its own place is unrecorded (a Python wait
+// that passed in its quick try): "; in episode 0, process 0 was in wait_for_everyone at
+// train.py:88". Names the other side of a wait that some processes skip, where the absent
+// process's own line is unknown.
+std::string met_there(const NodeSegment& segment, int slot, const std::optional<CallView>& call) {
+  if (!call || call->site != 0 || call->episode == kNoEpisode) {
+    return {};
+  }
+  Places places;
+  for (int other = 0; other < segment.num_slots(); ++other) {
+    if (other == slot) {
+      continue;
+    }
+    for (const CallView& theirs : recent_calls(segment.call_log(other))) {
+      if (theirs.episode == call->episode && theirs.end != CallEnd::tried && theirs.site != 0) {
+        add_place(places, call_place(theirs),
+                  segment.slot(other).rank.load(std::memory_order_relaxed));
+      }
+    }
+  }
+  return places.empty() ? std::string()
+                        : "; in episode " + std::to_string(call->episode) + ", " +
+                              places_text(places, " was in ", " were in ", ", ");
+}
+
 }  // namespace
 
 void NodeBarrier::check_intact(const char* what) {
@@ -421,12 +446,14 @@ std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) con
   };
   std::string text;
   for (const int slot : late) {
-    text += "; process " + std::to_string(rank_of(slot)) + " " +
-            absent_text(latest_call(segment_.call_log(slot)), now, false);
+    const auto call = latest_call(segment_.call_log(slot));
+    text += "; process " + std::to_string(rank_of(slot)) + " " + absent_text(call, now, false) +
+            met_there(segment_, slot, call);
   }
   if (lost >= 0) {
-    text += "; process " + std::to_string(rank_of(lost)) + " " +
-            absent_text(latest_call(segment_.call_log(lost)), now, true);
+    const auto call = latest_call(segment_.call_log(lost));
+    text += "; process " + std::to_string(rank_of(lost)) + " " + absent_text(call, now, true) +
+            met_there(segment_, lost, call);
   }
   // The others that are in this episode's call, grouped by what and where.
   Places groups;
@@ -584,8 +611,8 @@ std::string node_places(const NodeSegment& segment) {
     if (call && call->ended == 0 && !gone) {
       add_place(waiting, call_text(*call), rank);
     } else {
-      absent.emplace_back(rank,
-                          "process " + std::to_string(rank) + " " + absent_text(call, now, gone));
+      absent.emplace_back(rank, "process " + std::to_string(rank) + " " +
+                                    absent_text(call, now, gone) + met_there(segment, slot, call));
     }
   }
   std::sort(absent.begin(), absent.end());

@@ -154,17 +154,27 @@ def _wait(handle):
     8.3 us per call armed, 0.6 before Ctrl-C was handled). A wait that lasts longer than the try
     (about 1 ms) withdraws its arrival and is made again, armed; a signal during the try is
     handled as it returns (KeyboardInterrupt before the armed wait, or after a try that passed).
-    The caller's place is taken for the armed wait only (every call's with LOCKSTEP_CHECK=strict):
-    a wait that passed in its try is at "an unrecorded place" in the others' messages."""
-    if _STRICT:  # every episode compares places: every call takes its own (~0.3 us more)
-        site = _site()
-        status = _lib.lockstep_try_wait_for_everyone_at(handle, *site)
-    else:
-        site = None
-        status = _lib.lockstep_try_wait_for_everyone(handle)
+    The caller's place is taken for the armed wait only (every call's with LOCKSTEP_CHECK=strict,
+    _wait_strict): a wait that passed in its try is at "an unrecorded place" in the others'
+    messages. The fast path is as it was before places were recorded: one ctypes call."""
+    status = _lib.lockstep_try_wait_for_everyone(handle)
     if status == _library.TIMEOUT:
-        status = _blocking(_lib.lockstep_wait_for_everyone_at, handle, *(site or _site()))
+        status = _blocking(_lib.lockstep_wait_for_everyone_at, handle, *_site())
     _check(status)
+
+
+def _wait_strict(handle):
+    """_wait under LOCKSTEP_CHECK=strict: every episode compares places, so every call takes its
+    own (about 0.3 us more)."""
+    site = _site()
+    status = _lib.lockstep_try_wait_for_everyone_at(handle, *site)
+    if status == _library.TIMEOUT:
+        status = _blocking(_lib.lockstep_wait_for_everyone_at, handle, *site)
+    _check(status)
+
+
+if _STRICT:
+    _wait = _wait_strict
 
 
 def broadcast_object_list(object_list, from_process=0):

@@ -24,7 +24,12 @@ std::optional<long long> parse_integer(std::string_view text) {
 std::string comma_list(const std::vector<int>& numbers) {
   std::string out;
   for (int number : numbers) {
-    out += (out.empty() ? "" : ", ") + std::to_string(number);
+    // Appended in two steps: GCC 12's link-time optimization of "..." + std::string warned of a
+    // copy past any object's size (-Wstringop-overflow, a false alarm) in release builds.
+    if (!out.empty()) {
+      out += ", ";
+    }
+    out += std::to_string(number);
   }
   return out;
 }

@@ -121,7 +121,10 @@ void NodeSegment::report_stall(const char* what, std::chrono::nanoseconds waited
       (void)::gethostname(host, sizeof host - 1);
       whom.clear();
       for (std::size_t i = 0; i < slots.size(); ++i) {
-        whom += (i == 0 ? "" : ", ") + describe(slots[i]);
+        if (i != 0) {
+          whom += ", ";  // not "..." + std::string: see comma_list
+        }
+        whom += describe(slots[i]);
       }
       whom += " on " + std::string(host);
     }

@@ -253,9 +253,10 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
     void stalled(std::chrono::nanoseconds waited) const noexcept {
       // NCCL does not say which rank it waits for: the line says what is waited on.
       try {
-        say_stalled(
-            backend.config_.job.rank, what, waited,
-            std::string("the other machines, ") + doing + " (NCCL cannot tell which node is late)");
+        say_stalled(backend.config_.job.rank, what, waited,
+                    std::string("the other machines, ") + doing +
+                        " (NCCL cannot tell which node is late)" +
+                        backend.bootstrap_->others_places());
       } catch (...) {
         // Out of memory for a diagnostic: the wait goes on without it.
       }
@@ -271,7 +272,8 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
     fail(Failure{FailureKind::timeout,
                  -1,
                  {},
-                 std::string("timed out ") + doing + " (NCCL cannot tell which node is late)"},
+                 std::string("timed out ") + doing + " (NCCL cannot tell which node is late)" +
+                     bootstrap_->others_places()},
          what);
   }
 }

@@ -618,6 +618,16 @@ std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
   return text;
 }
 
+std::string UcxBackend::others_places() const {
+  std::vector<int> others;
+  for (const NodeInfo& info : nodes_) {
+    if (info.node != me_) {
+      others.push_back(info.node);
+    }
+  }
+  return places_text(others);
+}
+
 std::string UcxBackend::nodes_text(const std::vector<int>& nodes) const {
   return std::string(nodes.size() == 1 ? "node " : "nodes ") + comma_list(nodes) + " (" +
          ranks_text(ranks_of_nodes(nodes)) + ")";

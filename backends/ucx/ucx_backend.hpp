@@ -79,6 +79,8 @@ class UcxBackend final : public Backend, public Bootstrap {
     progress();
     check_members(what);
   }
+  // As the NCCL backend's timeouts say where the others are (places.hpp).
+  [[nodiscard]] std::string others_places() const override;
 
  private:
   static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "base/little_endian.hpp"
+#include "ucx/rendezvous.hpp"
 
 namespace lockstep::detail::ucx {
 namespace {
@@ -28,33 +29,6 @@ constexpr std::size_t kQuestionSize = 5;
 constexpr std::size_t kHead = 9;  // the type, the id, and a length or a count
 constexpr std::size_t kEntryHead = 8;
 constexpr auto kSendBound = std::chrono::seconds(1);
-
-// Sends all of `bytes` on `fd` by `deadline`; false if the link fails or stays full.
-bool send_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline) {
-  std::size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n =
-        ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      return false;
-    }
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      return false;
-    }
-    pollfd entry{fd, POLLOUT, 0};
-    const int ready = ::poll(&entry, 1, static_cast<int>(left.count()));
-    if ((ready < 0 && errno != EINTR) ||
-        (ready > 0 && (entry.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0)) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // A peer's text as a message may carry it: printable.
 std::string printable(std::span<const std::byte> bytes) {
@@ -127,7 +101,7 @@ bool PlacesDesk::send(int node, const std::vector<std::byte>& frame) {
                      ? links_[static_cast<std::size_t>(node)]
                      : -1;
   const std::scoped_lock lock(send_mutex_);
-  return fd >= 0 && send_all(fd, frame, Clock::now() + kSendBound);
+  return fd >= 0 && rendezvous::send_all(fd, frame, Clock::now() + kSendBound, false);
 }
 
 std::map<int, std::string> PlacesDesk::ask(const std::vector<int>& nodes) {
@@ -212,14 +186,18 @@ void PlacesDesk::run() noexcept {
         }
         // An error is left on the link for its owner to read (rendezvous::look_at_link).
         if ((fds[i].revents & (POLLERR | POLLNVAL)) != 0 || (fds[i].revents & POLLIN) == 0) {
-          reading[node] = false;  // a failed link; or one that hung up with nothing more to read
+          gone(node);  // a failed link; or one that hung up with nothing more to read
+          reading[node] = false;
           continue;
         }
         std::array<std::byte, 4096> bytes{};
         const ssize_t n = ::recv(links_[node], bytes.data(), bytes.size(), MSG_DONTWAIT);
         if (n <= 0) {
           reading[node] = n < 0 && (errno == EAGAIN || errno == EINTR);
-          continue;  // else the link ended (its owner sees that too) or failed as it was read
+          if (!reading[node]) {
+            gone(node);  // the link ended (its owner sees that too) or failed as it was read
+          }
+          continue;
         }
         got[node].insert(got[node].end(), bytes.begin(), bytes.begin() + n);
         take(static_cast<int>(node), got[node]);
@@ -308,6 +286,14 @@ void PlacesDesk::took(int from, std::uint32_t id, std::map<int, std::string> ans
   }
   answers.merge(found->second.answers);  // what this node knew itself stays
   found->second.answers = std::move(answers);
+  answered_.notify_all();
+}
+
+void PlacesDesk::gone(std::size_t node) {
+  const std::scoped_lock lock(mutex_);
+  for (auto& [id, asked] : asked_) {
+    asked.waiting.erase(static_cast<int>(node));  // it answers no more
+  }
   answered_.notify_all();
 }
 

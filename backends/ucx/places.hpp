@@ -73,7 +73,8 @@ class PlacesDesk {
   void took(int from, std::uint32_t id, std::map<int, std::string> answers);
   // Node 0: another node's 'A' frame; asks those nodes, answered by send_relays_due.
   void relay(int from, std::uint32_t id, const std::vector<std::byte>& frame);
-  int relays_due_in();  // milliseconds until a relayed question is due (-1: none)
+  void gone(std::size_t node);  // `node`'s link ended or failed: no answer will come
+  int relays_due_in();          // milliseconds until a relayed question is due (-1: none)
   void send_relays_due();
   // Sends `nodes`' question (node 0: 'Q' to each of `asked.waiting`; another node: 'A' to node
   // 0) and keeps it; its id.

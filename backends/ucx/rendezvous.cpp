@@ -91,18 +91,25 @@ bool await(int fd, short events, Clock::time_point deadline, const std::string& 
   }
 }
 
-namespace {
-
-// Writes all of `bytes` to the non-blocking socket `fd` by `deadline`.
-bool write_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline) {
+bool send_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline,
+              bool interruptible) {
   while (!bytes.empty()) {
-    const ssize_t written = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    const ssize_t written = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (written > 0) {
       bytes = bytes.subspan(static_cast<std::size_t>(written));
     } else if (written < 0 && errno == EINTR) {
       continue;
     } else if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!await(fd, POLLOUT, deadline)) {
+      if (interruptible) {
+        if (!await(fd, POLLOUT, deadline)) {
+          return false;
+        }
+        continue;
+      }
+      pollfd entry{fd, POLLOUT, 0};
+      const int ready = ::poll(&entry, 1, remaining_ms(deadline));
+      if ((ready < 0 && errno != EINTR) || (ready == 0 && Clock::now() >= deadline) ||
+          (ready > 0 && (entry.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0)) {
         return false;
       }
     } else {
@@ -110,6 +117,14 @@ bool write_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadl
     }
   }
   return true;
+}
+
+namespace {
+
+// Writes all of `bytes` to the non-blocking socket `fd` by `deadline` (the join: a signal's
+// interrupt ends the wait).
+bool write_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline) {
+  return send_all(fd, bytes, deadline, true);
 }
 
 }  // namespace

@@ -131,13 +131,18 @@ class Server {
 // reaches is noticed within that time, whatever the processes do (a busy or stopped process's
 // kernel still answers), where UCX's own connections would retransmit for a quarter of an hour.
 // After the join's last step (ucx_join.cpp: the node's "took the welcome", node 0's "wire up"),
-// nothing is sent on a link.
+// nothing is sent on a link but the leaders' desks' questions and answers (places.hpp).
 inline constexpr auto kLinkProbe = std::chrono::seconds(1);
 // Waits until `fd` is ready for `events` or `deadline` passes; false then (or when poll fails).
 // Throws InterruptedError naming `what` when the interrupt descriptor says so (asked every
 // 100 ms at most).
 bool await(int fd, short events, Clock::time_point deadline,
            const std::string& what = "lockstep: joining the job (connecting to node 0)");
+// Sends all of `bytes` on the socket `fd` by `deadline` (never blocking past it); false if the
+// connection fails or stays full. `interruptible`: waits as await does (the join's); else
+// without looking at the interrupt descriptor (a thread of its own: places.hpp).
+bool send_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadline,
+              bool interruptible);
 // Sets a connection's keepalive and user timeout (`timeout`, at least kLinkProbe); SystemError
 // if the kernel refuses.
 void make_link(int fd, std::chrono::milliseconds timeout);

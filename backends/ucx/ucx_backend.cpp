@@ -521,6 +521,13 @@ void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* 
           const std::vector<int> missing_nodes = unheard_nodes(episode, known);
           const std::string message =
               "timed out waiting for " + nodes_text(missing_nodes) + places_text(missing_nodes);
+          // A leader that timed out as this one did may have said so while this one asked where
+          // the late machines' processes are (node 0 then answers no more once its process
+          // ends): the job's failure is the one declared first.
+          progress();
+          if (aborted_) {
+            fail(*aborted_, what);
+          }
           Failure failure{FailureKind::timeout, -1, ranks_of_nodes(missing_nodes), message};
           abort(failure);  // the episode cannot be taken back: the others must not wait for ever
           fail(failure, what);

@@ -19,6 +19,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/little_endian.hpp"
@@ -232,8 +234,11 @@ class Places : public ::testing::Test {
   }
   void TearDown() override {
     for (auto* pair : {&one_, &two_}) {
-      ::close((*pair)[0]);
-      ::close((*pair)[1]);
+      for (const int fd : *pair) {
+        if (fd >= 0) {
+          ::close(fd);
+        }
+      }
     }
   }
   // Node 0's desk, with links to node 1 (one_) and node 2 (two_): each node's end is [1].
@@ -293,6 +298,16 @@ TEST_F(Places, NodeZeroAsksTheOthersOnTheirLinks) {
   const std::vector<std::byte> forged = unhex("500100000000000100");
   ASSERT_EQ(::write(one_[1], forged.data(), forged.size()), 9);
   EXPECT_TRUE(zero->ask({1}).empty());
+  // Node 1's end closes (its process ended): the question ends as the link does, not after the
+  // full wait.
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::close(std::exchange(one_[1], -1));
+  });
+  const auto asked_at = std::chrono::steady_clock::now();
+  EXPECT_TRUE(zero->ask({1}).empty());
+  closer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked_at, ucx::kPlacesWait / 2);
 }
 
 TEST_F(Places, AnotherNodeAsksNodeZeroWhichAsksForIt) {

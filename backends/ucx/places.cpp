@@ -104,19 +104,32 @@ bool PlacesDesk::send(int node, const std::vector<std::byte>& frame) {
   return fd >= 0 && rendezvous::send_all(fd, frame, Clock::now() + kSendBound, false);
 }
 
-std::map<int, std::string> PlacesDesk::ask(const std::vector<int>& nodes) {
+PlacesDesk::Asked PlacesDesk::node0_question(const std::vector<int>& nodes, int asker) {
   Asked asked;
-  asked.deadline = Clock::now() + kPlacesWait + (me_ == 0 ? Clock::duration{} : kRelayMargin);
+  asked.deadline = Clock::now() + kPlacesWait;
   for (const int node : nodes) {
-    if (node == me_) {
-      asked.answers[node] = own();
-    } else if (me_ == 0 && node > 0 && static_cast<std::size_t>(node) < links_.size() &&
+    if (node == 0) {
+      asked.answers[0] = own();
+    } else if (node != asker && node > 0 && static_cast<std::size_t>(node) < links_.size() &&
                links_[static_cast<std::size_t>(node)] >= 0) {
       asked.waiting.insert(node);
     }
   }
-  if (me_ != 0 && !links_.empty() && links_[0] >= 0 && nodes.size() <= links_.size()) {
-    asked.waiting.insert(0);  // node 0 answers for all
+  return asked;
+}
+
+std::map<int, std::string> PlacesDesk::ask(const std::vector<int>& nodes) {
+  Asked asked;
+  if (me_ == 0) {
+    asked = node0_question(nodes, -1);
+  } else {
+    asked.deadline = Clock::now() + answer_wait();
+    if (std::find(nodes.begin(), nodes.end(), me_) != nodes.end()) {
+      asked.answers[me_] = own();
+    }
+    if (!links_.empty() && links_[0] >= 0 && nodes.size() <= links_.size()) {
+      asked.waiting.insert(0);  // node 0 answers for all
+    }
   }
   const std::uint32_t id = question(nodes, std::move(asked));
   std::unique_lock lock(mutex_);
@@ -299,22 +312,16 @@ void PlacesDesk::gone(std::size_t node) {
 
 void PlacesDesk::relay(int from, std::uint32_t id, const std::vector<std::byte>& frame) {
   std::vector<int> nodes;
-  Asked asked;
-  asked.deadline = Clock::now() + kPlacesWait;
-  asked.reply_to = from;
-  asked.reply_id = id;
   for (std::size_t at = kHead; at + 4 <= frame.size(); at += 4) {
     const std::size_t node = le_at(frame, at);
     if (node >= links_.size()) {
       return;  // not what another node asks: not answered
     }
     nodes.push_back(static_cast<int>(node));
-    if (node == 0) {
-      asked.answers[0] = own();
-    } else if (static_cast<int>(node) != from && links_[node] >= 0) {
-      asked.waiting.insert(static_cast<int>(node));
-    }
   }
+  Asked asked = node0_question(nodes, from);
+  asked.reply_to = from;
+  asked.reply_id = id;
   (void)question(nodes, std::move(asked));  // answered by send_relays_due
 }
 

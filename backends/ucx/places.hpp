@@ -53,6 +53,10 @@ class PlacesDesk {
   // Where the processes of `nodes` are, by node: those that answered within kPlacesWait (node 0
   // asks) or kPlacesWait and kRelayMargin (another node asks node 0). Any thread.
   std::map<int, std::string> ask(const std::vector<int>& nodes);
+  // How long ask() waits for the answers at most.
+  [[nodiscard]] std::chrono::milliseconds answer_wait() const {
+    return me_ == 0 ? kPlacesWait : kPlacesWait + kRelayMargin;
+  }
 
  private:
   struct Asked {  // one question out: node 0's own or relayed, or another node's to node 0
@@ -73,6 +77,9 @@ class PlacesDesk {
   void took(int from, std::uint32_t id, std::map<int, std::string> answers);
   // Node 0: another node's 'A' frame; asks those nodes, answered by send_relays_due.
   void relay(int from, std::uint32_t id, const std::vector<std::byte>& frame);
+  // Node 0's question about `nodes` for `asker` (-1: itself): its own text at once, and the
+  // others, but the asker, to be asked on their links.
+  Asked node0_question(const std::vector<int>& nodes, int asker);
   void gone(std::size_t node);  // `node`'s link ended or failed: no answer will come
   int relays_due_in();          // milliseconds until a relayed question is due (-1: none)
   void send_relays_due();

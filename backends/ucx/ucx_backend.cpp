@@ -617,9 +617,7 @@ std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
             (answer != answers.end()
                  ? ", " + answer->second
                  : ", where its processes are is not known (not told within " +
-                       seconds_text(std::chrono::duration<double>(
-                                        kPlacesWait + (me_ == 0 ? Clock::duration{} : kRelayMargin))
-                                        .count()) +
+                       seconds_text(std::chrono::duration<double>(desk_->answer_wait()).count()) +
                        " s)");
   }
   return text;

@@ -42,6 +42,12 @@ std::string places_text(Places& places, const char* one, const char* many, const
   return text;
 }
 
+// Whether `call` met its episode at a place it recorded: a try's call came after it, and an
+// unrecorded place may be any (never taken as different).
+bool met_at_a_place(const CallView& call) {
+  return call.end != CallEnd::tried && call.site != 0;
+}
+
 // Where the others met `slot`'s last episode, when its own place is unrecorded (a Python wait
 // that passed in its quick try): "; in episode 0, process 0 was in wait_for_everyone at
 // train.py:88". Names the other side of a wait that some processes skip, where the absent
@@ -56,7 +62,7 @@ std::string met_there(const NodeSegment& segment, int slot, const std::optional<
       continue;
     }
     for (const CallView& theirs : recent_calls(segment.call_log(other))) {
-      if (theirs.episode == call->episode && theirs.end != CallEnd::tried && theirs.site != 0) {
+      if (theirs.episode == call->episode && met_at_a_place(theirs)) {
         add_place(places, call_place(theirs),
                   segment.slot(other).rank.load(std::memory_order_relaxed));
       }
@@ -65,6 +71,14 @@ std::string met_there(const NodeSegment& segment, int slot, const std::optional<
   return places.empty() ? std::string()
                         : "; in episode " + std::to_string(call->episode) + ", " +
                               places_text(places, " was in ", " were in ", ", ");
+}
+
+// "process 3 is not in a lockstep call: ..." for `slot`, whose latest call is `call` (`gone`: it
+// died or left), with where the others met its last episode when its own place is unrecorded.
+std::string absent_line(const NodeSegment& segment, int slot, const std::optional<CallView>& call,
+                        std::int64_t now, bool gone) {
+  return "process " + std::to_string(segment.slot(slot).rank.load(std::memory_order_relaxed)) +
+         " " + absent_text(call, now, gone) + met_there(segment, slot, call);
 }
 
 }  // namespace
@@ -446,14 +460,10 @@ std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) con
   };
   std::string text;
   for (const int slot : late) {
-    const auto call = latest_call(segment_.call_log(slot));
-    text += "; process " + std::to_string(rank_of(slot)) + " " + absent_text(call, now, false) +
-            met_there(segment_, slot, call);
+    text += "; " + absent_line(segment_, slot, latest_call(segment_.call_log(slot)), now, false);
   }
   if (lost >= 0) {
-    const auto call = latest_call(segment_.call_log(lost));
-    text += "; process " + std::to_string(rank_of(lost)) + " " + absent_text(call, now, true) +
-            met_there(segment_, lost, call);
+    text += "; " + absent_line(segment_, lost, latest_call(segment_.call_log(lost)), now, true);
   }
   // The others that are in this episode's call, grouped by what and where.
   Places groups;
@@ -611,8 +621,7 @@ std::string node_places(const NodeSegment& segment) {
     if (call && call->ended == 0 && !gone) {
       add_place(waiting, call_text(*call), rank);
     } else {
-      absent.emplace_back(rank, "process " + std::to_string(rank) + " " +
-                                    absent_text(call, now, gone) + met_there(segment, slot, call));
+      absent.emplace_back(rank, absent_line(segment, slot, call, now, gone));
     }
   }
   std::sort(absent.begin(), absent.end());
@@ -632,8 +641,7 @@ std::string NodeBarrier::met_apart() const {
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     const int rank = segment_.slot(slot).rank.load(std::memory_order_relaxed);
     for (const CallView& call : recent_calls(segment_.call_log(slot))) {
-      // A try's call came after it; an unrecorded place may be any (never taken as different).
-      if (call.episode < episode_ && call.end != CallEnd::tried && call.site != 0) {
+      if (call.episode < episode_ && met_at_a_place(call)) {
         met[call.episode][rank] = call_place(call);
       }
     }

@@ -20,8 +20,11 @@ with lockstep's one-line messages; lockstep.TimeoutError is also the built-in Ti
 import builtins
 import contextlib
 import ctypes
+import enum
 import functools
+import gc
 import math
+import operator
 import os
 import pickle
 import signal
@@ -31,11 +34,32 @@ import time
 
 from . import _library, _where
 
-__all__ = ["PartialState", "Accelerator", "Error", "ConfigError", "TimeoutError", "PeerLostError",
-           "SystemError", "split_range", "broadcast_object_list", "gather_object", "max_gather",
+__all__ = ["PartialState", "AcceleratorState", "Accelerator", "DistributedType", "Error",
+           "ConfigError", "TimeoutError", "PeerLostError", "SystemError", "split_range",
+           "wait_for_everyone", "broadcast_object_list", "gather_object", "max_gather",
            "MAX_BROADCAST", "__version__"]
 
 MAX_BROADCAST = 32768  # bytes of a pickled object that broadcast_object carries (the C API's)
+
+
+class DistributedType(str, enum.Enum):
+    """Accelerate's DistributedType, member for member: a str, so that `state.distributed_type ==
+    "MULTI_GPU"` and `== DistributedType.MULTI_GPU` both hold. lockstep's jobs are NO (one
+    process), MULTI_CPU or MULTI_GPU; the others are Accelerate's, for code that names them."""
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 class Error(RuntimeError):
@@ -76,6 +100,26 @@ def _check(status):
     if status == _library.INVALID_ARGUMENT:
         raise ValueError(message)
     raise _ERRORS.get(status, Error)(message)
+
+
+_TORCH = []  # [torch module or None], once looked for
+
+
+def _torch():
+    """torch, where it can be imported (once looked for), else None."""
+    if not _TORCH:
+        try:
+            import torch  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            torch = None
+        _TORCH.append(torch)
+    return _TORCH[0]
+
+
+def _device(name):
+    """torch.device(name) where torch can be imported, else the name."""
+    torch = _torch()
+    return name if torch is None else torch.device(name)
 
 
 _wakeup = []  # the self-pipe (read end, write end) that signals write to during a wait
@@ -175,6 +219,11 @@ def _wait_strict(handle):
 
 if _STRICT:
     _wait = _wait_strict
+
+
+def wait_for_everyone():
+    """Accelerate's accelerate.utils.wait_for_everyone: PartialState().wait_for_everyone()."""
+    PartialState().wait_for_everyone()
 
 
 def broadcast_object_list(object_list, from_process=0):
@@ -298,6 +347,7 @@ class PartialState:
     joined), the others are free."""
 
     _handle = None
+    _kept = None  # the handle across a _reset_state(), until the next PartialState()
     _cpu = False
     _left = False
     _backend = None  # the backend= given, torch.distributed's (see backend)
@@ -317,11 +367,32 @@ class PartialState:
         if PartialState._handle is None:
             _configure(kwargs)
             PartialState._cpu = bool(cpu)
+            if PartialState._kept is not None:  # after _reset_state(): the same membership
+                PartialState._handle, PartialState._kept = PartialState._kept, None
+                return
             handle = ctypes.c_void_p()
             _check(_blocking(_lib.lockstep_state_create_at, ctypes.byref(handle), *_site()))
             PartialState._handle = handle  # kept for the process's life: it leaves at exit
 
+    @staticmethod
+    def _reset_state():
+        """Accelerate's PartialState._reset_state(), which its tests call between cases: every
+        instance's members then raise AttributeError until a PartialState (or an Accelerator) is
+        made again, which reads its arguments anew. The process stays in the job (as
+        torch.distributed's group stays in Accelerate's): the next instance is the same member."""
+        if PartialState._handle is not None:
+            PartialState._kept, PartialState._handle = PartialState._handle, None
+        PartialState._cpu = False
+        PartialState._backend = None
+
+    def _reset_error(self, name):
+        kind = type(self).__name__
+        return AttributeError(f"lockstep.{kind} has no {name!r} now: {kind}._reset_state() was "
+                              f"called, and no {kind} or Accelerator was made since")
+
     def _query(self, name):
+        if PartialState._handle is None:
+            raise self._reset_error(name)
         return getattr(_lib, "lockstep_" + name)(PartialState._handle)
 
     process_index = property(lambda self: self._query("process_index"))
@@ -340,23 +411,31 @@ class PartialState:
     debug = property(lambda self: os.environ.get("LOCKSTEP_LOG") == "debug" or (
         "LOCKSTEP_LOG" not in os.environ and os.environ.get("LOCKSTEP_DEBUG") == "1"))
 
+    def _gpu(self):
+        """This process's GPU index, or -1 (none, or cpu=True)."""
+        return -1 if PartialState._cpu else self._query("device")
+
     @property
     def device(self):
-        """This process's GPU as "cuda:N" (its local index modulo the devices CUDA shows it), or
-        "cpu" without one or with cpu=True. A string: torch.device(state.device) makes one."""
-        index = -1 if PartialState._cpu else self._query("device")
-        return f"cuda:{index}" if index >= 0 else "cpu"
+        """This process's GPU, cuda:N (its local index modulo the devices CUDA shows it), or cpu
+        without one or with cpu=True: a torch.device, as Accelerate's, where torch can be
+        imported; else the string ("cuda:0", "cpu")."""
+        index = self._gpu()
+        return _device(f"cuda:{index}" if index >= 0 else "cpu")
+
+    @property
+    def default_device(self):
+        """Accelerate's PartialState.default_device: cuda where this process finds a GPU, else
+        cpu (whatever cpu= said); a torch.device where torch can be imported, else the string."""
+        return _device("cuda" if self._query("device") >= 0 else "cpu")
 
     def set_device(self):
         """Makes `device` current for torch (torch.cuda.set_device), as Accelerate's; nothing
         on the CPU, or where torch is not installed."""
-        device = self.device
-        if device.startswith("cuda:"):
-            try:
-                import torch  # pylint: disable=import-outside-toplevel
-            except ImportError:
-                return
-            torch.cuda.set_device(int(device.split(":", 1)[1]))
+        index = self._gpu()
+        torch = _torch()
+        if index >= 0 and torch is not None:
+            torch.cuda.set_device(index)
 
     @property
     def backend(self):
@@ -371,11 +450,11 @@ class PartialState:
 
     @property
     def distributed_type(self):
-        """Accelerate's DistributedType by name: "NO" for a job of one process, "MULTI_GPU"
-        when each process has a GPU, else "MULTI_CPU"."""
+        """Accelerate's DistributedType (a str): NO for a job of one process, MULTI_GPU when each
+        process has a GPU, else MULTI_CPU."""
         if self.num_processes == 1:
-            return "NO"
-        return "MULTI_GPU" if self.device.startswith("cuda:") else "MULTI_CPU"
+            return DistributedType.NO
+        return DistributedType.MULTI_GPU if self._gpu() >= 0 else DistributedType.MULTI_CPU
 
     def destroy_process_group(self, group=None):
         """Leaves the job now (State::leave): the others' waits that need this process fail
@@ -402,8 +481,11 @@ class PartialState:
     def wait_for_everyone(self, timeout=None):
         """Returns once every process of the job has called it. With `timeout` (seconds),
         lockstep.TimeoutError naming the processes that had not arrived when it passes."""
+        handle = PartialState._handle
+        if handle is None:
+            raise self._reset_error("wait_for_everyone")
         if timeout is None:
-            _wait(PartialState._handle)
+            _wait(handle)
             return
         milliseconds = timeout * 1000.0
         if math.isnan(milliseconds) or milliseconds < 0:
@@ -485,27 +567,30 @@ class PartialState:
         return self._only(lambda: self.is_last_process, function)
 
     @staticmethod
-    def _check_index(what, index):
-        # As C++'s State: a negative index runs nowhere, which is never what was meant.
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise ConfigError(f"lockstep: {what}: a process index is an int, not {index!r}")
-        if index < 0:
-            raise ConfigError(f"lockstep: {what}: process index {index} is negative")
+    def _as_index(what, index):
+        """An index of any integer type (int, numpy's, a torch integer scalar) as an int; None
+        stays None. As in Accelerate, None or a negative index chooses no process (but in a job of
+        one, where the function runs anyway). A bool or a float is refused: it is never what was
+        meant (Accelerate would take True as process 1)."""
+        if index is None:
+            return None
+        if not isinstance(index, bool):
+            try:
+                return operator.index(index)
+            except TypeError:
+                pass
+        raise ConfigError(f"lockstep: {what}: a process index is an integer, not {index!r}")
 
     def on_process(self, function=None, process_index=None):
         """@state.on_process(process_index=k)"""
-        if process_index is None:
-            raise ValueError("lockstep: on_process needs process_index=")
-        self._check_index("on_process", process_index)
+        process_index = self._as_index("on_process", process_index)
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
         return self._only(lambda: self.process_index == process_index, function)
 
     def on_local_process(self, function=None, local_process_index=None):
         """@state.on_local_process(local_process_index=k)"""
-        if local_process_index is None:
-            raise ValueError("lockstep: on_local_process needs local_process_index=")
-        self._check_index("on_local_process", local_process_index)
+        local_process_index = self._as_index("on_local_process", local_process_index)
         if function is None:
             return functools.partial(self.on_local_process,
                                      local_process_index=local_process_index)
@@ -546,6 +631,41 @@ class PartialState:
             builtins.print(*args, **kwargs)
 
 
+class AcceleratorState(PartialState):
+    """Accelerate's AcceleratorState, the state an Accelerator holds (`accelerator.state`):
+    PartialState's members, and `mixed_precision`, "no" (lockstep runs no training)."""
+
+    _cleared = False  # AcceleratorState._reset_state() was called, and none was made since
+
+    def __init__(self, mixed_precision=None, cpu=False, **kwargs):
+        """Accelerate's `cpu`, and `mixed_precision` "no" (or None); PartialState's backend and
+        timeout. Accelerate's plugins configure training: TypeError naming them."""
+        if mixed_precision not in (None, "no"):
+            raise TypeError(f"lockstep.AcceleratorState: mixed_precision={mixed_precision!r}: "
+                            "lockstep runs no training; it takes \"no\" or None")
+        super().__init__(cpu=cpu, **kwargs)
+        AcceleratorState._cleared = False
+
+    @staticmethod
+    def _reset_state(reset_partial_state=False):  # pylint: disable=arguments-differ
+        """Accelerate's AcceleratorState._reset_state(): this state's members raise
+        AttributeError until an AcceleratorState (or an Accelerator) is made again; with
+        reset_partial_state, PartialState's too (PartialState._reset_state())."""
+        AcceleratorState._cleared = True
+        if reset_partial_state:
+            PartialState._reset_state()
+
+    def _query(self, name):
+        if AcceleratorState._cleared:
+            raise self._reset_error(name)
+        return super()._query(name)
+
+    @property
+    def mixed_precision(self):
+        self._query("process_index")  # raises after a reset, as every member
+        return "no"
+
+
 class Accelerator:
     """The execution-control part of Accelerate's Accelerator, over the process's PartialState:
     the snippets of Accelerate's execution-process guide run with `from lockstep import
@@ -568,7 +688,7 @@ class Accelerator:
         "is_local_main_process", "is_last_process", "use_distributed", "device",
         "distributed_type", "wait_for_everyone", "main_process_first", "local_main_process_first",
         "split_between_processes", "on_main_process", "on_local_main_process", "on_last_process",
-        "print"})
+        "print", "mixed_precision"})
 
     def __init__(self, cpu=False, **kwargs):
         """Accelerate's `cpu`; its other arguments configure training (mixed_precision,
@@ -577,7 +697,7 @@ class Accelerator:
             raise TypeError(f"lockstep.Accelerator: {', '.join(sorted(kwargs))}: lockstep covers "
                             "Accelerate's execution control only (which process runs what, and "
                             "when); it takes cpu")
-        self.state = PartialState(cpu=cpu)
+        self.state = AcceleratorState(cpu=cpu)
 
     def __getattr__(self, name):
         if name in Accelerator._FORWARDED:
@@ -606,6 +726,23 @@ class Accelerator:
                                  f"{local_process_idx!r} differ: give one")
             local_process_index = local_process_idx
         return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    def end_training(self):
+        """Accelerate's Accelerator.end_training, at the end of a script: leaves the job
+        (PartialState.destroy_process_group, which ends torch.distributed's group too where this
+        process made one). lockstep has no trackers to finish."""
+        self.state.destroy_process_group()
+
+    def free_memory(self, *objects):
+        """Accelerate's Accelerator.free_memory: returns a list of as many Nones as `objects`
+        (`model, optimizer = accelerator.free_memory(model, optimizer)` drops the caller's
+        references) and collects the garbage. lockstep keeps nothing between calls to free: each
+        gather's and broadcast's memory is released as it returns."""
+        objects = [None] * len(objects)
+        gc.collect()
+        return objects
+
+    clear = free_memory
 
     def set_trigger(self):
         """Accelerate's Accelerator.set_trigger: marks this process, so that the next

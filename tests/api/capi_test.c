@@ -110,7 +110,9 @@ int main(void) {
     char path[256];
     snprintf(path, sizeof path, "/tmp/lockstep-capi-first-%s", getenv("LOCKSTEP_JOB_ID"));
     CHECK(lockstep_main_process_first_begin(state) == LOCKSTEP_OK);
-    CHECK(lockstep_main_process_first_begin(state) == LOCKSTEP_INVALID_ARGUMENT);
+    /* Blocks nest (a local one inside, as TRL's): the handle keeps a stack of open blocks. */
+    CHECK(lockstep_local_main_process_first_begin_at(state, "capi_test.c", 1001, "main") ==
+          LOCKSTEP_OK);
     if (rank == 0) {
       usleep(200 * 1000);
       FILE* file = fopen(path, "w");
@@ -119,8 +121,17 @@ int main(void) {
     } else {
       CHECK(access(path, F_OK) == 0);
     }
+    /* An _end that is not the innermost block's: refused, naming both places; nothing ends. */
+    CHECK(lockstep_main_process_first_end_at(state, "capi_test.c", 1002, "main") ==
+          LOCKSTEP_INVALID_ARGUMENT);
+    CHECK(strstr(lockstep_last_error(),
+                 "lockstep_main_process_first_end at capi_test.c:1002: "
+                 "the innermost open block is a local_main_process_first "
+                 "block, begun at capi_test.c:1001") != NULL);
+    CHECK(lockstep_local_main_process_first_end(state) == LOCKSTEP_OK);
     CHECK(lockstep_main_process_first_end(state) == LOCKSTEP_OK);
     CHECK(lockstep_main_process_first_end(state) == LOCKSTEP_INVALID_ARGUMENT);
+    CHECK(strstr(lockstep_last_error(), "no open block") != NULL);
     CHECK(lockstep_local_main_process_first_begin(state) == LOCKSTEP_OK);
     CHECK(access(path, F_OK) == 0);
     CHECK(lockstep_local_main_process_first_end(state) == LOCKSTEP_OK);

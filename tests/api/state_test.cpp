@@ -163,6 +163,69 @@ TEST_P(StateTest, MainProcessFirstRunsTheMainBlockBeforeTheOthers) {
   }
 }
 
+// Nested first blocks (TRL's local block inside the global one, the same block twice, three
+// deep): every body runs on its first process, and is done there, before any other process
+// enters it. Under LOCKSTEP_CHECK=strict too, which compares the places of each episode's calls.
+TEST_P(StateTest, FirstBlocksNestAndEachBodyRunsFirstWhereItShould) {
+  constexpr int kBodies = 7;
+  auto* done = shared_array<std::atomic<int>>(kBodies);  // [k]: body k finished on its first
+  for (const bool strict : {false, true}) {
+    for (int k = 0; k < kBodies; ++k) {
+      done[k] = 0;
+    }
+    Job job = this->job();
+    if (strict) {
+      job.env["LOCKSTEP_CHECK"] = "strict";
+    }
+    auto ends = run_ranks(job, [done](int rank) {
+      lockstep::State state;
+      // Body k: the first process sleeps a little (the others would overtake it if let in),
+      // then marks it done; every other process finds it done on entry.
+      const auto body = [&](int k, bool first) {
+        if (first) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10 + 3 * (rank % 3)));
+          done[k] = 1;
+        } else {
+          RANK_CHECK(done[k].load() == 1);
+        }
+      };
+      {
+        auto outer = state.main_process_first();
+        {
+          auto inner = state.local_main_process_first();
+          body(0, state.is_local_main_process());
+        }
+        body(1, state.is_main_process());
+      }
+      {
+        auto outer = state.main_process_first();
+        auto inner = state.main_process_first();
+        body(2, state.is_main_process());
+      }
+      {
+        auto outer = state.local_main_process_first();
+        {
+          auto middle = state.main_process_first();
+          {
+            auto inner = state.local_main_process_first();
+            body(3, state.is_local_main_process());
+          }
+          body(4, state.is_main_process());
+        }
+        body(5, state.is_local_main_process());
+      }
+      {
+        auto guard = state.main_process_first();
+        guard.end();  // ended early, then another block at once
+        auto again = state.main_process_first();
+        body(6, state.is_main_process());
+      }
+      state.wait_for_everyone();
+    });
+    ASSERT_EQ(failures(ends), "") << (strict ? "strict" : "default");
+  }
+}
+
 TEST_P(StateTest, WaitForEveryoneHoldsEveryoneUntilTheLastArrives) {
   const int n = GetParam();
   auto* arrived = shared_array<std::atomic<int>>(1);

@@ -540,6 +540,17 @@ TEST_P(MultiNode, GatherCarriesEveryProcesssBytesToEveryNode) {
   }
 }
 
+TEST_P(MultiNode, FirstBlocksNestAcrossNodes) {
+  // Issue 58: nested first blocks (TRL's per-machine cache inside the global one) on 2 machines
+  // of 2 processes: every body on its first process first, no mismatch between the blocks' calls.
+  run_job(2, 2, {"nested", shared_.string(), "0"});
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "done") << "rank " << rank << "\n" << all_output();
+  }
+}
+
 TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
   // Issue 23: a leader waiting for the other machines was silent (the node barrier said its
   // line, the backend's wait none).

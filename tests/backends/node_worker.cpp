@@ -33,6 +33,8 @@ struct Shared {
   // (steady clock, ns) the victim died.
   std::atomic<std::uint64_t> stream_work[64];
   std::atomic<std::int64_t> killed_at;
+  // The nested scenario: body k done on node j's first process (done[k][j]), or the job's ([k][0]).
+  std::atomic<std::int32_t> done[4][16];
 };
 
 Shared* map_shared(const char* path) {
@@ -200,6 +202,47 @@ int gather_rounds(lockstep::State& state, int rounds) {
     return 1;
   }
   std::cout << "RESULT " << state.gather_object(std::string("done"))[0] << std::endl;
+  return 0;
+}
+
+// Issue 58: first blocks nested across machines (TRL's local block inside the global one, the
+// other way round, one block twice): each body runs on its first process (the main process, or
+// each machine's main process for a local block), and is done there, before any other enters.
+int nested_blocks(lockstep::State& state, Shared& shared) {
+  const int node = state.node_index();
+  const auto body = [&](int k, bool local) {
+    const bool first = local ? state.is_local_main_process() : state.is_main_process();
+    std::atomic<std::int32_t>& done = shared.done[k][local ? node : 0];
+    if (first) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others would overtake
+      done.store(1);
+      return true;
+    }
+    return done.load() == 1;
+  };
+  {
+    auto outer = state.main_process_first();
+    {
+      auto inner = state.local_main_process_first();
+      CHECK(body(0, true));
+    }
+    CHECK(body(1, false));
+  }
+  {
+    auto outer = state.local_main_process_first();
+    {
+      auto inner = state.main_process_first();
+      CHECK(body(2, false));
+    }
+    CHECK(body(3, true));
+  }
+  {
+    auto outer = state.main_process_first();
+    auto inner = state.main_process_first();
+    CHECK(body(1, false));  // done already: a plain check that nobody is lost
+  }
+  state.wait_for_everyone();
+  std::cout << "RESULT done" << std::endl;
   return 0;
 }
 
@@ -407,6 +450,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "gather") {
       return gather_rounds(state, arg);
+    }
+    if (scenario == "nested") {
+      return nested_blocks(state, shared);
     }
     if (scenario == "streams") {
       return stream_rounds(state, shared, arg);

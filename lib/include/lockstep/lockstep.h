@@ -142,9 +142,12 @@ LOCKSTEP_C_API lockstep_status lockstep_split_range(uint64_t size, int num_proce
                                                     uint64_t* end, uint64_t* padding);
 /* main_process_first as a pair: the main process returns from _begin at once and the others
  * wait in it until the main process has called _end (local_: each node's main process first).
- * Every process calls both, once each, in order; LOCKSTEP_INVALID_ARGUMENT otherwise. As in C++,
- * the main process's _begin fails at once when the job is broken (a lost peer). After
- * LOCKSTEP_INTERRUPTED either call may be made again. */
+ * Every process calls both, once each, in order. Blocks nest to any depth, of either kind (a
+ * local block inside a global one, as TRL prepares a per-machine cache): the handle keeps a
+ * stack of open blocks, and an _end must end the innermost one (LOCKSTEP_INVALID_ARGUMENT
+ * otherwise, naming both places, or when no block is open). As in C++, the main process's _begin
+ * fails at once when the job is broken (a lost peer). After LOCKSTEP_INTERRUPTED either call may
+ * be made again. */
 LOCKSTEP_C_API lockstep_status lockstep_main_process_first_begin(lockstep_state* state);
 LOCKSTEP_C_API lockstep_status lockstep_main_process_first_end(lockstep_state* state);
 LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state);

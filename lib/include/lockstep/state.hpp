@@ -120,6 +120,12 @@ class State;
 // process runs the guarded block first; every other process waits in the guard's constructor
 // until the chosen process has destroyed its guard. Not copyable; movable.
 //
+// As in Accelerate, each side is one wait of the whole job (the local form's too: each node's
+// main process goes first, and its release meets every process's wait), so guards nest, of
+// either kind, to any depth, and every process runs each body in turn: with
+// main_process_first() around local_main_process_first(), the main process's inner release meets
+// the others' outer wait, and its outer release their inner wait.
+//
 // A barrier failure in the destructor (a peer lost) cannot be thrown from a destructor: it is
 // kept and rethrown by the next call on any State of this process. A guard destroyed while an
 // exception unwinds does not release the others (they learn of the failure when this process

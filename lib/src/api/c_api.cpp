@@ -6,6 +6,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 // The plain names are this file's functions, not the header's macros (which call the _at forms).
 #define LOCKSTEP_NO_SITE_MACROS
@@ -60,9 +62,22 @@ using lockstep::detail::CApi;
 
 struct lockstep_state {
   explicit lockstep_state(const CallSite& site) : state(CApi::create(site)) {}
+  lockstep_state(const lockstep_state&) = delete;
+  lockstep_state& operator=(const lockstep_state&) = delete;
+  ~lockstep_state() {
+    while (!blocks.empty()) {  // innermost first, as the C++ guards would end
+      blocks.pop_back();
+    }
+  }
   lockstep::State state;
   std::string source = state.environment_source();  // for lockstep_environment_source
-  std::optional<lockstep::FirstGuard> first;        // between *main_process_first_begin and _end
+  // The open first blocks (between *main_process_first_begin and _end), innermost last.
+  struct OpenBlock {
+    lockstep::FirstGuard guard;
+    bool local;
+    CallSite begun;
+  };
+  std::vector<OpenBlock> blocks;
 };
 
 namespace {
@@ -469,21 +484,43 @@ lockstep_status first_begin(lockstep_state* state, bool local, const char* what,
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
   }
-  if (state->first) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT,
-                (std::string(what) + ": called again before the matching _end").c_str());
-  }
-  return guarded([&] { state->first.emplace(CApi::first(state->state, local, site)); });
+  return guarded([&] {
+    lockstep::FirstGuard guard = CApi::first(state->state, local, site);
+    state->blocks.push_back({std::move(guard), local, site});
+  });
 }
 
-lockstep_status first_end(lockstep_state* state, const char* what, const CallSite& site) {
-  if (state == nullptr || !state->first) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT,
-                (std::string(what) + ": no matching _begin on this handle").c_str());
+// "nest.c:12", or "an unrecorded place" (a call without its _at form's site).
+std::string site_words(const CallSite& site) {
+  if (site.file == nullptr) {
+    return "an unrecorded place";
   }
-  const lockstep_status status = guarded([&] { CApi::end(*state->first, site); });
+  return std::string(site.file) + ":" + std::to_string(site.line);
+}
+
+const char* block_name(bool local) {
+  return local ? "local_main_process_first" : "main_process_first";
+}
+
+lockstep_status first_end(lockstep_state* state, bool local, const char* what,
+                          const CallSite& site) {
+  if (state == nullptr || state->blocks.empty()) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                (std::string(what) + ": no open block on this handle (no _begin without its _end)")
+                    .c_str());
+  }
+  lockstep_state::OpenBlock& innermost = state->blocks.back();
+  if (innermost.local != local) {
+    return fail(
+        LOCKSTEP_INVALID_ARGUMENT,
+        (std::string(what) + " at " + site_words(site) + ": the innermost open block is a " +
+         block_name(innermost.local) + " block, begun at " + site_words(innermost.begun) +
+         "; end it first (blocks " + "end in the reverse order of their _begin)")
+            .c_str());
+  }
+  const lockstep_status status = guarded([&] { CApi::end(innermost.guard, site); });
   if (status != LOCKSTEP_INTERRUPTED) {
-    state->first.reset();  // interrupted: the others are still held, and _end may be called again
+    state->blocks.pop_back();  // interrupted: the others are still held; _end may be called again
   }
   return status;
 }
@@ -508,7 +545,7 @@ lockstep_status lockstep_main_process_first_end(lockstep_state* state) {
 
 lockstep_status lockstep_main_process_first_end_at(lockstep_state* state, const char* file,
                                                    int line, const char* function) {
-  return first_end(state, "lockstep_main_process_first_end", site_of(file, line, function));
+  return first_end(state, false, "lockstep_main_process_first_end", site_of(file, line, function));
 }
 
 lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state) {
@@ -527,7 +564,8 @@ lockstep_status lockstep_local_main_process_first_end(lockstep_state* state) {
 
 lockstep_status lockstep_local_main_process_first_end_at(lockstep_state* state, const char* file,
                                                          int line, const char* function) {
-  return first_end(state, "lockstep_local_main_process_first_end", site_of(file, line, function));
+  return first_end(state, true, "lockstep_local_main_process_first_end",
+                   site_of(file, line, function));
 }
 
 const char* lockstep_last_error(void) {

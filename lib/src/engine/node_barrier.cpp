@@ -488,12 +488,15 @@ namespace {
 // Whether calls of `kinds` may meet in one episode: one call, or the two sides of one
 // main_process_first. An unknown kind (the engine's own callers) meets any.
 bool one_call(const std::vector<CallKind>& kinds) {
+  // A first block's two sides, global or local, meet each other at any depth of nesting: the
+  // first process's release of an inner block meets the others' wait at an outer one (every
+  // process runs each body in turn, as Accelerate's blocks, which are plain barriers, do).
   const auto side_of = [](CallKind kind) {
     switch (kind) {
       case CallKind::first_release:
-        return CallKind::first_wait;
+      case CallKind::local_first_wait:
       case CallKind::local_first_release:
-        return CallKind::local_first_wait;
+        return CallKind::first_wait;
       default:
         return kind;
     }

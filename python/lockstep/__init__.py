@@ -36,10 +36,7 @@ from . import _library, _where
 
 __all__ = ["PartialState", "AcceleratorState", "Accelerator", "DistributedType", "Error",
            "ConfigError", "TimeoutError", "PeerLostError", "SystemError", "split_range",
-           "wait_for_everyone", "broadcast_object_list", "gather_object", "max_gather",
-           "MAX_BROADCAST", "__version__"]
-
-MAX_BROADCAST = 32768  # bytes of a pickled object that broadcast_object carries (the C API's)
+           "wait_for_everyone", "broadcast_object_list", "gather_object", "__version__"]
 
 
 class DistributedType(str, enum.Enum):
@@ -240,26 +237,15 @@ def broadcast_object_list(object_list, from_process=0):
 def gather_object(object):  # pylint: disable=redefined-builtin
     """Accelerate's accelerate.utils.gather_object: every process's `object` (a list, as
     Accelerate's evaluation loops give it), pickled, joined into one list in process order, on
-    every process; in a job of one process, `object` itself. A process's pickled object is at
-    most max_gather() bytes (8176 where 4 processes share a machine; more: lockstep.Error on every
-    process, naming the process and its size). Every process must call it, as
-    wait_for_everyone(), which it implies. Not interrupted by signal handlers: a Ctrl-C takes
-    effect when it returns."""
+    every process; in a job of one process, `object` itself. Any size that memory allows (a
+    process's pickled bytes past its share of the node segment go through a file of /dev/shm,
+    removed when every process has read it). Every process must call it, as wait_for_everyone(),
+    which it implies. Not interrupted by signal handlers: a Ctrl-C takes effect when it
+    returns."""
     state = PartialState()
     if not state.use_distributed:
         return object
     return [item for one in state._gather(object) for item in one]
-
-
-def max_gather(processes_on_machine=None):
-    """The most bytes of one process's pickled object that gather_object carries where
-    `processes_on_machine` processes share its machine (this job's: its local processes)."""
-    if processes_on_machine is None:
-        processes_on_machine = PartialState().num_local_processes
-    if not isinstance(processes_on_machine, int) or processes_on_machine < 1:
-        raise ValueError(f"lockstep.max_gather({processes_on_machine!r}): a number of processes, "
-                         "at least 1")
-    return _lib.lockstep_max_gather(processes_on_machine)
 
 
 def available_backends():
@@ -505,10 +491,9 @@ class PartialState:
 
     def broadcast_object(self, obj=None):
         """Main computes, everyone uses: returns, on every process, the object the main process
-        passed (the others' is ignored), pickled on the way; at most MAX_BROADCAST bytes pickled
-        (more: lockstep.Error on every process). Every process must call it, as
-        wait_for_everyone(), which it implies. Not interrupted by signal handlers: a Ctrl-C
-        takes effect when it returns."""
+        passed (the others' is ignored), pickled on the way, of any size that memory allows.
+        Every process must call it, as wait_for_everyone(), which it implies. Not interrupted by
+        signal handlers: a Ctrl-C takes effect when it returns."""
         data = pickle.dumps(obj) if self.is_main_process else b""
         out = ctypes.c_void_p()
         size = ctypes.c_size_t()

@@ -54,8 +54,6 @@ def load():
     lib.lockstep_broadcast.restype = ctypes.c_int
     lib.lockstep_free.argtypes = [ctypes.c_void_p]
     lib.lockstep_free.restype = None
-    lib.lockstep_max_gather.argtypes = [ctypes.c_int]
-    lib.lockstep_max_gather.restype = ctypes.c_size_t
     lib.lockstep_set_trigger.argtypes = [ctypes.c_void_p]
     lib.lockstep_set_trigger.restype = ctypes.c_int
     for name in ("main_process_first_begin", "main_process_first_end",

@@ -71,7 +71,20 @@ int main(void) {
       at += sizes[i];
     }
     lockstep_free(all);
-    CHECK(lockstep_max_gather(0) == 0 && lockstep_max_gather(4) == 8176);
+    /* Any size (issue 58): 200,000 bytes each, past the segment's area, through spills. */
+    {
+      const size_t big = 200000;
+      char* given = malloc(big);
+      CHECK(given != NULL);
+      memset(given, 'A' + rank, big);
+      CHECK(lockstep_gather_object(state, given, big, (void**)&all, sizes, 64) == LOCKSTEP_OK);
+      for (i = 0; i < n; ++i) {
+        CHECK(sizes[i] == big && all[(size_t)i * big] == 'A' + i &&
+              all[(size_t)i * big + big - 1] == 'A' + i);
+      }
+      lockstep_free(all);
+      free(given);
+    }
     /* Stop everyone when one says so. */
     if (rank == n - 1) {
       CHECK(lockstep_set_trigger(state) == LOCKSTEP_OK);

@@ -119,48 +119,50 @@ int rounds(lockstep::State& state, Shared& shared, int rounds) {
   return 0;
 }
 
-// `rounds` broadcasts of the main process's bytes, up to the limit, then one over it.
+// `size` bytes that differ with `seed` at every position.
+std::string pattern(std::size_t size, std::size_t seed) {
+  std::string text(size, '\0');
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (std::size_t i = 0; i < size; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    text[i] = static_cast<char>(x);
+  }
+  return text;
+}
+
+// `rounds` broadcasts of the main process's bytes, on both sides of the segment's area (32 KiB)
+// and past it (issue 58: any size, in pieces between machines), then one of 3 MiB.
 int broadcast_rounds(lockstep::State& state, int rounds) {
   for (int round = 0; round < rounds; ++round) {
-    const std::size_t size =
-        (static_cast<std::size_t>(round) * 7919U) % (lockstep::State::kMaxBroadcast + 1);
-    std::string text(size, '\0');
-    for (std::size_t i = 0; i < size; ++i) {
-      text[i] = static_cast<char>('a' + (i + static_cast<std::size_t>(round)) % 26);
-    }
+    const auto r = static_cast<std::size_t>(round);
+    const std::size_t sizes[] = {0, r * 7919 % 32768, 32768, 32769, 40000 + r * 7919};
+    const std::string text = pattern(sizes[r % 5], r);
     if (state.broadcast(state.is_main_process() ? text : "not this") != text) {
       std::cout << "RESULT wrong bytes in round " << round << std::endl;
       return 1;
     }
   }
-  try {
-    (void)state.broadcast(
-        std::string(state.is_main_process() ? lockstep::State::kMaxBroadcast + 1 : 0, 'y'));
-    std::cout << "RESULT a broadcast over the limit passed" << std::endl;
+  const std::string large = pattern(3 << 20, 99);
+  if (state.broadcast(state.is_main_process() ? large : "") != large) {
+    std::cout << "RESULT wrong bytes in the large broadcast" << std::endl;
     return 1;
-  } catch (const lockstep::Error& error) {
-    if (std::string(error.what()).find("carries at most 32768") == std::string::npos) {
-      std::cout << "RESULT refused with " << error.what() << std::endl;
-      return 1;
-    }
   }
   std::cout << "RESULT " << state.broadcast(state.is_main_process() ? "done" : "") << std::endl;
   return 0;
 }
 
-// Issue 46: everyone's results across machines: `rounds` gathers of different sizes (within a
-// process's most on its machine), a late node now and then; every process checks every
-// process's bytes. Then one over its most and the whole job over the area in all: an Error on
-// every process naming why; then a trigger set on the last node.
+// Issue 46, issue 58: everyone's results across machines: `rounds` gathers of different sizes
+// (empty, within a process's region of the area, past it, past what one message between
+// machines carries), a late node now and then; every process checks every process's bytes.
+// Then one of 1 MiB per process, and a trigger set on the last node.
 int gather_rounds(lockstep::State& state, int rounds) {
   const int n = state.num_processes();
-  const std::size_t most = lockstep::State::max_gather(state.num_local_processes());
-  const std::size_t share =
-      std::min(most, (lockstep::State::kMaxBroadcast - 24) / static_cast<std::size_t>(n) - 16);
-  const auto bytes_of = [share](int of, int round) {
-    const std::size_t size =
-        (of + round) % 5 == 0 ? 0 : static_cast<std::size_t>(round * 389 + of * 97) % (share + 1);
-    return std::string(size, static_cast<char>('a' + (of + round) % 26));
+  const auto bytes_of = [](int of, int round) {
+    const auto k = static_cast<std::size_t>(round * 5 + of);
+    const std::size_t sizes[] = {0, k * 389 % 4000, 9000, 70000 + k * 97};
+    return pattern(sizes[k % 4], k);
   };
   for (int round = 0; round < rounds; ++round) {
     if (state.node_index() == round % state.num_nodes() && round % 3 == 0) {
@@ -175,24 +177,14 @@ int gather_rounds(lockstep::State& state, int rounds) {
       }
     }
   }
-  const auto refused = [&](std::size_t size, const std::string& want) {
-    try {
-      (void)state.gather_object(std::string(size, 'y'));
-      std::cout << "RESULT a gather of " << size << " bytes passed" << std::endl;
-      return false;
-    } catch (const lockstep::Error& error) {
-      if (std::string(error.what()).find(want) == std::string::npos) {
-        std::cout << "RESULT refused with " << error.what() << std::endl;
-        return false;
-      }
+  const auto seed = [](int of) { return static_cast<std::size_t>(1000 + of); };
+  const auto large = state.gather_object(pattern(1 << 20, seed(state.process_index())));
+  for (int of = 0; of < n; ++of) {
+    if (large.size() != static_cast<std::size_t>(n) ||
+        large[static_cast<std::size_t>(of)] != pattern(1 << 20, seed(of))) {
+      std::cout << "RESULT wrong bytes of process " << of << " in the large gather" << std::endl;
+      return 1;
     }
-    return true;
-  };
-  const bool last = state.process_index() == n - 1;
-  if (!refused(last ? most + 1 : 1, "process " + std::to_string(n - 1) + " gave " +
-                                        std::to_string(most + 1) + " bytes") ||
-      !refused(most, "bytes in all")) {
-    return 1;
   }
   if (state.node_index() == state.num_nodes() - 1 && state.is_local_main_process()) {
     state.set_trigger();

@@ -73,31 +73,26 @@ LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_for(lockstep_state* st
  * lockstep_set_interrupt_fd) only when a wait takes longer. */
 LOCKSTEP_C_API lockstep_status lockstep_try_wait_for_everyone(lockstep_state* state);
 
-/* The most bytes lockstep_broadcast carries (State::kMaxBroadcast). */
-#define LOCKSTEP_MAX_BROADCAST 32768
-/* Main computes, everyone uses (State::broadcast): process 0 passes `data` (`size` bytes, at most
- * LOCKSTEP_MAX_BROADCAST); every process receives a copy of those bytes in `*out` (allocated by
+/* Main computes, everyone uses (State::broadcast): process 0 passes `data` (`size` bytes, any
+ * size that memory allows); every process receives a copy of those bytes in `*out` (allocated by
  * lockstep, freed with lockstep_free; null when there are none) and their number in `*out_size`.
  * The others' `data` is ignored (null with size 0 will do). Every process must call it, as
- * lockstep_wait_for_everyone, which it implies. More than the limit: LOCKSTEP_ERROR on every
- * process, naming the size. */
+ * lockstep_wait_for_everyone, which it implies. Bytes that /dev/shm cannot hold (full):
+ * LOCKSTEP_ERROR on every process, naming why. */
 LOCKSTEP_C_API lockstep_status lockstep_broadcast(lockstep_state* state, const void* data,
                                                   size_t size, void** out, size_t* out_size);
 /* Frees what lockstep_broadcast or lockstep_gather_object returned (null: nothing). */
 LOCKSTEP_C_API void lockstep_free(void* buffer);
 /* Everyone's results, everywhere (State::gather_object): each process passes `data` (`size`
- * bytes, at most lockstep_max_gather(processes on its machine)); every process receives every
- * process's bytes one after another, by process index, in `*out` (allocated by lockstep, freed
- * with lockstep_free; null when there are none), and each one's size in `out_sizes` (an array of
- * `out_sizes_count` entries, at least lockstep_num_processes, or LOCKSTEP_INVALID_ARGUMENT before
- * anything is done). Every process must call it, as lockstep_wait_for_everyone, which it
- * implies. Over the limit: LOCKSTEP_ERROR on every process, naming the process and its size. */
+ * bytes, any size that memory allows); every process receives every process's bytes one after
+ * another, by process index, in `*out` (allocated by lockstep, freed with lockstep_free; null
+ * when there are none), and each one's size in `out_sizes` (an array of `out_sizes_count`
+ * entries, at least lockstep_num_processes, or LOCKSTEP_INVALID_ARGUMENT before anything is
+ * done). Every process must call it, as lockstep_wait_for_everyone, which it implies. A process
+ * whose bytes /dev/shm cannot hold (full): LOCKSTEP_ERROR on every process, naming it and why. */
 LOCKSTEP_C_API lockstep_status lockstep_gather_object(lockstep_state* state, const void* data,
                                                       size_t size, void** out, size_t* out_sizes,
                                                       size_t out_sizes_count);
-/* The most bytes one process passes to lockstep_gather_object where `processes_on_machine`
- * processes share its machine (0 when that is below 1). */
-LOCKSTEP_C_API size_t lockstep_max_gather(int processes_on_machine);
 /* Stop everyone when one says so (State::set_trigger, State::check_trigger): set marks this
  * process; check, which every process calls at the same point, sets `*out_triggered` to 1 on
  * every process when any process set its mark since its last check (and clears every mark),

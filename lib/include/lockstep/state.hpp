@@ -248,20 +248,21 @@ class LOCKSTEP_API State {
 
   // Main computes, everyone uses (Accelerate's broadcast_object_list, for bytes): returns, on
   // every process, the `data` the main process (process 0) passed; the others' `data` is
-  // ignored. For a run directory's name, a seed, a small config: at most kMaxBroadcast bytes
-  // (more: Error on every process, naming the size). Every process must call it, as
+  // ignored. Any size that memory allows: up to 32 KiB through the node segment, more through
+  // a file of /dev/shm that the writer removes when every process has read it (where /dev/shm
+  // cannot hold it: Error on every process, saying why). Every process must call it, as
   // wait_for_everyone(), which it implies: two episodes of the barrier, whatever the outcome,
-  // and what wait_for_everyone() throws. Across machines the bytes travel through the backend.
-  // Not interrupted by lockstep_set_interrupt_fd's descriptor (it could not be retried).
-  static constexpr std::size_t kMaxBroadcast = 32768;
+  // and what wait_for_everyone() throws. Across machines the bytes travel through the backend,
+  // in pieces. Not interrupted by lockstep_set_interrupt_fd's descriptor (it could not be
+  // retried).
   std::vector<std::byte> broadcast(std::span<const std::byte> data,
                                    SourceLocation where = SourceLocation::current());
   std::string broadcast(std::string_view text, SourceLocation where = SourceLocation::current());
   // Everyone's results, everywhere (Accelerate's gather_object, for bytes): returns, on every
-  // process, every process's `data`, by process index. For per-process results, metrics, file
-  // names: each process's at most max_gather(processes on its machine) bytes (8176 where 4
-  // processes share a machine), and across machines the job's together, 16 bytes more each, at
-  // most kMaxBroadcast (more: Error on every process, naming the process and its size). Every
+  // process, every process's `data`, by process index. Predictions, metrics, file lists: any
+  // size that memory allows (a process's bytes past its share of the node segment's 32 KiB go
+  // through a file of /dev/shm of its own, removed when every process has read it; where
+  // /dev/shm cannot hold them: Error on every process, naming the process and why). Every
   // process must call it, as wait_for_everyone(), which it implies: two episodes of the barrier
   // (three across machines), whatever the outcome. Not interrupted by lockstep_set_interrupt_fd's
   // descriptor.
@@ -269,7 +270,6 @@ class LOCKSTEP_API State {
       std::span<const std::byte> data, SourceLocation where = SourceLocation::current());
   std::vector<std::string> gather_object(std::string_view text,
                                          SourceLocation where = SourceLocation::current());
-  [[nodiscard]] static std::size_t max_gather(int processes_on_machine);
   // Stop everyone when one says so (Accelerate's set_trigger and check_trigger): set_trigger()
   // marks this process (any thread, any time); check_trigger(), which every process must call
   // at the same point, returns true on every process when any process set its mark since its

@@ -326,10 +326,6 @@ lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* dat
   });
 }
 
-size_t lockstep_max_gather(int processes_on_machine) {
-  return processes_on_machine < 1 ? 0 : lockstep::State::max_gather(processes_on_machine);
-}
-
 lockstep_status lockstep_set_trigger(lockstep_state* state) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_set_trigger: state must not be null");

@@ -98,8 +98,6 @@ bool State::try_wait_at(const detail::CallSite& site) {
   return context_->try_wait("wait_for_everyone", site);
 }
 
-static_assert(State::kMaxBroadcast == detail::kMaxBroadcast, "one limit (engine/layout.hpp)");
-
 std::vector<std::byte> State::broadcast(std::span<const std::byte> data, SourceLocation where) {
   return broadcast_at(data, site_of(where));
 }
@@ -136,14 +134,6 @@ std::vector<std::string> State::gather_object(std::string_view text, SourceLocat
     out.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
   return out;
-}
-
-std::size_t State::max_gather(int processes_on_machine) {
-  if (processes_on_machine < 1) {
-    throw ConfigError("lockstep: max_gather: processes_on_machine must be at least 1, not " +
-                      std::to_string(processes_on_machine));
-  }
-  return detail::Context::gather_most(processes_on_machine);
 }
 
 void State::set_trigger() noexcept {

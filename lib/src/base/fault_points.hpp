@@ -13,9 +13,12 @@
 //   lead.local       a multi-node leader: its node arrived, before meeting the other leaders
 //   lead.met         a multi-node leader: the other leaders met, before releasing its node
 //   gpu.releasing    a GPU watchdog releasing the streams: after raising one process's flag
+//   exchange.spilled a gather's or broadcast's writer: its spill (engine/spill.hpp) written,
+//                    before it arrives at the exchange's first episode
 // and the points where a process fails (fault_fails) rather than dies:
 //   join.welcome-changed  a joining node's leader: node 0's welcome read, then found changed on
 //                         the way (its first byte flipped: it does not decode)
+//   spill.full            a spill's writer: /dev/shm takes none of its bytes (ENOSPC)
 #pragma once
 
 #include <atomic>

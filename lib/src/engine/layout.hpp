@@ -17,7 +17,7 @@ namespace lockstep::detail {
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 14;
+inline constexpr std::uint32_t kLayoutVersion = 15;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -163,14 +163,15 @@ struct alignas(kCacheLine) GpuFlag {
   std::atomic<std::uint64_t> passed;   // the last episode whose waits the owner's stream passed
 };
 
-// State::broadcast's area: what the main process gives, on its node; a leader of another node
-// writes there what it received from node 0. Written before the writer's arrival at the
-// broadcast's first episode, read after that episode, free again after the second (the barrier
-// orders it: no atomics here).
-inline constexpr std::size_t kMaxBroadcast = 32768;  // lockstep/state.hpp's limit
+// The exchanges' area (membership/exchange.cpp): a broadcast's bytes, or each process's entry of
+// a gather in a region of its own, and across machines the job's gathered records, where they
+// fit; a spill (engine/spill.hpp) holds what does not. Written before the writer's arrival at an
+// exchange's first episode, read after that episode, free again after its last (the barrier
+// orders it: no atomics here). Layout 15: in 14 an exchange carried at most this area.
+inline constexpr std::size_t kMaxBroadcast = 32768;
 struct alignas(kCacheLine) BroadcastArea {
-  std::uint64_t size;    // the bytes given (more than kMaxBroadcast when refused)
-  std::uint32_t status;  // 0: data holds `size` bytes; 1: refused, too large
+  std::uint64_t size;    // the bytes held (in `data`, or in the node's spill)
+  std::uint32_t status;  // how they are held (exchange.cpp's Held)
   unsigned char data[kMaxBroadcast];
 };
 
@@ -213,20 +214,20 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 14, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 15, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 14, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 15, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 2048 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
                   sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12 &&
                   sizeof(CallEntry) == 40 && sizeof(SiteText) == 128 && sizeof(CallLog) == 8768,
-              "layout 14: sizes");
+              "layout 15: sizes");
 static_assert(offsetof(CallLog, calls) == 0 && offsetof(CallLog, sites) == 8 &&
                   offsetof(CallLog, ring) == 64 && offsetof(CallLog, site) == 704 &&
                   offsetof(CallEntry, episode) == 8 && offsetof(CallEntry, call) == 16 &&
                   offsetof(CallEntry, began) == 24 && offsetof(CallEntry, ended) == 32,
-              "layout 14: the call log's fields");
+              "layout 15: the call log's fields");
 static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader, launch) == 504 &&
                   offsetof(SegmentHeader, pid_namespace) == 512 &&
                   offsetof(SegmentHeader, joined) == 576 && offsetof(SegmentHeader, left) == 640 &&
@@ -234,18 +235,18 @@ static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader,
                   offsetof(SegmentHeader, sleepers) == 832 &&
                   offsetof(SegmentHeader, load_sample) == 896 &&
                   offsetof(SegmentHeader, failure) == 960,
-              "layout 14: the header's fields");
+              "layout 15: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
                   offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
                   offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
                   offsetof(Slot, withdrawn_at) == 88,
-              "layout 14: a slot's fields");
+              "layout 15: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&
                   offsetof(GpuFlag, arrived) == 0 && offsetof(GpuFlag, passed) == 8 &&
                   offsetof(GpuAreaHeader, released) == 0 && offsetof(GpuAreaHeader, node_met) == 8,
-              "layout 14: a GPU slot's fields and the GPU area's header");
+              "layout 15: a GPU slot's fields and the GPU area's header");
 // Every layout version keeps these where version 1 had them: a process reads them (with pread,
 // before mapping) to tell another version's segment from a torn one.
 static_assert(offsetof(SegmentHeader, magic) == 0 && offsetof(SegmentHeader, layout_version) == 8 &&

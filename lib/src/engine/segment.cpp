@@ -21,6 +21,7 @@
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
 #include "engine/segment_file.hpp"
+#include "engine/spill.hpp"
 #include "lockstep/error.hpp"
 #include "lockstep/version.hpp"
 #include "waiting/futex.hpp"
@@ -313,6 +314,7 @@ SegmentHeader* NodeSegment::open_laid_out(bip::shared_memory_object& shm, const 
   }
   if (kind != Peek::ours) {
     bip::shared_memory_object::remove(name_.c_str());  // torn, or an ended job's
+    remove_spills(name_);
     return nullptr;
   }
   // Reserved in full by its creator before it was laid out: mapping it cannot fault.
@@ -322,6 +324,7 @@ SegmentHeader* NodeSegment::open_laid_out(bip::shared_memory_object& shm, const 
   if (job_ended(*header)) {
     region.reset();
     bip::shared_memory_object::remove(name_.c_str());
+    remove_spills(name_);
     return nullptr;
   }
   check_joinable(*header, member, name_);

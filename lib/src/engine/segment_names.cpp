@@ -17,6 +17,7 @@
 #include "base/text.hpp"
 #include "engine/segment.hpp"
 #include "engine/segment_file.hpp"
+#include "engine/spill.hpp"
 
 namespace bip = boost::interprocess;
 
@@ -97,7 +98,11 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions) {
       }
       break;
   }
-  return bip::shared_memory_object::remove(name.c_str());
+  const bool removed = bip::shared_memory_object::remove(name.c_str());
+  if (removed) {
+    remove_spills(name);
+  }
+  return removed;
 }
 
 std::optional<std::vector<int>> joined_ranks(const std::string& name) {
@@ -138,7 +143,7 @@ std::vector<std::string> user_segments() {
     // Bounded: a sweep or a status looks at no more than this many of the user's segments.
     constexpr std::size_t kMaxLooked = 256;
     while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
-      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0) {
+      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0 && !is_spill(entry->d_name)) {
         names.emplace_back(entry->d_name);
         if (names.size() == kMaxLooked) {
           break;
@@ -160,6 +165,9 @@ std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
     } catch (const std::exception&) {
       // (flock failing, out of memory) a sweep is best effort: this one stays for the next
     }
+  }
+  for (auto& name : remove_orphan_spills("lockstep-u" + std::to_string(::geteuid()) + "-")) {
+    removed.push_back(std::move(name));
   }
   return removed;
 }

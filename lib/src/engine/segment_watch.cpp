@@ -13,6 +13,7 @@
 #include "base/proc.hpp"
 #include "engine/segment.hpp"
 #include "engine/segment_file.hpp"
+#include "engine/spill.hpp"
 #include "lockstep/error.hpp"
 #include "waiting/futex.hpp"
 #include "waiting/wait_controls.hpp"  // say_stalled
@@ -70,6 +71,7 @@ void NodeSegment::remove_if_alone() noexcept {
   if (!any_peer_alive(slots_, num_slots_, my_slot_) && still_named(fd_, name_, st)) {
     try {
       bip::shared_memory_object::remove(name_.c_str());
+      remove_spills(name_);
     } catch (...) {
       // Leaving must not throw; the launcher or the next job's sweep removes what is left.
     }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/failure_record.hpp"
+#include "base/function_ref.hpp"
 #include "job/job_config.hpp"
 #include "waiting/waiter.hpp"
 
@@ -160,6 +161,22 @@ class Leaders {
   static constexpr std::size_t kMaxShare = std::size_t{48} * 1024;
   std::vector<std::byte> share(std::span<const std::byte> data, bool from_node0,
                                std::optional<Clock::time_point> deadline, const char* what);
+  // As share(), for `data` of any size: in shares of kMaxShare bytes, the first led by the whole
+  // length (8 bytes, little-endian), a barrier of the leaders between two (a leader keeps at
+  // most Bootstrap::kMaxAhead broadcasts it has not asked for), so that no leader holds more
+  // than one share's pieces it has not taken.
+  std::vector<std::byte> share_all(std::span<const std::byte> data, bool from_node0,
+                                   std::optional<Clock::time_point> deadline, const char* what);
+  // Every leader passes `part` (any size); node 0's leader makes of them all (by node index) what
+  // `combine` returns, and every leader returns that. A first gather carries each part's length
+  // (8 bytes) and up to Bootstrap::kMaxPart bytes in all; when every part came whole, node 0's
+  // share_all of the outcome follows (led by 8 zero bytes: no rounds more), else node 0 says how
+  // many rounds more every leader makes, each a barrier and a gather of kMaxPart bytes of each
+  // part, and shares the outcome after them. Error when the pieces do not add up.
+  std::vector<std::byte> gather_all(
+      std::span<const std::byte> part,
+      FunctionRef<std::vector<std::byte>(std::vector<std::vector<std::byte>>&)> combine,
+      std::optional<Clock::time_point> deadline, const char* what);
   // Backend::gather: every leader passes `part` (at most Bootstrap::kMaxPart bytes); node 0's
   // leader gets them all, by node index (what it makes of them it passes on with share()).
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
@@ -178,6 +195,13 @@ class Leaders {
   void abort_locked(const Failure& failure) noexcept;
   std::vector<std::byte> share_locked(std::span<const std::byte> data, bool from_node0,
                                       std::optional<Clock::time_point> deadline, const char* what);
+  std::vector<std::byte> share_all_locked(std::span<const std::byte> data, bool from_node0,
+                                          std::optional<Clock::time_point> deadline,
+                                          const char* what);
+  // node 0's leader: the parts of gather_all's first gather, their lengths checked, and how
+  // many rounds more they need.
+  std::uint64_t first_parts(std::vector<std::vector<std::byte>>& parts,
+                            std::vector<std::uint64_t>& lengths, const char* what) const;
 
   std::unique_ptr<Backend> backend_;
   std::mutex mutex_;  // held by each call (the backend is used by one thread at a time)

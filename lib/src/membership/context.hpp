@@ -57,17 +57,15 @@ class Context {
   // the episode is complete, false (the arrival withdrawn) if it was not, or at once across nodes.
   static constexpr std::chrono::milliseconds kTryWait{1};
   bool try_wait(const char* what, const CallSite& site);
-  // State::broadcast: the main process's `data` (at most kMaxBroadcast bytes), on every process;
-  // two episodes of the barrier, on every process, whatever the outcome.
+  // State::broadcast: the main process's `data` (any size), on every process; two episodes of
+  // the barrier, on every process, whatever the outcome.
   std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what,
                                    const CallSite& site);
-  // State::gather_object: every process's `data` (at most gather_most(processes on its
-  // machine) bytes, and across machines all of them together, 16 bytes more each, at most
-  // kMaxBroadcast), by rank, on every process; two episodes of the barrier on one machine,
-  // three across machines, on every process, whatever the outcome.
+  // State::gather_object: every process's `data` (any size), by rank, on every process; two
+  // episodes of the barrier on one machine, three across machines, on every process, whatever
+  // the outcome.
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> data, const char* what,
                                              const CallSite& site);
-  [[nodiscard]] static std::size_t gather_most(int processes);
   // State::set_trigger and check_trigger (a gather of this process's mark, which it clears).
   void set_trigger() noexcept { trigger_.store(true, std::memory_order_relaxed); }
   bool check_trigger(const char* what, const CallSite& site);
@@ -101,7 +99,6 @@ class Context {
               std::uint32_t call);
   // What a failed arrival does before its error goes on (called in the handler: rethrows it).
   [[noreturn, gnu::noinline]] void arrival_failed(const char* what);
-  [[noreturn]] static void throw_too_large(std::uint64_t size, const char* what);
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).
   void check_usable(const char* what);
   // A leader across nodes, before its backend meets the other nodes for a host barrier or a

@@ -1,13 +1,18 @@
 // Context's exchanges (internal): State::broadcast (the main process's bytes to every process)
-// and State::gather_object (every process's bytes to every process), through the node segment's
-// broadcast area and, across machines, the leaders' backend.
+// and State::gather_object (every process's bytes to every process), of any size: through the
+// node segment's broadcast area where they fit, through spills (engine/spill.hpp) where they do
+// not, and across machines through the leaders' backend (Leaders::share_all, gather_all).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/fault_points.hpp"
 #include "base/little_endian.hpp"
+#include "engine/spill.hpp"
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
 #include "membership/context.hpp"
@@ -15,173 +20,298 @@
 namespace lockstep::detail {
 namespace {
 
-// A broadcast as it travels between machines: the status (4 bytes), the size (8), the data.
+// How an area, an entry or a record holds its bytes.
+enum class Held : std::uint32_t {
+  inline_bytes = 0,    // right after its head
+  spilled = 1,         // in a spill (its writer's slot's, or the node's)
+  failed = 2,          // nothing: the bytes after its head are why (a one-line message)
+  main_elsewhere = 3,  // a broadcast across machines whose main process does not lead node 0
+};
+
+// A broadcast as it travels between machines: how it is held (4 bytes: inline_bytes, failed or
+// main_elsewhere), its size (8), then that many bytes (the data, or the message).
 constexpr std::size_t kBroadcastHead = 12;
 
-std::vector<std::byte> encode_broadcast(const BroadcastArea& area) {
-  const std::size_t n = area.status == 0 ? area.size : 0;
-  std::vector<std::byte> out(kBroadcastHead + n);
-  put_le(out.data(), area.status, 4);
-  put_le(out.data() + 4, area.size, 8);
-  std::memcpy(out.data() + kBroadcastHead, area.data, n);
-  return out;
-}
-
-void decode_broadcast(const std::vector<std::byte>& in, BroadcastArea& area, const char* what) {
-  const auto refuse = [&] {
-    throw Error(std::string(what) + ": node 0's broadcast is not lockstep's (" +
-                std::to_string(in.size()) + " bytes)");
-  };
-  if (in.size() < kBroadcastHead) {
-    refuse();
-  }
-  const auto status = static_cast<std::uint32_t>(get_le(in.data(), 4));
-  const std::uint64_t size = get_le(in.data() + 4, 8);
-  const std::size_t n = in.size() - kBroadcastHead;
-  if (status > 2 || (status == 0 && (size != n || n > kMaxBroadcast))) {
-    refuse();
-  }
-  area.status = status;
-  area.size = size;
-  std::memcpy(area.data, in.data() + kBroadcastHead, status == 0 ? n : 0);
-}
-
-// A gather's entry, in its process's region of the broadcast area and between machines: the
-// process's rank (4 bytes), the most bytes a process of its machine may give (4), the size it
-// gave (8), then that many bytes, left out when over the most.
+// A gather's entry, in its process's region of the broadcast area, and a record (as a node's part
+// and the job's outcome carry them between machines): the process's rank (4 bytes), how it is
+// held (4), its size (8), then that many bytes when inline (a record is always inline).
 constexpr std::size_t kEntryHead = 16;
-// What every process of a node reads after a gather: why it failed (4 bytes: a GatherOutcome),
-// the rank (4), size (8) and most (8) that say why, then (when it did not fail) the job's entries.
-constexpr std::size_t kOutcomeHead = 24;
-enum class GatherOutcome : std::uint32_t {
-  gathered = 0,
-  over_its_most = 1,
-  over_in_all = 2,
-  garbled = 3
-};
 
 // The bytes of the broadcast area each of a node's `processes` owns in a gather.
 std::size_t region_size(int processes) {
   return kMaxBroadcast / static_cast<std::size_t>(processes) / 8 * 8;
 }
 
-struct Entry {
+void put_head(std::byte* at, int rank, Held held, std::uint64_t size) {
+  put_le(at, static_cast<std::uint32_t>(rank), 4);
+  put_le(at + 4, static_cast<std::uint32_t>(held), 4);
+  put_le(at + 8, size, 8);
+}
+
+void append_record(std::vector<std::byte>& out, int rank, Held held,
+                   std::span<const std::byte> bytes) {
+  const std::size_t at = out.size();
+  out.resize(at + kEntryHead + bytes.size());
+  put_head(out.data() + at, rank, held, bytes.size());
+  std::copy(bytes.begin(), bytes.end(), out.begin() + static_cast<std::ptrdiff_t>(at + kEntryHead));
+}
+
+std::span<const std::byte> as_bytes(const std::string& text) {
+  return std::as_bytes(std::span(text.data(), text.size()));
+}
+
+struct Record {
   int rank = -1;
-  std::uint64_t most = 0;
-  std::uint64_t size = 0;
-  std::span<const std::byte> data;  // empty when left out
-  std::size_t length = 0;           // of the whole entry
+  Held held = Held::inline_bytes;
+  std::span<const std::byte> bytes;  // the data, or why it failed
 };
 
-void put_entry(std::byte* at, int rank, std::span<const std::byte> data, std::size_t most) {
-  put_le(at, static_cast<std::uint32_t>(rank), 4);
-  put_le(at + 4, most, 4);
-  put_le(at + 8, data.size(), 8);
-  if (data.size() <= most && !data.empty()) {  // an empty span's data() may be null
-    std::memcpy(at + kEntryHead, data.data(), data.size());
+// The records that `bytes` are a run of; nullopt when they are not (a torn or foreign part).
+std::optional<std::vector<Record>> read_records(std::span<const std::byte> bytes) {
+  std::vector<Record> records;
+  while (!bytes.empty()) {
+    if (bytes.size() < kEntryHead) {
+      return std::nullopt;
+    }
+    Record record;
+    record.rank = static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(bytes.data(), 4)));
+    const auto held = static_cast<std::uint32_t>(get_le(bytes.data() + 4, 4));
+    const std::uint64_t size = get_le(bytes.data() + 8, 8);
+    if ((held != static_cast<std::uint32_t>(Held::inline_bytes) &&
+         held != static_cast<std::uint32_t>(Held::failed)) ||
+        size > bytes.size() - kEntryHead) {
+      return std::nullopt;
+    }
+    record.held = static_cast<Held>(held);
+    record.bytes = bytes.subspan(kEntryHead, size);
+    records.push_back(record);
+    bytes = bytes.subspan(kEntryHead + size);
   }
+  return records;
 }
 
-// The entry that `bytes` begin with; nullopt when they do not hold a whole one.
-std::optional<Entry> read_entry(std::span<const std::byte> bytes) {
-  if (bytes.size() < kEntryHead) {
-    return std::nullopt;
-  }
-  Entry entry;
-  entry.rank = static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(bytes.data(), 4)));
-  entry.most = get_le(bytes.data() + 4, 4);
-  entry.size = get_le(bytes.data() + 8, 8);
-  const std::uint64_t carried = entry.size <= entry.most ? entry.size : 0;
-  if (carried > bytes.size() - kEntryHead) {
-    return std::nullopt;
-  }
-  entry.data = bytes.subspan(kEntryHead, carried);
-  entry.length = kEntryHead + carried;
-  return entry;
-}
-
-// What a node's processes read: the outcome, and the entries of `parts` (each a run of whole
-// entries: a node's regions, or the machines' parts) unless one is over its most or, when the
-// outcome is for the broadcast area (`for_area`: across machines), they are over it in all.
-std::vector<std::byte> gather_outcome(const std::vector<std::span<const std::byte>>& parts,
-                                      bool for_area) {
-  std::vector<std::byte> out(kOutcomeHead);
-  const auto fail = [&](GatherOutcome why, int rank, std::uint64_t size, std::uint64_t most) {
-    out.assign(kOutcomeHead, std::byte{0});
-    put_le(out.data(), static_cast<std::uint32_t>(why), 4);
-    put_le(out.data() + 4, static_cast<std::uint32_t>(rank), 4);
-    put_le(out.data() + 8, size, 8);
-    put_le(out.data() + 16, most, 8);
-    return out;
+// Every process's bytes, by rank, from the job's records; throws a process's failure (the first
+// by rank), or Error when the records are not every rank's once.
+std::vector<std::vector<std::byte>> by_rank(std::span<const std::byte> records, int world_size,
+                                            const char* what) {
+  const auto garbled = [&] {
+    return Error("lockstep: " + std::string(what) + ": the gathered bytes are not lockstep's (" +
+                 std::to_string(records.size()) + " bytes)");
   };
-  for (std::span<const std::byte> part : parts) {
-    while (!part.empty()) {
-      const std::optional<Entry> entry = read_entry(part);
-      if (!entry) {
-        return fail(GatherOutcome::garbled, -1, part.size(), 0);
-      }
-      if (entry->size > entry->most) {
-        return fail(GatherOutcome::over_its_most, entry->rank, entry->size, entry->most);
-      }
-      out.insert(out.end(), part.begin(),
-                 part.begin() + static_cast<std::ptrdiff_t>(entry->length));
-      part = part.subspan(entry->length);
+  const std::optional<std::vector<Record>> all = read_records(records);
+  if (!all) {
+    throw garbled();
+  }
+  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(world_size));
+  std::vector<const Record*> of(out.size(), nullptr);
+  for (const Record& record : *all) {
+    if (record.rank < 0 || record.rank >= world_size ||
+        of[static_cast<std::size_t>(record.rank)] != nullptr) {
+      throw garbled();
+    }
+    of[static_cast<std::size_t>(record.rank)] = &record;
+  }
+  for (const Record* record : of) {
+    if (record == nullptr) {
+      throw garbled();
+    }
+    if (record->held == Held::failed) {
+      throw Error(
+          "lockstep: " + std::string(what) + ": process " + std::to_string(record->rank) +
+          " could not give its bytes: " +
+          std::string(reinterpret_cast<const char*>(record->bytes.data()), record->bytes.size()));
     }
   }
-  if (for_area && out.size() > kMaxBroadcast) {
-    return fail(GatherOutcome::over_in_all, -1, out.size() - kOutcomeHead,
-                kMaxBroadcast - kOutcomeHead);
+  for (std::size_t rank = 0; rank < out.size(); ++rank) {
+    out[rank].assign(of[rank]->bytes.begin(), of[rank]->bytes.end());
   }
   return out;
 }
 
-// Every process's bytes, by rank, from what gather_outcome made; throws its failure.
-std::vector<std::vector<std::byte>> gathered(std::span<const std::byte> outcome, int world_size,
-                                             const char* what) {
-  const auto garbled = [&] {
-    return Error("lockstep: " + std::string(what) + ": the gathered bytes are not lockstep's (" +
-                 std::to_string(outcome.size()) + " bytes)");
-  };
-  if (outcome.size() < kOutcomeHead) {
-    throw garbled();
-  }
-  const auto why = static_cast<GatherOutcome>(get_le(outcome.data(), 4));
-  const auto rank =
-      static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(outcome.data() + 4, 4)));
-  const std::uint64_t size = get_le(outcome.data() + 8, 8);
-  const std::uint64_t most = get_le(outcome.data() + 16, 8);
-  const std::string larger = " (write larger data to a file and gather its name)";
-  switch (why) {
-    case GatherOutcome::gathered:
-      break;
-    case GatherOutcome::over_its_most:
-      throw Error(
-          "lockstep: " + std::string(what) + ": process " + std::to_string(rank) + " gave " +
-          std::to_string(size) + " bytes; a gather carries at most " + std::to_string(most) +
-          " bytes per process on its machine (" + std::to_string(kMaxBroadcast) +
-          " bytes shared by the machine's processes, 16 of each process's for lockstep)" + larger);
-    case GatherOutcome::over_in_all:
-      throw Error("lockstep: " + std::string(what) + ": the processes gave " +
-                  std::to_string(size) + " bytes in all, 16 of each process's for lockstep; a " +
-                  "gather across machines carries at most " + std::to_string(most) + larger);
-    default:
-      throw garbled();
-  }
-  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(world_size));
-  std::vector<bool> seen(out.size());
-  std::span<const std::byte> rest = outcome.subspan(kOutcomeHead);
-  while (!rest.empty()) {
-    const std::optional<Entry> entry = read_entry(rest);
-    if (!entry || entry->rank < 0 || entry->rank >= world_size ||
-        seen[static_cast<std::size_t>(entry->rank)]) {
-      throw garbled();
+// Node 0's leader's outcome of a gather across machines: the nodes' parts, each a run of records,
+// one after the other; a part that is not is the failure of the job's every process.
+std::vector<std::byte> join_parts(std::vector<std::vector<std::byte>>& parts, int world_size) {
+  std::vector<std::byte> job;
+  for (std::size_t node = 0; node < parts.size(); ++node) {
+    if (!read_records(parts[node])) {
+      job.clear();
+      const std::string why = "node " + std::to_string(node) + "'s part of the gather (" +
+                              std::to_string(parts[node].size()) + " bytes) is not lockstep's";
+      for (int rank = 0; rank < world_size; ++rank) {
+        append_record(job, rank, Held::failed, as_bytes(why));
+      }
+      return job;
     }
-    seen[static_cast<std::size_t>(entry->rank)] = true;
-    out[static_cast<std::size_t>(entry->rank)].assign(entry->data.begin(), entry->data.end());
-    rest = rest.subspan(entry->length);
+    job.insert(job.end(), parts[node].begin(), parts[node].end());
+    std::vector<std::byte>().swap(parts[node]);  // one copy of the job's bytes at a time
   }
-  if (std::find(seen.begin(), seen.end(), false) != seen.end()) {
-    throw garbled();
+  return job;
+}
+
+std::vector<std::byte> encode_broadcast(Held held, std::span<const std::byte> bytes) {
+  std::vector<std::byte> out(kBroadcastHead + bytes.size());
+  put_le(out.data(), static_cast<std::uint32_t>(held), 4);
+  put_le(out.data() + 4, bytes.size(), 8);
+  std::copy(bytes.begin(), bytes.end(), out.begin() + kBroadcastHead);
+  return out;
+}
+
+// The node's copy of what every process of the node reads (a broadcast, the job's records of a
+// gather across machines): in the area where it fits, else in the node's spill, else (the spill
+// refused) the reason, which every process of the node throws. The spill is kept until `spill`
+// goes, after the node's processes have read it.
+void hold_node_copy(NodeSegment& segment, std::span<const std::byte> bytes, Held held,
+                    std::optional<Spill>& spill, const char* what) {
+  BroadcastArea& area = segment.broadcast_area();
+  std::span<const std::byte> inline_bytes = bytes;
+  std::string why;
+  if (held == Held::inline_bytes && bytes.size() > kMaxBroadcast) {
+    try {
+      spill.emplace(spill_name(segment.name(), kNodeSpill), bytes, what);
+      area.status = static_cast<std::uint32_t>(Held::spilled);
+      area.size = bytes.size();
+      fault_point("exchange.spilled");
+      return;
+    } catch (const std::exception& error) {
+      why = error.what();
+      held = Held::failed;
+      inline_bytes = as_bytes(why);
+    }
+  }
+  inline_bytes = inline_bytes.first(std::min(inline_bytes.size(), kMaxBroadcast));
+  area.status = static_cast<std::uint32_t>(held);
+  area.size = inline_bytes.size();
+  std::memcpy(area.data, inline_bytes.data(), inline_bytes.size());
+}
+
+// What hold_node_copy held, as every process of the node reads it after the episode that
+// follows it; throws what it held instead (a failure, a main process elsewhere).
+std::vector<std::byte> read_node_copy(const NodeSegment& segment, const char* what) {
+  const BroadcastArea& area = segment.broadcast_area();
+  const auto* data = reinterpret_cast<const std::byte*>(area.data);
+  const std::size_t inline_size = std::min<std::uint64_t>(area.size, kMaxBroadcast);
+  switch (static_cast<Held>(area.status)) {
+    case Held::inline_bytes:
+      return {data, data + inline_size};
+    case Held::spilled:
+      return read_spill(spill_name(segment.name(), kNodeSpill), area.size, what);
+    case Held::main_elsewhere:
+      throw ConfigError("lockstep: " + std::string(what) +
+                        ": the main process (process 0) must lead machine 0 (be its local process "
+                        "0) for a broadcast across machines; this job places it elsewhere");
+    case Held::failed:
+      break;
+  }
+  throw Error("lockstep: " + std::string(what) + ": " +
+              std::string(reinterpret_cast<const char*>(data), inline_size));
+}
+
+// This process's entry of a gather, in its region of the area: its bytes inline where they fit,
+// else in its spill (kept in `spill` until the gather is over), else why not.
+// Region `local` is the process's of that local index, and so is its spill's name.
+void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::byte> data,
+               std::optional<Spill>& spill, const char* what) {
+  BroadcastArea& area = segment.broadcast_area();
+  const std::size_t region = region_size(segment.num_slots());
+  std::byte* const at =
+      reinterpret_cast<std::byte*>(area.data) + static_cast<std::size_t>(local) * region;
+  if (kEntryHead + data.size() <= region) {
+    put_head(at, rank, Held::inline_bytes, data.size());
+    std::copy(data.begin(), data.end(), at + kEntryHead);
+    return;
+  }
+  try {
+    spill.emplace(spill_name(segment.name(), local), data, what);
+    put_head(at, rank, Held::spilled, data.size());
+    fault_point("exchange.spilled");
+  } catch (const std::exception& error) {
+    const std::string why = error.what();
+    const std::size_t n = std::min(why.size(), region - kEntryHead);
+    put_head(at, rank, Held::failed, n);
+    std::memcpy(at + kEntryHead, why.data(), n);
+  }
+}
+
+// Entry `local` of the node's regions, as its writer put it (inline bytes: what the region holds
+// of them).
+struct Entry {
+  int rank;
+  Held held;
+  std::uint64_t size;
+  std::span<const std::byte> bytes;
+};
+Entry entry_at(const NodeSegment& segment, int local) {
+  const std::size_t region = region_size(segment.num_slots());
+  const auto* at = reinterpret_cast<const std::byte*>(segment.broadcast_area().data) +
+                   static_cast<std::size_t>(local) * region;
+  Entry entry{static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(at, 4))),
+              static_cast<Held>(static_cast<std::uint32_t>(get_le(at + 4, 4))),
+              get_le(at + 8, 8),
+              {}};
+  entry.bytes = std::span(
+      at + kEntryHead,
+      entry.held == Held::spilled ? 0 : std::min<std::uint64_t>(entry.size, region - kEntryHead));
+  return entry;
+}
+
+// The node's entries of a gather, as records (spilled ones read from their spills).
+std::vector<std::byte> node_records(const NodeSegment& segment, const char* what) {
+  std::vector<std::byte> records;
+  for (int local = 0; local < segment.num_slots(); ++local) {
+    const Entry entry = entry_at(segment, local);
+    if (entry.held == Held::spilled) {
+      append_record(records, entry.rank, Held::inline_bytes,
+                    read_spill(spill_name(segment.name(), local), entry.size, what));
+    } else {
+      append_record(records, entry.rank,
+                    entry.held == Held::failed ? Held::failed : Held::inline_bytes, entry.bytes);
+    }
+  }
+  return records;
+}
+
+// A gather on one machine: every process's bytes, by rank, each read once, straight into its
+// place (this process's own taken from `mine`); throws a process's failure (the first by rank),
+// or Error when the entries are not every rank's once.
+std::vector<std::vector<std::byte>> node_gathered(const NodeSegment& segment, int me,
+                                                  std::span<const std::byte> mine,
+                                                  const char* what) {
+  const int processes = segment.num_slots();
+  std::vector<Entry> entries;
+  std::vector<int> local_of(static_cast<std::size_t>(processes), -1);
+  for (int local = 0; local < processes; ++local) {
+    entries.push_back(entry_at(segment, local));
+    const int rank = entries.back().rank;
+    if (rank < 0 || rank >= processes || local_of[static_cast<std::size_t>(rank)] != -1) {
+      throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
+    }
+    local_of[static_cast<std::size_t>(rank)] = local;
+  }
+  for (int rank = 0; rank < processes; ++rank) {
+    const Entry& entry =
+        entries[static_cast<std::size_t>(local_of[static_cast<std::size_t>(rank)])];
+    if (entry.held == Held::failed) {
+      throw Error(
+          "lockstep: " + std::string(what) + ": process " + std::to_string(rank) +
+          " could not give its bytes: " +
+          std::string(reinterpret_cast<const char*>(entry.bytes.data()), entry.bytes.size()));
+    }
+  }
+  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(processes));
+  for (int rank = 0; rank < processes; ++rank) {
+    const int local = local_of[static_cast<std::size_t>(rank)];
+    const Entry& entry = entries[static_cast<std::size_t>(local)];
+    if (rank == me) {
+      std::vector<std::byte>& own = out[static_cast<std::size_t>(rank)];
+      own.reserve(mine.size());
+      prefault(own.data(), mine.size());
+      own.assign(mine.begin(), mine.end());
+    } else if (entry.held == Held::spilled) {
+      out[static_cast<std::size_t>(rank)] =
+          read_spill(spill_name(segment.name(), local), entry.size, what);
+    } else {
+      out[static_cast<std::size_t>(rank)].assign(entry.bytes.begin(), entry.bytes.end());
+    }
   }
   return out;
 }
@@ -192,79 +322,65 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
                                           const CallSite& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
-    if (data.size() > kMaxBroadcast) {
-      throw_too_large(data.size(), what);
-    }
     return {data.begin(), data.end()};
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }
-  // The writer of this node's area: the main process on a machine of its own; across machines
+  // The node's copy is written by the main process on a machine of its own; across machines by
   // node 0's leader, which must be the main process (every launcher places it so), and every
-  // other leader with what node 0's sent. Written before the first episode, read after it; the
-  // second episode frees the area for the next broadcast.
+  // other leader with what node 0's shared. Written before the first episode, read after it; the
+  // second episode frees the area (and the spill) for the next exchange.
   InterruptsHeldOff no_interrupts;
   settle_streams(std::nullopt, what);
   const std::uint32_t call = barrier_->recorder().word(CallKind::broadcast, site);
-  BroadcastArea& area = segment_->broadcast_area();
-  const bool main_leads_node0 = config_.node_index == 0 && local_index_ == 0;
-  if (config_.rank == 0 && (config_.num_nodes == 1 || main_leads_node0)) {
-    area.size = data.size();
-    area.status = data.size() > kMaxBroadcast ? 1 : 0;
-    if (area.status == 0 && !data.empty()) {  // an empty span's data() may be null
-      std::memcpy(area.data, data.data(), data.size());
+  std::optional<Spill> spill;  // unlinked after the second episode, however this call ends
+  if (config_.num_nodes == 1) {
+    if (config_.rank == 0) {
+      hold_node_copy(*segment_, data, Held::inline_bytes, spill, what);
     }
-  }
-  if (backend_) {
-    if (config_.node_index == 0) {
-      if (config_.rank != 0) {
-        area.status = 2;  // the main process is not here: say so everywhere
-        area.size = 0;
-      }
-      (void)backend_->share(encode_broadcast(area), true, std::nullopt, what);
+  } else if (backend_) {
+    const bool from_here = config_.node_index == 0;
+    std::vector<std::byte> sent;
+    if (from_here) {
+      sent = config_.rank == 0 ? encode_broadcast(Held::inline_bytes, data)
+                               : encode_broadcast(Held::main_elsewhere, {});
+    }
+    sent = backend_->share_all(sent, from_here, std::nullopt, what);
+    const std::uint64_t size = sent.size() < kBroadcastHead ? 0 : get_le(sent.data() + 4, 8);
+    const auto held = sent.size() < kBroadcastHead
+                          ? Held::failed
+                          : static_cast<Held>(static_cast<std::uint32_t>(get_le(sent.data(), 4)));
+    if ((held != Held::inline_bytes && held != Held::failed && held != Held::main_elsewhere) ||
+        size != sent.size() - kBroadcastHead) {
+      const std::string why =
+          "node 0's broadcast is not lockstep's (" + std::to_string(sent.size()) + " bytes)";
+      hold_node_copy(*segment_, as_bytes(why), Held::failed, spill, what);
     } else {
-      decode_broadcast(backend_->share({}, false, std::nullopt, what), area, what);
+      hold_node_copy(*segment_, std::span(sent).subspan(kBroadcastHead), held, spill, what);
     }
   }
   arrive(std::nullopt, what, call);
-  if (area.status == 1) {
-    const std::uint64_t size = area.size;
-    arrive(std::nullopt, what, call);  // everyone has read the refusal
-    throw_too_large(size, what);
-  }
-  if (area.status == 2) {
-    arrive(std::nullopt, what, call);
-    throw ConfigError("lockstep: " + std::string(what) +
-                      ": the main process (process 0) must lead machine 0 (be its local process "
-                      "0) for a broadcast across machines; this job places it elsewhere");
-  }
-  std::vector<std::byte> out(area.size);
-  if (!out.empty()) {  // an empty vector's data() may be null, which memcpy may not take
-    std::memcpy(out.data(), area.data, out.size());
+  std::exception_ptr failed;
+  std::vector<std::byte> out;
+  try {
+    out = read_node_copy(*segment_, what);
+  } catch (...) {
+    failed = std::current_exception();  // thrown once every process has read (in step)
   }
   arrive(std::nullopt, what, call);
+  if (failed) {
+    std::rethrow_exception(failed);
+  }
   return out;
-}
-
-void Context::throw_too_large(std::uint64_t size, const char* what) {
-  throw Error("lockstep: " + std::string(what) + ": the main process gave " + std::to_string(size) +
-              " bytes; a broadcast carries at most " + std::to_string(kMaxBroadcast) +
-              " (write larger data to a file and broadcast its name)");
-}
-
-std::size_t Context::gather_most(int processes) {
-  return region_size(processes) - kEntryHead;
 }
 
 std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> data,
                                                     const char* what, const CallSite& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
-    std::vector<std::byte> entry(kEntryHead + std::min(data.size(), gather_most(1)));
-    put_entry(entry.data(), config_.rank, data, gather_most(1));
-    return gathered(gather_outcome({entry}, false), 1, what);
+    return {{data.begin(), data.end()}};
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
@@ -273,50 +389,60 @@ std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> d
   InterruptsHeldOff no_interrupts;
   settle_streams(std::nullopt, what);
   const std::uint32_t call = barrier_->recorder().word(CallKind::gather, site);
-  // Each process writes its entry into its own region of the broadcast area, then meets the
-  // others; across machines each leader sends its node's entries to node 0's, which sends back
-  // the job's (or why the gather failed), and the leaders write that into the area before a
-  // second episode. A last episode frees the area; every process throws the same failure.
-  BroadcastArea& area = segment_->broadcast_area();
-  auto* const base = reinterpret_cast<std::byte*>(area.data);
-  const int slots = segment_->num_slots();
-  const std::size_t region = region_size(slots);
-  put_entry(base + static_cast<std::size_t>(local_index_) * region, config_.rank, data,
-            gather_most(slots));
+  // Each process writes its entry (or its spill) and meets the others. On one machine every
+  // process then reads every entry; across machines each leader sends its node's records to
+  // node 0's, which shares the job's, and the leaders hold them for their node before a second
+  // episode. A last episode frees the area and the spills; a failure is thrown by every process
+  // after it, in step.
+  std::optional<Spill> spill;       // this process's entry, when it does not fit its region
+  std::optional<Spill> node_spill;  // a leader's copy of the job's records, when it does not fit
+  put_entry(*segment_, local_index_, config_.rank, data, spill, what);
   arrive(std::nullopt, what, call);
-  const auto node_entries = [&] {
-    std::vector<std::byte> entries;
-    for (int slot = 0; slot < slots; ++slot) {
-      const std::span<const std::byte> at(base + static_cast<std::size_t>(slot) * region, region);
-      const std::optional<Entry> entry = read_entry(at);
-      const std::size_t length = entry ? entry->length : kEntryHead;  // a torn one: garbled
-      entries.insert(entries.end(), at.begin(), at.begin() + static_cast<std::ptrdiff_t>(length));
-    }
-    return entries;
-  };
-  std::vector<std::byte> outcome;
+  std::exception_ptr failed;
+  std::vector<std::byte> job;
   if (config_.num_nodes == 1) {
-    const std::vector<std::byte> entries = node_entries();
-    outcome = gather_outcome({entries}, false);
-  } else {
-    if (backend_) {
-      const std::vector<std::vector<std::byte>> parts =
-          backend_->gather(node_entries(), std::nullopt, what);
-      if (config_.node_index == 0) {
-        const std::vector<std::byte> job = gather_outcome({parts.begin(), parts.end()}, true);
-        area.status = 0;
-        area.size = job.size();
-        std::memcpy(area.data, job.data(), job.size());
-        (void)backend_->share(encode_broadcast(area), true, std::nullopt, what);
-      } else {
-        decode_broadcast(backend_->share({}, false, std::nullopt, what), area, what);
+    std::vector<std::vector<std::byte>> all;
+    try {
+      all = node_gathered(*segment_, config_.rank, data, what);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
+    if (failed) {
+      std::rethrow_exception(failed);
+    }
+    return all;
+  }
+  if (backend_) {
+    std::vector<std::byte> records;
+    try {
+      records = node_records(*segment_, what);
+    } catch (const std::exception& error) {  // the node's processes fail, not the job's
+      records.clear();
+      for (const int rank : segment_->ranks()) {
+        append_record(records, rank, Held::failed, as_bytes(error.what()));
       }
     }
-    arrive(std::nullopt, what, call);  // the leader has written the job's entries
-    outcome.assign(base, base + area.size);
+    const int world = config_.world_size;
+    job = backend_->gather_all(
+        records,
+        [world](std::vector<std::vector<std::byte>>& parts) { return join_parts(parts, world); },
+        std::nullopt, what);
+    hold_node_copy(*segment_, job, Held::inline_bytes, node_spill, what);
   }
-  arrive(std::nullopt, what, call);  // every process has read the area: it is free again
-  return gathered(outcome, config_.world_size, what);
+  arrive(std::nullopt, what, call);  // the leader holds the job's records
+  if (!backend_) {
+    try {
+      job = read_node_copy(*segment_, what);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
+  if (failed) {
+    std::rethrow_exception(failed);
+  }
+  return by_rank(job, config_.world_size, what);
 }
 
 bool Context::check_trigger(const char* what, const CallSite& site) {

@@ -1,0 +1,62 @@
+// Spills: the bytes of one exchange (State::gather_object, State::broadcast) that do not fit the
+// node segment's area, in a file of /dev/shm of their own (internal).
+//
+// A spill is named from its node segment: "<segment>-x<slot>" holds a process's own bytes (its
+// entry of a gather), "<segment>-xall" the node's copy of what every process reads (a broadcast;
+// the job's entries of a gather across machines). Its writer creates it owner-only (0600, never
+// following a link), writes it whole before it arrives at the exchange's first episode, and
+// unlinks it when the exchange is over, however it ends; the node's processes read it by name
+// between. A writer that dies first leaves it to the node's last process out, which removes the
+// segment's spills with the segment (remove_spills), or to the sweep, which removes a spill whose
+// segment is gone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep::detail {
+
+// "<segment>-x<slot>", or "<segment>-xall" for kNodeSpill.
+inline constexpr int kNodeSpill = -1;
+[[nodiscard]] std::string spill_name(const std::string& segment, int slot);
+// Whether `name` (in /dev/shm) is a spill, and then its segment's name.
+[[nodiscard]] bool is_spill(std::string_view name, std::string* segment = nullptr);
+
+// The writer's spill: created and written whole by the constructor, unlinked by the destructor.
+// SystemError naming the spill and the call when /dev/shm refuses it (full, read-only, a file of
+// another user at the name).
+class Spill {
+ public:
+  Spill(std::string name, std::span<const std::byte> data, const char* what);
+  ~Spill();
+  Spill(const Spill&) = delete;
+  Spill& operator=(const Spill&) = delete;
+
+ private:
+  std::string name_;
+};
+
+// The `size` bytes of spill `name`, which this user's process wrote owner-only. Error when it is
+// absent, shorter, or not such a file (a link, a FIFO, another user's); SystemError when reading
+// fails.
+[[nodiscard]] std::vector<std::byte> read_spill(const std::string& name, std::uint64_t size,
+                                                const char* what);
+
+// Faults in the whole pages of [memory, memory + size) at once (MADV_POPULATE_WRITE), before a
+// copy of that many bytes into new memory: one system call instead of a fault a page, which took
+// about a third of a gather's time at N = 4, 1 MiB each (perf, 2 vCPUs). Best effort.
+void prefault(void* memory, std::size_t size) noexcept;
+
+// Removes every spill of `segment` (its processes have all gone, or the segment is replaced).
+// Best effort, never throws.
+void remove_spills(const std::string& segment) noexcept;
+// Removes the spills whose names begin with `prefix` (this user's) and whose segment is gone
+// (their writers died, and so did their segment's last process); returns their names. For the
+// sweep (engine/segment.hpp). Best effort, never throws.
+std::vector<std::string> remove_orphan_spills(const std::string& prefix) noexcept;
+
+}  // namespace lockstep::detail

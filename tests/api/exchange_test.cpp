@@ -1,0 +1,150 @@
+// Issue 58: gathers and broadcasts of any size, on one machine: 1 MiB and 64 MiB per process at
+// N = 4, content checked byte for byte; a process killed in the middle of an exchange; a
+// /dev/shm that takes no more bytes.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <lockstep/lockstep.hpp>
+#include <string>
+#include <vector>
+
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// This user's lockstep files in /dev/shm whose names contain `part` ("-x": the spills).
+std::vector<std::string> shm_files(const std::string& part) {
+  std::vector<std::string> names;
+  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.rfind(mine, 0) == 0 && name.find(part) != std::string::npos) {
+        names.push_back(name);
+      }
+    }
+    ::closedir(dir);
+  }
+  return names;
+}
+
+// `size` bytes of a pattern of `seed`, different at every position.
+std::string pattern(std::size_t size, std::uint64_t seed) {
+  std::string text(size, '\0');
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (std::size_t i = 0; i + 8 <= size; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&text[i], &x, 8);
+  }
+  for (std::size_t i = size / 8 * 8; i < size; ++i) {
+    text[i] = static_cast<char>(seed + i);
+  }
+  return text;
+}
+
+TEST(Exchanges, OneAndSixtyFourMebibytesPerProcessArriveWhole) {
+  constexpr int kProcesses = 4;
+  Job job = Job::of(kProcesses);
+  job.limit = std::chrono::seconds(120);
+  auto ends = run_ranks(job, [](int rank) {
+    lockstep::State state;
+    for (const std::size_t size : {kMiB, 64 * kMiB}) {
+      const auto all = state.gather_object(
+          pattern(size + static_cast<std::size_t>(rank), static_cast<std::uint64_t>(rank) + size));
+      RANK_CHECK(all.size() == static_cast<std::size_t>(kProcesses));
+      for (int of = 0; of < kProcesses; ++of) {
+        RANK_CHECK(
+            all[static_cast<std::size_t>(of)] ==
+            pattern(size + static_cast<std::size_t>(of), static_cast<std::uint64_t>(of) + size));
+      }
+      const std::string text = pattern(size, size * 3);
+      RANK_CHECK(state.broadcast(rank == 0 ? text : std::string("not this")) == text);
+    }
+    state.wait_for_everyone();
+    RANK_CHECK(shm_files("-x").empty());  // every spill removed as its exchange ended
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// A process killed with its spill written, before it arrived: every other process gets
+// PeerLostError naming it, and once they have exited nothing of the job is left in /dev/shm.
+TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
+  constexpr int kProcesses = 4;
+  constexpr int kVictim = 2;
+  for (const bool gather : {true, false}) {
+    Job job = Job::of(kProcesses);
+    // The broadcast's writer is the main process: the victim there is process 0.
+    const int victim = gather ? kVictim : 0;
+    job.env["LOCKSTEP_FAULT_POINT"] = "exchange.spilled@" + std::to_string(victim);
+    auto* lost = shared_array<int>(kProcesses);
+    auto ends = run_ranks(job, [&](int rank) {
+      lockstep::State state;
+      state.wait_for_everyone();
+      try {
+        if (gather) {
+          (void)state.gather_object(pattern(4 * kMiB, static_cast<std::uint64_t>(rank)));
+        } else {
+          (void)state.broadcast(pattern(rank == 0 ? 4 * kMiB : 0, 7));
+        }
+      } catch (const lockstep::PeerLostError& error) {
+        lost[rank] = error.process_index() == victim ? 1 : 2;
+      }
+    });
+    EXPECT_EQ(failures(ends, victim), "") << (gather ? "gather" : "broadcast");
+    for (int rank = 0; rank < kProcesses; ++rank) {
+      if (rank != victim) {
+        EXPECT_EQ(lost[rank], 1) << "process " << rank << (gather ? ", gather" : ", broadcast");
+      }
+    }
+    EXPECT_EQ(shm_files("-x"), std::vector<std::string>{}) << "spills left";
+  }
+}
+
+// A /dev/shm that takes none of a process's bytes (LOCKSTEP_FAULT_POINT's spill.full): an Error
+// on every process naming that process and why, and the job goes on.
+TEST(Exchanges, ASpillThatDevShmRefusesIsAnErrorOnEveryProcess) {
+  constexpr int kProcesses = 3;
+  for (const bool gather : {true, false}) {
+    Job job = Job::of(kProcesses);
+    const int refused = gather ? 1 : 0;
+    job.env["LOCKSTEP_FAULT_POINT"] = "spill.full@" + std::to_string(refused);
+    auto ends = run_ranks(job, [&](int rank) {
+      lockstep::State state;
+      try {
+        if (gather) {
+          (void)state.gather_object(pattern(100000, static_cast<std::uint64_t>(rank)));
+        } else {
+          (void)state.broadcast(pattern(rank == 0 ? 100000 : 0, 7));
+        }
+        RANK_CHECK(false);
+      } catch (const lockstep::Error& error) {
+        const std::string text = error.what();
+        RANK_CHECK(text.find("No space left on device") != std::string::npos);
+        RANK_CHECK(!gather || text.find("process 1 could not give its bytes") != std::string::npos);
+      }
+      // The job goes on: the next exchanges of that size pass.
+      const auto all = state.gather_object(pattern(100000, static_cast<std::uint64_t>(rank)));
+      for (int of = 0; of < kProcesses; ++of) {
+        RANK_CHECK(all[static_cast<std::size_t>(of)] ==
+                   pattern(100000, static_cast<std::uint64_t>(of)));
+      }
+      RANK_CHECK(state.broadcast(rank == 0 ? pattern(100000, 9) : "") == pattern(100000, 9));
+    });
+    EXPECT_EQ(failures(ends), "") << (gather ? "gather" : "broadcast");
+  }
+}
+
+}  // namespace

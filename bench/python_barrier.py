@@ -10,10 +10,13 @@ Each process loops PartialState().wait_for_everyone(); rank 0 prints one JSON ob
  "init_s": seconds for import, PartialState() and one barrier}.
 
 With --exchange BYTES, each repetition also times, in turn, broadcast_object and gather_object of
-a BYTES-long bytes object per process (K / 10 calls each), and the JSON gains "broadcast_us" and
-"gather_us" (one per repetition) and "gather_target": issue 46's, a gather within 3x one barrier
-plus one broadcast of the same size, judged on the medians.
+a BYTES-long text (a str) per process (K / 10 calls each), and what pickling costs alone: one
+pickle.dumps of the process's object and a pickle.loads of each process's, as a gather makes them.
+The JSON gains "broadcast_us", "gather_us" and "pickle_us" (one per repetition), "gather_target":
+issue 46's, a gather within 3x one barrier plus one broadcast of the same size, and
+"pickle_target": issue 58's, a gather within 2x its pickling alone, each judged on the medians.
 """
+import pickle
 import argparse
 import json
 import statistics
@@ -40,8 +43,14 @@ def main():
     for _ in range(200):  # warm-up
         wait()
     results = []
-    exchanges = {"broadcast_us": [], "gather_us": []}
-    payload = bytes(args.exchange)
+    exchanges = {"broadcast_us": [], "gather_us": [], "pickle_us": []}
+    payload = "".join(chr(32 + (k * 7919) % 95) for k in range(min(args.exchange, 4096)))
+    payload = (payload * (args.exchange // 4096 + 1))[:args.exchange]
+
+    def pickled_alone():
+        mine = pickle.dumps([payload])
+        for _ in range(state.num_processes):
+            pickle.loads(mine)
     calls = args.episodes // 10
     for _ in range(args.repetitions):
         begin = time.perf_counter()
@@ -50,7 +59,8 @@ def main():
         results.append((time.perf_counter() - begin) * 1e6 / args.episodes)
         if args.exchange:
             for name, call in (("broadcast_us", lambda: state.broadcast_object(payload)),
-                               ("gather_us", lambda: lockstep.gather_object([payload]))):
+                               ("gather_us", lambda: lockstep.gather_object([payload])),
+                               ("pickle_us", pickled_alone)):
                 wait()
                 begin = time.perf_counter()
                 for _ in range(calls):
@@ -65,6 +75,9 @@ def main():
             median = statistics.median
             bound = 3 * (median(results) + median(exchanges["broadcast_us"]))
             report["gather_target"] = {"bound_us": bound,
+                                       "met": median(exchanges["gather_us"]) <= bound}
+            bound = 2 * median(exchanges["pickle_us"])
+            report["pickle_target"] = {"bound_us": bound,
                                        "met": median(exchanges["gather_us"]) <= bound}
         print(json.dumps(report))
 

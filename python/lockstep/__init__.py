@@ -99,6 +99,22 @@ def _check(status):
     raise _ERRORS.get(status, Error)(message)
 
 
+@contextlib.contextmanager
+def _viewed(address, size):
+    """The `size` bytes at `address` (liblockstep's buffer, a c_void_p) as a memoryview, released
+    when the block ends (before the buffer is freed): pickle.loads reads them where they are, the
+    bytes of every process unpickled without a copy of their own (a gather of 1 MiB per process at
+    N = 4 copied each process's pickle twice more before it was unpickled)."""
+    if not size:
+        yield memoryview(b"")
+        return
+    view = memoryview((ctypes.c_char * size).from_address(address.value)).cast("B")
+    try:
+        yield view
+    finally:
+        view.release()
+
+
 _TORCH = []  # [torch module or None], once looked for
 
 
@@ -500,10 +516,10 @@ class PartialState:
         _check(_lib.lockstep_broadcast_at(PartialState._handle, data, len(data), ctypes.byref(out),
                                           ctypes.byref(size), *_site()))
         try:
-            received = ctypes.string_at(out, size.value) if out.value else b""
+            with _viewed(out, size.value) as received:
+                return pickle.loads(received)
         finally:
             _lib.lockstep_free(out)
-        return pickle.loads(received)
 
     def _gather(self, obj):
         """Every process's object, by process index, pickled on the way (gather_object)."""
@@ -513,14 +529,14 @@ class PartialState:
         _check(_lib.lockstep_gather_object_at(PartialState._handle, data, len(data),
                                               ctypes.byref(out), sizes, len(sizes), *_site()))
         try:
-            received = ctypes.string_at(out, sum(sizes)) if out.value else b""
+            with _viewed(out, sum(sizes)) as received:
+                objects, at = [], 0
+                for size in sizes:
+                    objects.append(pickle.loads(received[at:at + size]))
+                    at += size
+                return objects
         finally:
             _lib.lockstep_free(out)
-        objects, at = [], 0
-        for size in sizes:
-            objects.append(pickle.loads(received[at:at + size]))
-            at += size
-        return objects
 
     def _set_trigger(self):
         _check(_lib.lockstep_set_trigger(PartialState._handle))

@@ -12,9 +12,11 @@
 // The plain names are this file's functions, not the header's macros (which call the _at forms).
 #define LOCKSTEP_NO_SITE_MACROS
 #include "engine/call_log.hpp"
+#include "engine/spill.hpp"  // prefault
 #include "lockstep/lockstep.h"
 #include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
+#include "membership/context.hpp"
 #include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail {
@@ -28,13 +30,14 @@ class CApi {
     state.wait_at(timeout, site);
   }
   static bool try_wait(State& state, const CallSite& site) { return state.try_wait_at(site); }
-  static std::vector<std::byte> broadcast(State& state, std::span<const std::byte> data,
-                                          const CallSite& site) {
-    return state.broadcast_at(data, site);
+  // The bytes copied once, from the segment or a spill straight into the C caller's buffer.
+  static void broadcast(State& state, std::span<const std::byte> data,
+                        FunctionRef<void(std::span<const std::byte>)> put, const CallSite& site) {
+    state.context_->broadcast_into(data, put, "broadcast", site);
   }
-  static std::vector<std::vector<std::byte>> gather(State& state, std::span<const std::byte> data,
-                                                    const CallSite& site) {
-    return state.gather_at(data, site);
+  static void gather(State& state, std::span<const std::byte> data, const Context::GatherSink& sink,
+                     const CallSite& site) {
+    state.context_->gather_into(data, sink, "gather_object", site);
   }
   static bool check_trigger(State& state, const CallSite& site) {
     return state.check_trigger_at(site);
@@ -81,6 +84,33 @@ struct lockstep_state {
 };
 
 namespace {
+
+// A buffer the C caller frees with lockstep_free (malloc's); null for 0 bytes. Its pages are
+// faulted in at once (a copy into new memory faults them a page at a time otherwise).
+class MallocBuffer {
+ public:
+  explicit MallocBuffer(std::size_t size)
+      // NOLINTNEXTLINE(cppcoreguidelines-no-malloc): the C caller frees it
+      : bytes_(static_cast<std::byte*>(size == 0 ? nullptr : std::malloc(size))) {
+    if (size != 0 && bytes_ == nullptr) {
+      throw std::bad_alloc();
+    }
+    lockstep::detail::prefault(bytes_, size);
+  }
+  ~MallocBuffer() { std::free(bytes_); }  // NOLINT(cppcoreguidelines-no-malloc)
+  MallocBuffer(const MallocBuffer&) = delete;
+  MallocBuffer& operator=(const MallocBuffer&) = delete;
+  MallocBuffer& operator=(MallocBuffer&& other) noexcept {
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  MallocBuffer(MallocBuffer&& other) noexcept : bytes_(std::exchange(other.bytes_, nullptr)) {}
+  [[nodiscard]] std::byte* get() const noexcept { return bytes_; }
+  std::byte* release() noexcept { return std::exchange(bytes_, nullptr); }
+
+ private:
+  std::byte* bytes_;
+};
 
 CallSite site_of(const char* file, int line, const char* function) noexcept {
   return {file, function, line > 0 ? static_cast<std::uint32_t>(line) : 0};
@@ -258,20 +288,25 @@ lockstep_status lockstep_broadcast_at(lockstep_state* state, const void* data, s
   }
   *out = nullptr;
   *out_size = 0;
-  return guarded([&] {
-    const auto bytes =
-        CApi::broadcast(state->state, std::span(static_cast<const std::byte*>(data), size),
-                        site_of(file, line, function));
-    if (!bytes.empty()) {
-      void* copy = std::malloc(bytes.size());  // NOLINT(cppcoreguidelines-no-malloc): C frees it
-      if (copy == nullptr) {
-        throw std::bad_alloc();
-      }
-      std::memcpy(copy, bytes.data(), bytes.size());
-      *out = copy;
-    }
-    *out_size = bytes.size();
+  MallocBuffer copy(0);
+  std::size_t copied = 0;
+  const lockstep_status status = guarded([&] {
+    CApi::broadcast(
+        state->state, std::span(static_cast<const std::byte*>(data), size),
+        [&](std::span<const std::byte> bytes) {
+          copy = MallocBuffer(bytes.size());
+          if (!bytes.empty()) {
+            std::memcpy(copy.get(), bytes.data(), bytes.size());
+          }
+          copied = bytes.size();
+        },
+        site_of(file, line, function));
   });
+  if (status == LOCKSTEP_OK) {  // what a failed call copied is freed here, not handed out
+    *out = copy.release();
+    *out_size = copied;
+  }
+  return status;
 }
 
 void lockstep_free(void* buffer) {
@@ -301,29 +336,31 @@ lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* dat
     return fail(LOCKSTEP_INVALID_ARGUMENT, message.c_str());
   }
   *out = nullptr;
-  return guarded([&] {
-    const auto all =
-        CApi::gather(state->state, std::span(static_cast<const std::byte*>(data), size),
-                     site_of(file, line, function));
-    std::size_t total = 0;
-    for (const auto& one : all) {
-      total += one.size();
-    }
-    // NOLINTNEXTLINE(cppcoreguidelines-no-malloc): C frees it
-    auto* copy = static_cast<std::byte*>(total == 0 ? nullptr : std::malloc(total));
-    if (total != 0 && copy == nullptr) {
-      throw std::bad_alloc();
-    }
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (!all[i].empty()) {
-        std::memcpy(copy + at, all[i].data(), all[i].size());
-      }
-      at += all[i].size();
-      out_sizes[i] = all[i].size();
-    }
-    *out = copy;
+  MallocBuffer copy(0);
+  std::vector<std::size_t> offsets;
+  const lockstep_status status = guarded([&] {
+    CApi::gather(state->state, std::span(static_cast<const std::byte*>(data), size),
+                 {[&](const std::vector<std::uint64_t>& sizes) {
+                    std::size_t total = 0;
+                    for (std::size_t i = 0; i < sizes.size(); ++i) {
+                      offsets.push_back(total);
+                      out_sizes[i] = sizes[i];
+                      total += sizes[i];
+                    }
+                    copy = MallocBuffer(total);
+                  },
+                  [&](int rank, std::span<const std::byte> bytes) {
+                    if (!bytes.empty()) {
+                      std::memcpy(copy.get() + offsets[static_cast<std::size_t>(rank)],
+                                  bytes.data(), bytes.size());
+                    }
+                  }},
+                 site_of(file, line, function));
   });
+  if (status == LOCKSTEP_OK) {
+    *out = copy.release();
+  }
+  return status;
 }
 
 lockstep_status lockstep_set_trigger(lockstep_state* state) {

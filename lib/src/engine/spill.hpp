@@ -40,9 +40,23 @@ class Spill {
   std::string name_;
 };
 
-// The `size` bytes of spill `name`, which this user's process wrote owner-only. Error when it is
-// absent, shorter, or not such a file (a link, a FIFO, another user's); SystemError when reading
-// fails.
+// Spill `name`, which this user's process wrote owner-only, mapped for reading while the view
+// lives (its writer keeps it until every reader is done). Error when it is absent, not `size`
+// bytes, or not such a file (a link, a FIFO, another user's); SystemError when it cannot be
+// mapped.
+class SpillView {
+ public:
+  SpillView(const std::string& name, std::uint64_t size, const char* what);
+  ~SpillView();
+  SpillView(const SpillView&) = delete;
+  SpillView& operator=(const SpillView&) = delete;
+  [[nodiscard]] std::span<const std::byte> bytes() const noexcept { return bytes_; }
+
+ private:
+  std::span<const std::byte> bytes_;
+};
+
+// The `size` bytes of spill `name` (SpillView's checks), copied once into new memory.
 [[nodiscard]] std::vector<std::byte> read_spill(const std::string& name, std::uint64_t size,
                                                 const char* what);
 

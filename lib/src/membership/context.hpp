@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "base/function_ref.hpp"
 #include "engine/node_barrier.hpp"
 #include "engine/segment.hpp"
 #include "gpu/stream_barrier.hpp"
@@ -66,6 +67,23 @@ class Context {
   // the outcome.
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> data, const char* what,
                                              const CallSite& site);
+  // What gather_into does with the gathered bytes, between the gather's episodes: `sized` once,
+  // with every process's size by rank, then `put` once for each rank, with its bytes (valid
+  // during the call only: a spill's mapping). What they throw is thrown once every process has
+  // read, in step.
+  struct GatherSink {
+    FunctionRef<void(const std::vector<std::uint64_t>&)> sized;
+    FunctionRef<void(int, std::span<const std::byte>)> put;
+  };
+  // gather(), each process's bytes copied once, straight to where `sink` puts them (the C API's
+  // one buffer).
+  void gather_into(std::span<const std::byte> data, const GatherSink& sink, const char* what,
+                   const CallSite& site);
+  // broadcast(), the bytes given to `put` once (valid during the call only), between its
+  // episodes.
+  void broadcast_into(std::span<const std::byte> data,
+                      FunctionRef<void(std::span<const std::byte>)> put, const char* what,
+                      const CallSite& site);
   // State::set_trigger and check_trigger (a gather of this process's mark, which it clears).
   void set_trigger() noexcept { trigger_.store(true, std::memory_order_relaxed); }
   bool check_trigger(const char* what, const CallSite& site);

@@ -90,10 +90,10 @@ std::optional<std::vector<Record>> read_records(std::span<const std::byte> bytes
   return records;
 }
 
-// Every process's bytes, by rank, from the job's records; throws a process's failure (the first
-// by rank), or Error when the records are not every rank's once.
-std::vector<std::vector<std::byte>> by_rank(std::span<const std::byte> records, int world_size,
-                                            const char* what) {
+// Every process's bytes, by rank, from the job's records, to `sink`; throws a process's failure
+// (the first by rank), or Error when the records are not every rank's once.
+void deliver_records(std::span<const std::byte> records, int world_size,
+                     const Context::GatherSink& sink, const char* what) {
   const auto garbled = [&] {
     return Error("lockstep: " + std::string(what) + ": the gathered bytes are not lockstep's (" +
                  std::to_string(records.size()) + " bytes)");
@@ -102,8 +102,7 @@ std::vector<std::vector<std::byte>> by_rank(std::span<const std::byte> records, 
   if (!all) {
     throw garbled();
   }
-  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(world_size));
-  std::vector<const Record*> of(out.size(), nullptr);
+  std::vector<const Record*> of(static_cast<std::size_t>(world_size), nullptr);
   for (const Record& record : *all) {
     if (record.rank < 0 || record.rank >= world_size ||
         of[static_cast<std::size_t>(record.rank)] != nullptr) {
@@ -111,6 +110,7 @@ std::vector<std::vector<std::byte>> by_rank(std::span<const std::byte> records, 
     }
     of[static_cast<std::size_t>(record.rank)] = &record;
   }
+  std::vector<std::uint64_t> sizes;
   for (const Record* record : of) {
     if (record == nullptr) {
       throw garbled();
@@ -121,11 +121,12 @@ std::vector<std::vector<std::byte>> by_rank(std::span<const std::byte> records, 
           " could not give its bytes: " +
           std::string(reinterpret_cast<const char*>(record->bytes.data()), record->bytes.size()));
     }
+    sizes.push_back(record->bytes.size());
   }
-  for (std::size_t rank = 0; rank < out.size(); ++rank) {
-    out[rank].assign(of[rank]->bytes.begin(), of[rank]->bytes.end());
+  sink.sized(sizes);
+  for (const Record* record : of) {
+    sink.put(record->rank, record->bytes);
   }
-  return out;
 }
 
 // Node 0's leader's outcome of a gather across machines: the nodes' parts, each a run of records,
@@ -184,17 +185,23 @@ void hold_node_copy(NodeSegment& segment, std::span<const std::byte> bytes, Held
   std::memcpy(area.data, inline_bytes.data(), inline_bytes.size());
 }
 
-// What hold_node_copy held, as every process of the node reads it after the episode that
-// follows it; throws what it held instead (a failure, a main process elsewhere).
-std::vector<std::byte> read_node_copy(const NodeSegment& segment, const char* what) {
+// What hold_node_copy held, given to `put` (valid during the call only), as every process of the
+// node reads it after the episode that follows it; throws what it held instead (a failure, a
+// main process elsewhere).
+void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const std::byte>)> put,
+                    const char* what) {
   const BroadcastArea& area = segment.broadcast_area();
   const auto* data = reinterpret_cast<const std::byte*>(area.data);
   const std::size_t inline_size = std::min<std::uint64_t>(area.size, kMaxBroadcast);
   switch (static_cast<Held>(area.status)) {
     case Held::inline_bytes:
-      return {data, data + inline_size};
-    case Held::spilled:
-      return read_spill(spill_name(segment.name(), kNodeSpill), area.size, what);
+      put(std::span(data, inline_size));
+      return;
+    case Held::spilled: {
+      const SpillView view(spill_name(segment.name(), kNodeSpill), area.size, what);
+      put(view.bytes());
+      return;
+    }
     case Held::main_elsewhere:
       throw ConfigError("lockstep: " + std::string(what) +
                         ": the main process (process 0) must lead machine 0 (be its local process "
@@ -206,8 +213,6 @@ std::vector<std::byte> read_node_copy(const NodeSegment& segment, const char* wh
               std::string(reinterpret_cast<const char*>(data), inline_size));
 }
 
-// This process's entry of a gather, in its region of the area: its bytes inline where they fit,
-// else in its spill (kept in `spill` until the gather is over), else why not.
 // Region `local` is the process's of that local index, and so is its spill's name.
 void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::byte> data,
                std::optional<Spill>& spill, const char* what) {
@@ -270,12 +275,11 @@ std::vector<std::byte> node_records(const NodeSegment& segment, const char* what
   return records;
 }
 
-// A gather on one machine: every process's bytes, by rank, each read once, straight into its
-// place (this process's own taken from `mine`); throws a process's failure (the first by rank),
-// or Error when the entries are not every rank's once.
-std::vector<std::vector<std::byte>> node_gathered(const NodeSegment& segment, int me,
-                                                  std::span<const std::byte> mine,
-                                                  const char* what) {
+// A gather on one machine: every process's bytes, by rank, to `sink`, each read once (this
+// process's own from `mine`); throws a process's failure (the first by rank), or Error when the
+// entries are not every rank's once.
+void node_gather_into(const NodeSegment& segment, int me, std::span<const std::byte> mine,
+                      const Context::GatherSink& sink, const char* what) {
   const int processes = segment.num_slots();
   std::vector<Entry> entries;
   std::vector<int> local_of(static_cast<std::size_t>(processes), -1);
@@ -287,6 +291,7 @@ std::vector<std::vector<std::byte>> node_gathered(const NodeSegment& segment, in
     }
     local_of[static_cast<std::size_t>(rank)] = local;
   }
+  std::vector<std::uint64_t> sizes;
   for (int rank = 0; rank < processes; ++rank) {
     const Entry& entry =
         entries[static_cast<std::size_t>(local_of[static_cast<std::size_t>(rank)])];
@@ -296,33 +301,62 @@ std::vector<std::vector<std::byte>> node_gathered(const NodeSegment& segment, in
           " could not give its bytes: " +
           std::string(reinterpret_cast<const char*>(entry.bytes.data()), entry.bytes.size()));
     }
+    sizes.push_back(entry.size);
   }
-  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(processes));
+  sink.sized(sizes);
   for (int rank = 0; rank < processes; ++rank) {
     const int local = local_of[static_cast<std::size_t>(rank)];
     const Entry& entry = entries[static_cast<std::size_t>(local)];
     if (rank == me) {
-      std::vector<std::byte>& own = out[static_cast<std::size_t>(rank)];
-      own.reserve(mine.size());
-      prefault(own.data(), mine.size());
-      own.assign(mine.begin(), mine.end());
+      sink.put(rank, mine);
     } else if (entry.held == Held::spilled) {
-      out[static_cast<std::size_t>(rank)] =
-          read_spill(spill_name(segment.name(), local), entry.size, what);
+      const SpillView view(spill_name(segment.name(), local), entry.size, what);
+      sink.put(rank, view.bytes());
     } else {
-      out[static_cast<std::size_t>(rank)].assign(entry.bytes.begin(), entry.bytes.end());
+      sink.put(rank, entry.bytes);
     }
   }
-  return out;
 }
+
+// Where a gather's vectors come from: each reserved and its pages faulted in at once before it
+// is filled (a copy into new memory faults a page at a time otherwise).
+struct VectorSink {
+  std::vector<std::vector<std::byte>> out;
+  void sized(const std::vector<std::uint64_t>& sizes) {
+    out.resize(sizes.size());
+    for (std::size_t rank = 0; rank < sizes.size(); ++rank) {
+      out[rank].reserve(sizes[rank]);
+      prefault(out[rank].data(), sizes[rank]);
+    }
+  }
+  void put(int rank, std::span<const std::byte> bytes) {
+    out[static_cast<std::size_t>(rank)].assign(bytes.begin(), bytes.end());
+  }
+};
 
 }  // namespace
 
 std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what,
                                           const CallSite& site) {
+  std::vector<std::byte> out;
+  broadcast_into(
+      data,
+      [&](std::span<const std::byte> bytes) {
+        out.reserve(bytes.size());
+        prefault(out.data(), bytes.size());
+        out.assign(bytes.begin(), bytes.end());
+      },
+      what, site);
+  return out;
+}
+
+void Context::broadcast_into(std::span<const std::byte> data,
+                             FunctionRef<void(std::span<const std::byte>)> put, const char* what,
+                             const CallSite& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
-    return {data.begin(), data.end()};
+    put(data);
+    return;
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
@@ -363,9 +397,8 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
   }
   arrive(std::nullopt, what, call);
   std::exception_ptr failed;
-  std::vector<std::byte> out;
   try {
-    out = read_node_copy(*segment_, what);
+    with_node_copy(*segment_, put, what);
   } catch (...) {
     failed = std::current_exception();  // thrown once every process has read (in step)
   }
@@ -373,14 +406,25 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
   if (failed) {
     std::rethrow_exception(failed);
   }
-  return out;
 }
 
 std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> data,
                                                     const char* what, const CallSite& site) {
+  VectorSink vectors;
+  gather_into(data,
+              {[&](const std::vector<std::uint64_t>& sizes) { vectors.sized(sizes); },
+               [&](int rank, std::span<const std::byte> bytes) { vectors.put(rank, bytes); }},
+              what, site);
+  return std::move(vectors.out);
+}
+
+void Context::gather_into(std::span<const std::byte> data, const GatherSink& sink, const char* what,
+                          const CallSite& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
-    return {{data.begin(), data.end()}};
+    sink.sized({data.size()});
+    sink.put(0, data);
+    return;
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
@@ -401,9 +445,8 @@ std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> d
   std::exception_ptr failed;
   std::vector<std::byte> job;
   if (config_.num_nodes == 1) {
-    std::vector<std::vector<std::byte>> all;
     try {
-      all = node_gathered(*segment_, config_.rank, data, what);
+      node_gather_into(*segment_, config_.rank, data, sink, what);
     } catch (...) {
       failed = std::current_exception();
     }
@@ -411,7 +454,7 @@ std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> d
     if (failed) {
       std::rethrow_exception(failed);
     }
-    return all;
+    return;
   }
   if (backend_) {
     std::vector<std::byte> records;
@@ -431,18 +474,23 @@ std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> d
     hold_node_copy(*segment_, job, Held::inline_bytes, node_spill, what);
   }
   arrive(std::nullopt, what, call);  // the leader holds the job's records
-  if (!backend_) {
-    try {
-      job = read_node_copy(*segment_, what);
-    } catch (...) {
-      failed = std::current_exception();
+  try {
+    const int world = config_.world_size;
+    if (backend_) {
+      deliver_records(job, world, sink, what);
+    } else {
+      with_node_copy(
+          *segment_,
+          [&](std::span<const std::byte> records) { deliver_records(records, world, sink, what); },
+          what);
     }
+  } catch (...) {
+    failed = std::current_exception();
   }
   arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
   if (failed) {
     std::rethrow_exception(failed);
   }
-  return by_rank(job, config_.world_size, what);
 }
 
 bool Context::check_trigger(const char* what, const CallSite& site) {

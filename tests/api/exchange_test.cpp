@@ -79,8 +79,9 @@ TEST(Exchanges, OneAndSixtyFourMebibytesPerProcessArriveWhole) {
   EXPECT_EQ(failures(ends), "");
 }
 
-// A process killed with its spill written, before it arrived: every other process gets
-// PeerLostError naming it, and once they have exited nothing of the job is left in /dev/shm.
+// A process killed with its bytes given, before it arrived (a gather's: in its memory, which the
+// others then cannot read; a broadcast's: in its spill): every other process gets PeerLostError
+// naming it, and once they have exited nothing of the job is left in /dev/shm.
 TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
   constexpr int kProcesses = 4;
   constexpr int kVictim = 2;
@@ -88,7 +89,7 @@ TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
     Job job = Job::of(kProcesses);
     // The broadcast's writer is the main process: the victim there is process 0.
     const int victim = gather ? kVictim : 0;
-    job.env["LOCKSTEP_FAULT_POINT"] = "exchange.spilled@" + std::to_string(victim);
+    job.env["LOCKSTEP_FAULT_POINT"] = "exchange.written@" + std::to_string(victim);
     auto* lost = shared_array<int>(kProcesses);
     auto ends = run_ranks(job, [&](int rank) {
       lockstep::State state;
@@ -113,6 +114,33 @@ TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
   }
 }
 
+// A process that cannot read another's memory (process_vm_readv refused: a Yama ptrace scope, a
+// seccomp filter; LOCKSTEP_FAULT_POINT's exchange.no-memory-read here): the gather goes on
+// through spills, in two more episodes on every process, and every process has every byte.
+TEST(Exchanges, AGatherGoesOnThroughSpillsWhereMemoryCannotBeRead) {
+  constexpr int kProcesses = 4;
+  for (const int reader : {0, 3}) {
+    Job job = Job::of(kProcesses);
+    job.env["LOCKSTEP_FAULT_POINT"] = "exchange.no-memory-read@" + std::to_string(reader);
+    auto ends = run_ranks(job, [](int rank) {
+      lockstep::State state;
+      for (int round = 0; round < 3; ++round) {
+        const auto seed = [round](int of) { return static_cast<std::uint64_t>(of * 10 + round); };
+        const auto all =
+            state.gather_object(pattern(kMiB + 7 * static_cast<std::size_t>(rank), seed(rank)));
+        for (int of = 0; of < kProcesses; ++of) {
+          RANK_CHECK(all[static_cast<std::size_t>(of)] ==
+                     pattern(kMiB + 7 * static_cast<std::size_t>(of), seed(of)));
+        }
+      }
+      state.wait_for_everyone();
+      RANK_CHECK(shm_files("-x").empty());
+      state.wait_for_everyone();
+    });
+    EXPECT_EQ(failures(ends), "") << "process " << reader << " could not read";
+  }
+}
+
 // A /dev/shm that takes none of a process's bytes (LOCKSTEP_FAULT_POINT's spill.full): an Error
 // on every process naming that process and why, and the job goes on.
 TEST(Exchanges, ASpillThatDevShmRefusesIsAnErrorOnEveryProcess) {
@@ -120,7 +148,9 @@ TEST(Exchanges, ASpillThatDevShmRefusesIsAnErrorOnEveryProcess) {
   for (const bool gather : {true, false}) {
     Job job = Job::of(kProcesses);
     const int refused = gather ? 1 : 0;
-    job.env["LOCKSTEP_FAULT_POINT"] = "spill.full@" + std::to_string(refused);
+    // A gather's bytes go through a spill where another process cannot read them in place.
+    job.env["LOCKSTEP_FAULT_POINT"] =
+        "spill.full@" + std::to_string(refused) + (gather ? ",exchange.no-memory-read@0" : "");
     auto ends = run_ranks(job, [&](int rank) {
       lockstep::State state;
       try {

@@ -354,7 +354,8 @@ lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* dat
                       std::memcpy(copy.get() + offsets[static_cast<std::size_t>(rank)],
                                   bytes.data(), bytes.size());
                     }
-                  }},
+                  },
+                  [&](int rank) { return copy.get() + offsets[static_cast<std::size_t>(rank)]; }},
                  site_of(file, line, function));
   });
   if (status == LOCKSTEP_OK) {

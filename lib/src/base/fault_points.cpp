@@ -1,10 +1,13 @@
 #include "base/fault_points.hpp"
 
 #include <unistd.h>
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/text.hpp"
 #include "lockstep/error.hpp"
@@ -15,31 +18,38 @@ namespace fault_detail {
 std::atomic<bool> armed{false};
 
 namespace {
-std::string point;  // written before `armed` is set
-long remaining = 0;
+// The points armed for this process, with how many more reaches each takes (written before
+// `armed` is set).
+std::vector<std::pair<std::string, long>> points;
 std::mutex mutex;
+
+bool reached_armed(const char* name) noexcept {
+  std::lock_guard lock(mutex);
+  for (auto& [point, remaining] : points) {
+    if (point == name && --remaining == 0) {
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 void reached(const char* name) noexcept {
-  std::lock_guard lock(mutex);
-  if (point == name && --remaining == 0) {
+  if (reached_armed(name)) {
     ::kill(::getpid(), SIGKILL);
   }
 }
 
 bool reached_failing(const char* name) noexcept {
-  std::lock_guard lock(mutex);
-  return point == name && --remaining == 0;
+  return reached_armed(name);
 }
 
 }  // namespace fault_detail
 
-void arm_fault_points(int rank) {
-  const char* value = std::getenv("LOCKSTEP_FAULT_POINT");  // NOLINT(concurrency-mt-unsafe)
-  if (value == nullptr || *value == '\0') {
-    return;
-  }
-  std::string spec = value;
+namespace {
+
+// One NAME[@RANK][:N] of LOCKSTEP_FAULT_POINT: armed when it is this rank's.
+void arm_one(std::string spec, const char* value, int rank) {
   long count = 1;
   if (auto colon = spec.find(':'); colon != std::string::npos) {
     auto parsed = parse_integer(spec.substr(colon + 1));
@@ -62,9 +72,24 @@ void arm_fault_points(int rank) {
     }
   }
   std::lock_guard lock(fault_detail::mutex);
-  fault_detail::point = spec;
-  fault_detail::remaining = count;
+  fault_detail::points.emplace_back(spec, count);
   fault_detail::armed.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void arm_fault_points(int rank) {
+  const char* value = std::getenv("LOCKSTEP_FAULT_POINT");  // NOLINT(concurrency-mt-unsafe)
+  if (value == nullptr || *value == '\0') {
+    return;
+  }
+  const std::string specs = value;
+  std::size_t begin = 0;
+  while (begin <= specs.size()) {
+    const std::size_t end = std::min(specs.find(',', begin), specs.size());
+    arm_one(specs.substr(begin, end - begin), value, rank);
+    begin = end + 1;
+  }
 }
 
 }  // namespace lockstep::detail

@@ -1,8 +1,8 @@
 // Fault injection for tests: a process kills itself (SIGKILL) at a named point (internal).
 //
 // LOCKSTEP_FAULT_POINT=NAME[@RANK][:N] makes the process of rank RANK (any, if omitted) die at
-// the N-th time (1 if omitted) it reaches the point NAME. Only tests set it; unset, a point costs
-// one load of a process-local flag. The points:
+// the N-th time (1 if omitted) it reaches the point NAME; several, separated by commas, arm each.
+// Only tests set it; unset, a point costs one load of a process-local flag. The points:
 //   join.locked      joining: holding the segment's lock, before claiming a slot
 //   join.claimed     joining: slot claimed, before the node's rendezvous
 //   join.joined      joining: the rendezvous complete, before the State exists
@@ -13,12 +13,15 @@
 //   lead.local       a multi-node leader: its node arrived, before meeting the other leaders
 //   lead.met         a multi-node leader: the other leaders met, before releasing its node
 //   gpu.releasing    a GPU watchdog releasing the streams: after raising one process's flag
-//   exchange.spilled a gather's or broadcast's writer: its spill (engine/spill.hpp) written,
-//                    before it arrives at the exchange's first episode
+//   exchange.written a gather's or broadcast's writer (one machine): its entry written (inline,
+//                    in its memory, or its spill: engine/spill.hpp), before it arrives at the
+//                    exchange's first episode
 // and the points where a process fails (fault_fails) rather than dies:
 //   join.welcome-changed  a joining node's leader: node 0's welcome read, then found changed on
 //                         the way (its first byte flipped: it does not decode)
 //   spill.full            a spill's writer: /dev/shm takes none of its bytes (ENOSPC)
+//   exchange.no-memory-read  a gather's reader on one machine: another process's memory cannot
+//                         be read (process_vm_readv refused), so the gather goes on through spills
 #pragma once
 
 #include <atomic>

@@ -66,6 +66,11 @@ struct alignas(kCacheLine) Slot {
   std::atomic<std::uint32_t> status;  // SlotStatus
   std::atomic<std::uint64_t> start_time;
   std::atomic<std::int32_t> local_rank;  // as given (LOCAL_RANK), or -1: elected by rank order
+  // The number (1, 2, ...) of the last gather on one machine in which the owner could not read
+  // another process's bytes in place (membership/exchange.cpp: then they go through spills).
+  // Written by the owner alone, between a gather's episodes; read by the others after them.
+  // Layout 15.
+  std::atomic<std::uint64_t> unread_gather;
   // The episode number + 1 of the barrier this process has arrived at (0: none yet), with
   // kWithdrawn set when it gave up on that episode (timed out) and took its arrival back.
   alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
@@ -238,9 +243,9 @@ static_assert(offsetof(SegmentHeader, identity) == 24 && offsetof(SegmentHeader,
               "layout 15: the header's fields");
 static_assert(offsetof(Slot, pid) == 0 && offsetof(Slot, rank) == 4 &&
                   offsetof(Slot, status) == 8 && offsetof(Slot, start_time) == 16 &&
-                  offsetof(Slot, local_rank) == 24 && offsetof(Slot, arrived) == 64 &&
-                  offsetof(Slot, cpu) == 72 && offsetof(Slot, asleep_until) == 80 &&
-                  offsetof(Slot, withdrawn_at) == 88,
+                  offsetof(Slot, local_rank) == 24 && offsetof(Slot, unread_gather) == 32 &&
+                  offsetof(Slot, arrived) == 64 && offsetof(Slot, cpu) == 72 &&
+                  offsetof(Slot, asleep_until) == 80 && offsetof(Slot, withdrawn_at) == 88,
               "layout 15: a slot's fields");
 static_assert(offsetof(GpuSlot, ready) == 0 && offsetof(GpuSlot, device) == 4 &&
                   offsetof(GpuSlot, events) == 8 && offsetof(GpuSlot, enqueued) == 320 &&

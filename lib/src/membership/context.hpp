@@ -15,6 +15,7 @@
 #include "base/function_ref.hpp"
 #include "engine/node_barrier.hpp"
 #include "engine/segment.hpp"
+#include "engine/spill.hpp"
 #include "gpu/stream_barrier.hpp"
 #include "job/job_config.hpp"
 #include "membership/backend.hpp"
@@ -71,9 +72,12 @@ class Context {
   // with every process's size by rank, then `put` once for each rank, with its bytes (valid
   // during the call only: a spill's mapping). What they throw is thrown once every process has
   // read, in step.
+  // `place` instead of `put`, for bytes read from another process's memory: where that rank's
+  // bytes go (room for its size).
   struct GatherSink {
     FunctionRef<void(const std::vector<std::uint64_t>&)> sized;
     FunctionRef<void(int, std::span<const std::byte>)> put;
+    FunctionRef<std::byte*(int)> place;
   };
   // gather(), each process's bytes copied once, straight to where `sink` puts them (the C API's
   // one buffer).
@@ -124,6 +128,16 @@ class Context {
   [[gnu::noinline]] void settle_streams(
       std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
   [[noreturn, gnu::noinline]] void throw_left(const char* what) const;
+  // gather_into's steps after the first episode (exchange.cpp): on one machine, and across
+  // machines.
+  void gather_here(std::span<const std::byte> data, std::optional<Spill>& spill,
+                   const GatherSink& sink, const char* what, std::uint32_t call);
+  void gather_across(const GatherSink& sink, const char* what, std::uint32_t call);
+  // A gather on one machine whose processes could not all read each other's memory: the rest
+  // through spills (exchange.cpp), two more episodes.
+  void spill_in_memory(std::span<const std::byte> data, std::optional<Spill>& spill,
+                       const std::vector<int>& missing, const GatherSink& sink, const char* what,
+                       std::uint32_t call);
 
   JobConfig config_;
   int local_index_ = 0;
@@ -141,6 +155,7 @@ class Context {
   std::atomic<bool> left_on_purpose_{false};
   std::atomic<bool> has_deferred_{false};
   std::atomic<bool> trigger_{false};  // set_trigger's mark
+  std::uint64_t gathers_ = 0;         // gathers on one machine so far (Slot::unread_gather)
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;
 };

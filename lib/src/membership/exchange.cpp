@@ -2,7 +2,11 @@
 // and State::gather_object (every process's bytes to every process), of any size: through the
 // node segment's broadcast area where they fit, through spills (engine/spill.hpp) where they do
 // not, and across machines through the leaders' backend (Leaders::share_all, gather_all).
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -12,6 +16,7 @@
 
 #include "base/fault_points.hpp"
 #include "base/little_endian.hpp"
+#include "base/proc.hpp"  // pid_namespace
 #include "engine/spill.hpp"
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
@@ -26,6 +31,7 @@ enum class Held : std::uint32_t {
   spilled = 1,         // in a spill (its writer's slot's, or the node's)
   failed = 2,          // nothing: the bytes after its head are why (a one-line message)
   main_elsewhere = 3,  // a broadcast across machines whose main process does not lead node 0
+  in_memory = 4,       // a gather's entry on one machine: in its writer's memory (kInMemory)
 };
 
 // A broadcast as it travels between machines: how it is held (4 bytes: inline_bytes, failed or
@@ -36,6 +42,13 @@ constexpr std::size_t kBroadcastHead = 12;
 // and the job's outcome carry them between machines): the process's rank (4 bytes), how it is
 // held (4), its size (8), then that many bytes when inline (a record is always inline).
 constexpr std::size_t kEntryHead = 16;
+
+// An entry whose bytes stay in their writer's memory, where the others read them
+// (process_vm_readv): after the head, the writer's pid (4 bytes), 4 unused, its pid namespace
+// (8) and the bytes' address (8). A reader that cannot read them so (another pid namespace, not
+// permitted: a Yama ptrace scope, a seccomp filter) says so in the area's status word, and every
+// process then reads such entries from spills, in two more episodes.
+constexpr std::size_t kInMemory = kEntryHead + 24;
 
 // The bytes of the broadcast area each of a node's `processes` owns in a gather.
 std::size_t region_size(int processes) {
@@ -171,7 +184,6 @@ void hold_node_copy(NodeSegment& segment, std::span<const std::byte> bytes, Held
       spill.emplace(spill_name(segment.name(), kNodeSpill), bytes, what);
       area.status = static_cast<std::uint32_t>(Held::spilled);
       area.size = bytes.size();
-      fault_point("exchange.spilled");
       return;
     } catch (const std::exception& error) {
       why = error.what();
@@ -206,6 +218,8 @@ void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const
       throw ConfigError("lockstep: " + std::string(what) +
                         ": the main process (process 0) must lead machine 0 (be its local process "
                         "0) for a broadcast across machines; this job places it elsewhere");
+    case Held::in_memory:  // a gather's entry, never the node's copy
+      throw Error("lockstep: " + std::string(what) + ": the node's copy is not lockstep's");
     case Held::failed:
       break;
   }
@@ -215,7 +229,7 @@ void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const
 
 // Region `local` is the process's of that local index, and so is its spill's name.
 void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::byte> data,
-               std::optional<Spill>& spill, const char* what) {
+               bool in_memory, std::optional<Spill>& spill, const char* what) {
   BroadcastArea& area = segment.broadcast_area();
   const std::size_t region = region_size(segment.num_slots());
   std::byte* const at =
@@ -225,10 +239,17 @@ void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::b
     std::copy(data.begin(), data.end(), at + kEntryHead);
     return;
   }
+  if (in_memory && kInMemory <= region) {
+    put_head(at, rank, Held::in_memory, data.size());
+    put_le(at + kEntryHead, static_cast<std::uint32_t>(::getpid()), 4);
+    put_le(at + kEntryHead + 4, 0, 4);
+    put_le(at + kEntryHead + 8, pid_namespace(), 8);
+    put_le(at + kEntryHead + 16, reinterpret_cast<std::uintptr_t>(data.data()), 8);
+    return;
+  }
   try {
     spill.emplace(spill_name(segment.name(), local), data, what);
     put_head(at, rank, Held::spilled, data.size());
-    fault_point("exchange.spilled");
   } catch (const std::exception& error) {
     const std::string why = error.what();
     const std::size_t n = std::min(why.size(), region - kEntryHead);
@@ -243,7 +264,8 @@ struct Entry {
   int rank;
   Held held;
   std::uint64_t size;
-  std::span<const std::byte> bytes;
+  std::span<const std::byte> bytes;  // inline ones (and failures' reasons)
+  const std::byte* at;               // the entry's head
 };
 Entry entry_at(const NodeSegment& segment, int local) {
   const std::size_t region = region_size(segment.num_slots());
@@ -252,10 +274,11 @@ Entry entry_at(const NodeSegment& segment, int local) {
   Entry entry{static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(at, 4))),
               static_cast<Held>(static_cast<std::uint32_t>(get_le(at + 4, 4))),
               get_le(at + 8, 8),
-              {}};
-  entry.bytes = std::span(
-      at + kEntryHead,
-      entry.held == Held::spilled ? 0 : std::min<std::uint64_t>(entry.size, region - kEntryHead));
+              {},
+              at};
+  const bool elsewhere = entry.held == Held::spilled || entry.held == Held::in_memory;
+  entry.bytes = std::span(at + kEntryHead,
+                          elsewhere ? 0 : std::min<std::uint64_t>(entry.size, region - kEntryHead));
   return entry;
 }
 
@@ -264,6 +287,9 @@ std::vector<std::byte> node_records(const NodeSegment& segment, const char* what
   std::vector<std::byte> records;
   for (int local = 0; local < segment.num_slots(); ++local) {
     const Entry entry = entry_at(segment, local);
+    if (entry.held == Held::in_memory) {  // one machine's alone (put_entry)
+      throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
+    }
     if (entry.held == Held::spilled) {
       append_record(records, entry.rank, Held::inline_bytes,
                     read_spill(spill_name(segment.name(), local), entry.size, what));
@@ -275,11 +301,36 @@ std::vector<std::byte> node_records(const NodeSegment& segment, const char* what
   return records;
 }
 
+// Reads `size` bytes at `address` of process `pid` into `to` (process_vm_readv: one copy, no
+// file between); false when it cannot (not permitted, the process gone, a fault point).
+bool read_other(pid_t pid, std::uint64_t address, std::byte* to, std::uint64_t size) noexcept {
+  if (fault_fails("exchange.no-memory-read")) {
+    return false;
+  }
+  std::uint64_t done = 0;
+  while (done < size) {
+    iovec local{to + done, size - done};
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): another process's address, never dereferenced
+    iovec remote{reinterpret_cast<void*>(address + done), size - done};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
 // A gather on one machine: every process's bytes, by rank, to `sink`, each read once (this
-// process's own from `mine`); throws a process's failure (the first by rank), or Error when the
-// entries are not every rank's once.
-void node_gather_into(const NodeSegment& segment, int me, std::span<const std::byte> mine,
-                      const Context::GatherSink& sink, const char* what) {
+// process's own from `mine`; another's in its memory straight into place); throws a process's
+// failure (the first by rank), or Error when the entries are not every rank's once. Returns the
+// ranks whose bytes, in their writer's memory, this process could not read (then from spills).
+std::vector<int> node_gather_into(const NodeSegment& segment, int me,
+                                  std::span<const std::byte> mine, const Context::GatherSink& sink,
+                                  const char* what) {
   const int processes = segment.num_slots();
   std::vector<Entry> entries;
   std::vector<int> local_of(static_cast<std::size_t>(processes), -1);
@@ -304,11 +355,20 @@ void node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
     sizes.push_back(entry.size);
   }
   sink.sized(sizes);
+  const std::uint64_t my_namespace = pid_namespace();
+  std::vector<int> missing;
   for (int rank = 0; rank < processes; ++rank) {
     const int local = local_of[static_cast<std::size_t>(rank)];
     const Entry& entry = entries[static_cast<std::size_t>(local)];
     if (rank == me) {
       sink.put(rank, mine);
+    } else if (entry.held == Held::in_memory) {
+      const auto pid = static_cast<pid_t>(get_le(entry.at + kEntryHead, 4));
+      const bool here = get_le(entry.at + kEntryHead + 8, 8) == my_namespace;
+      if (!here ||
+          !read_other(pid, get_le(entry.at + kEntryHead + 16, 8), sink.place(rank), entry.size)) {
+        missing.push_back(rank);
+      }
     } else if (entry.held == Held::spilled) {
       const SpillView view(spill_name(segment.name(), local), entry.size, what);
       sink.put(rank, view.bytes());
@@ -316,13 +376,48 @@ void node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
       sink.put(rank, entry.bytes);
     }
   }
+  return missing;
+}
+
+// The ranks in `missing` (node_gather_into's), now that their writers have spilled them; throws
+// on every process when a writer could not (its entry rewritten as its failure).
+void gather_missing(const NodeSegment& segment, const std::vector<int>& missing,
+                    const Context::GatherSink& sink, const char* what) {
+  std::vector<Entry> entries;
+  entries.reserve(static_cast<std::size_t>(segment.num_slots()));
+  for (int local = 0; local < segment.num_slots(); ++local) {
+    entries.push_back(entry_at(segment, local));
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.rank < b.rank; });
+  for (const Entry& entry : entries) {
+    if (entry.held == Held::failed) {
+      throw Error(
+          "lockstep: " + std::string(what) + ": process " + std::to_string(entry.rank) +
+          " could not give its bytes: " +
+          std::string(reinterpret_cast<const char*>(entry.bytes.data()), entry.bytes.size()));
+    }
+  }
+  for (int local = 0; local < segment.num_slots(); ++local) {
+    const Entry entry = entry_at(segment, local);
+    if (std::find(missing.begin(), missing.end(), entry.rank) == missing.end()) {
+      continue;
+    }
+    if (entry.held != Held::spilled) {
+      throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
+    }
+    const SpillView view(spill_name(segment.name(), local), entry.size, what);
+    sink.put(entry.rank, view.bytes());
+  }
 }
 
 // Where a gather's vectors come from: each reserved and its pages faulted in at once before it
 // is filled (a copy into new memory faults a page at a time otherwise).
 struct VectorSink {
   std::vector<std::vector<std::byte>> out;
-  void sized(const std::vector<std::uint64_t>& sizes) {
+  std::vector<std::uint64_t> sizes;
+  void sized(const std::vector<std::uint64_t>& of) {
+    sizes = of;
     out.resize(sizes.size());
     for (std::size_t rank = 0; rank < sizes.size(); ++rank) {
       out[rank].reserve(sizes[rank]);
@@ -331,6 +426,11 @@ struct VectorSink {
   }
   void put(int rank, std::span<const std::byte> bytes) {
     out[static_cast<std::size_t>(rank)].assign(bytes.begin(), bytes.end());
+  }
+  std::byte* place(int rank) {
+    std::vector<std::byte>& one = out[static_cast<std::size_t>(rank)];
+    one.resize(sizes[static_cast<std::size_t>(rank)]);  // zeroes pages faulted in by sized()
+    return one.data();
   }
 };
 
@@ -373,6 +473,7 @@ void Context::broadcast_into(std::span<const std::byte> data,
   if (config_.num_nodes == 1) {
     if (config_.rank == 0) {
       hold_node_copy(*segment_, data, Held::inline_bytes, spill, what);
+      fault_point("exchange.written");
     }
   } else if (backend_) {
     const bool from_here = config_.node_index == 0;
@@ -413,7 +514,8 @@ std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> d
   VectorSink vectors;
   gather_into(data,
               {[&](const std::vector<std::uint64_t>& sizes) { vectors.sized(sizes); },
-               [&](int rank, std::span<const std::byte> bytes) { vectors.put(rank, bytes); }},
+               [&](int rank, std::span<const std::byte> bytes) { vectors.put(rank, bytes); },
+               [&](int rank) { return vectors.place(rank); }},
               what, site);
   return std::move(vectors.out);
 }
@@ -433,29 +535,57 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   InterruptsHeldOff no_interrupts;
   settle_streams(std::nullopt, what);
   const std::uint32_t call = barrier_->recorder().word(CallKind::gather, site);
-  // Each process writes its entry (or its spill) and meets the others. On one machine every
-  // process then reads every entry; across machines each leader sends its node's records to
-  // node 0's, which shares the job's, and the leaders hold them for their node before a second
-  // episode. A last episode frees the area and the spills; a failure is thrown by every process
-  // after it, in step.
-  std::optional<Spill> spill;       // this process's entry, when it does not fit its region
-  std::optional<Spill> node_spill;  // a leader's copy of the job's records, when it does not fit
-  put_entry(*segment_, local_index_, config_.rank, data, spill, what);
+  // Each process writes its entry (inline, in its memory on one machine, or its spill) and meets
+  // the others. On one machine every process then reads every entry; across machines each
+  // leader sends its node's records to node 0's, which shares the job's, and the leaders hold
+  // them for their node before a second episode. A last episode frees the area and the spills;
+  // a failure is thrown by every process after it, in step.
+  std::optional<Spill> spill;  // this process's entry, when it does not fit its region
+  const bool one_machine = config_.num_nodes == 1;
+  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill, what);
+  fault_point("exchange.written");
   arrive(std::nullopt, what, call);
-  std::exception_ptr failed;
-  std::vector<std::byte> job;
-  if (config_.num_nodes == 1) {
-    try {
-      node_gather_into(*segment_, config_.rank, data, sink, what);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
-    if (failed) {
-      std::rethrow_exception(failed);
-    }
-    return;
+  if (one_machine) {
+    gather_here(data, spill, sink, what, call);
+  } else {
+    gather_across(sink, what, call);
   }
+}
+
+void Context::gather_here(std::span<const std::byte> data, std::optional<Spill>& spill,
+                          const GatherSink& sink, const char* what, std::uint32_t call) {
+  std::exception_ptr failed;
+  std::vector<int> missing;
+  try {
+    missing = node_gather_into(*segment_, config_.rank, data, sink, what);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // Counted by every process alike (every gather is every process's): no word to reset, which
+  // the next exchange's writers, out of this one first, could race.
+  const std::uint64_t number = ++gathers_;
+  if (!missing.empty()) {
+    // Relaxed: the next episode's arrival publishes it.
+    segment_->slot(segment_->my_slot()).unread_gather.store(number, std::memory_order_relaxed);
+  }
+  arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
+  bool unread = false;
+  for (int slot = 0; slot < segment_->num_slots(); ++slot) {
+    // Relaxed: written before the episode that this process has just seen complete.
+    unread = unread || segment_->slot(slot).unread_gather.load(std::memory_order_relaxed) == number;
+  }
+  if (unread) {
+    spill_in_memory(data, spill, missing, sink, what, call);
+  }
+  if (failed) {
+    std::rethrow_exception(failed);
+  }
+}
+
+void Context::gather_across(const GatherSink& sink, const char* what, std::uint32_t call) {
+  std::optional<Spill> node_spill;  // a leader's copy of the job's records, when it does not fit
+  std::vector<std::byte> job;
+  const int world = config_.world_size;
   if (backend_) {
     std::vector<std::byte> records;
     try {
@@ -466,7 +596,6 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
         append_record(records, rank, Held::failed, as_bytes(error.what()));
       }
     }
-    const int world = config_.world_size;
     job = backend_->gather_all(
         records,
         [world](std::vector<std::vector<std::byte>>& parts) { return join_parts(parts, world); },
@@ -474,8 +603,8 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
     hold_node_copy(*segment_, job, Held::inline_bytes, node_spill, what);
   }
   arrive(std::nullopt, what, call);  // the leader holds the job's records
+  std::exception_ptr failed;
   try {
-    const int world = config_.world_size;
     if (backend_) {
       deliver_records(job, world, sink, what);
     } else {
@@ -488,6 +617,31 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
     failed = std::current_exception();
   }
   arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
+  if (failed) {
+    std::rethrow_exception(failed);
+  }
+}
+
+void Context::spill_in_memory(std::span<const std::byte> data, std::optional<Spill>& spill,
+                              const std::vector<int>& missing, const GatherSink& sink,
+                              const char* what, std::uint32_t call) {
+  // A process could not read another's memory: each entry held there is spilled (its writer
+  // rewrites its own entry, which nobody reads between these episodes), and the processes that
+  // missed one read it from the spill. Two more episodes, on every process.
+  const std::size_t region = region_size(segment_->num_slots());
+  auto* const at = reinterpret_cast<std::byte*>(segment_->broadcast_area().data) +
+                   static_cast<std::size_t>(local_index_) * region;
+  if (static_cast<Held>(static_cast<std::uint32_t>(get_le(at + 4, 4))) == Held::in_memory) {
+    put_entry(*segment_, local_index_, config_.rank, data, false, spill, what);
+  }
+  arrive(std::nullopt, what, call);
+  std::exception_ptr failed;
+  try {
+    gather_missing(*segment_, missing, sink, what);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  arrive(std::nullopt, what, call);  // the spills are free
   if (failed) {
     std::rethrow_exception(failed);
   }

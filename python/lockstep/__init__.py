@@ -254,8 +254,9 @@ def gather_object(object):  # pylint: disable=redefined-builtin
     """Accelerate's accelerate.utils.gather_object: every process's `object` (a list, as
     Accelerate's evaluation loops give it), pickled, joined into one list in process order, on
     every process; in a job of one process, `object` itself. Any size that memory allows (a
-    process's pickled bytes past its share of the node segment go through a file of /dev/shm,
-    removed when every process has read it). Every process must call it, as wait_for_everyone(),
+    process's pickled bytes past its share of the node segment are read by the others in its
+    memory, or through a file of /dev/shm removed when every process has read it). Every process
+    must call it, as wait_for_everyone(),
     which it implies. Not interrupted by signal handlers: a Ctrl-C takes effect when it
     returns."""
     state = PartialState()

@@ -213,3 +213,48 @@ TEST(OtherLayoutVersion, LiveIsRefusedAndDeadIsReplaced) {
 }
 
 }  // namespace
+
+namespace {
+
+// A file at /dev/shm/NAME as a spill is made (owner-only, regular).
+void make_spill_file(const std::string& name) {
+  const int fd = ::open(("/dev/shm/" + name).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+  ASSERT_EQ(::write(fd, "spilled", 7), 7);
+  ::close(fd);
+}
+
+}  // namespace
+
+// Issue 58: an exchange's spill outlives it only when its writer died; it goes with its segment
+// when the segment's last process leaves, or with the sweep once its segment is gone, and the
+// sweep never takes one whose segment is still there (an exchange may be reading it).
+TEST(Spills, GoWithTheirSegmentAndNeverBefore) {
+  const std::string id = unique_job_id("spills");
+  const std::string uid = std::to_string(::geteuid());
+  const std::string orphan = "lockstep-u" + uid + "-00000000deadbeef-n0-x3";
+  make_spill_file(orphan);
+  auto* phase = shared_array<std::atomic<int>>(1);
+  auto running = lockstep::testing::start_ranks(Job::of(2, id), [phase](int) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    phase->fetch_add(1);
+    while (phase->load() < 100) {
+      std::this_thread::sleep_for(5ms);
+    }
+    state.wait_for_everyone();
+  });
+  while (phase->load() < 2) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const std::string segment = segment_path(id).substr(std::strlen("/dev/shm/"));
+  const std::string live = segment + "-x1";  // as a writer killed mid-exchange leaves it
+  make_spill_file(live);
+  (void)lockstep::detail::sweep_abandoned_segments(false);
+  EXPECT_FALSE(path_exists("/dev/shm/" + orphan)) << "an orphan spill outlived the sweep";
+  EXPECT_TRUE(path_exists("/dev/shm/" + live)) << "the sweep took a live segment's spill";
+  phase->store(100);
+  EXPECT_EQ(failures(lockstep::testing::wait_ranks(running)), "");
+  EXPECT_FALSE(path_exists(segment_path(id)));
+  EXPECT_FALSE(path_exists("/dev/shm/" + live)) << "the last process out left a spill";
+}

@@ -260,9 +260,11 @@ class LOCKSTEP_API State {
   std::string broadcast(std::string_view text, SourceLocation where = SourceLocation::current());
   // Everyone's results, everywhere (Accelerate's gather_object, for bytes): returns, on every
   // process, every process's `data`, by process index. Predictions, metrics, file lists: any
-  // size that memory allows (a process's bytes past its share of the node segment's 32 KiB go
-  // through a file of /dev/shm of its own, removed when every process has read it; where
-  // /dev/shm cannot hold them: Error on every process, naming the process and why). Every
+  // size that memory allows (a process's bytes past its share of the node segment's 32 KiB are
+  // read by the others where they lie, in its memory, with process_vm_readv; where that is not
+  // permitted, and across machines, through a file of /dev/shm of its own, removed when every
+  // process has read it; where /dev/shm cannot hold them: Error on every process, naming the
+  // process and why). Every
   // process must call it, as wait_for_everyone(), which it implies: two episodes of the barrier
   // (three across machines), whatever the outcome. Not interrupted by lockstep_set_interrupt_fd's
   // descriptor.

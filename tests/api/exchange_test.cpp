@@ -1,7 +1,6 @@
 // Issue 58: gathers and broadcasts of any size, on one machine: 1 MiB and 64 MiB per process at
 // N = 4, content checked byte for byte; a process killed in the middle of an exchange; a
 // /dev/shm that takes no more bytes.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,48 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "pattern.hpp"
 #include "ranks.hpp"
 
 namespace {
 
 using lockstep::testing::failures;
 using lockstep::testing::Job;
+using lockstep::testing::pattern;
 using lockstep::testing::run_ranks;
 using lockstep::testing::shared_array;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-
-// This user's lockstep files in /dev/shm whose names contain `part` ("-x": the spills).
-std::vector<std::string> shm_files(const std::string& part) {
-  std::vector<std::string> names;
-  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name.rfind(mine, 0) == 0 && name.find(part) != std::string::npos) {
-        names.push_back(name);
-      }
-    }
-    ::closedir(dir);
-  }
-  return names;
-}
-
-// `size` bytes of a pattern of `seed`, different at every position.
-std::string pattern(std::size_t size, std::uint64_t seed) {
-  std::string text(size, '\0');
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (std::size_t i = 0; i + 8 <= size; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(&text[i], &x, 8);
-  }
-  for (std::size_t i = size / 8 * 8; i < size; ++i) {
-    text[i] = static_cast<char>(seed + i);
-  }
-  return text;
-}
 
 TEST(Exchanges, OneAndSixtyFourMebibytesPerProcessArriveWhole) {
   constexpr int kProcesses = 4;
@@ -73,7 +42,8 @@ TEST(Exchanges, OneAndSixtyFourMebibytesPerProcessArriveWhole) {
       RANK_CHECK(state.broadcast(rank == 0 ? text : std::string("not this")) == text);
     }
     state.wait_for_everyone();
-    RANK_CHECK(shm_files("-x").empty());  // every spill removed as its exchange ended
+    RANK_CHECK(
+        lockstep::testing::spill_files().empty());  // every spill removed as its exchange ended
     state.wait_for_everyone();
   });
   EXPECT_EQ(failures(ends), "");
@@ -110,7 +80,7 @@ TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
         EXPECT_EQ(lost[rank], 1) << "process " << rank << (gather ? ", gather" : ", broadcast");
       }
     }
-    EXPECT_EQ(shm_files("-x"), std::vector<std::string>{}) << "spills left";
+    EXPECT_EQ(lockstep::testing::spill_files(), std::vector<std::string>{}) << "spills left";
   }
 }
 
@@ -134,7 +104,7 @@ TEST(Exchanges, AGatherGoesOnThroughSpillsWhereMemoryCannotBeRead) {
         }
       }
       state.wait_for_everyone();
-      RANK_CHECK(shm_files("-x").empty());
+      RANK_CHECK(lockstep::testing::spill_files().empty());
       state.wait_for_everyone();
     });
     EXPECT_EQ(failures(ends), "") << "process " << reader << " could not read";

@@ -1,5 +1,4 @@
 // lockstep::State in real processes: queries, wrappers, guards and the barrier, N = 1, 2, 4, 8.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,12 +13,14 @@
 #include <vector>
 
 #include "membership/context.hpp"
+#include "pattern.hpp"
 #include "ranks.hpp"
 
 namespace {
 
 using lockstep::testing::failures;
 using lockstep::testing::Job;
+using lockstep::testing::pattern;
 using lockstep::testing::run_ranks;
 using lockstep::testing::shared_array;
 
@@ -288,35 +289,6 @@ TEST_P(StateTest, TryWaitWithdrawsWhenItGivesUpAndNeverLetsAProcessThroughEarly)
   }
 }
 
-// The spills (lib/src/engine/spill.hpp) this user has in /dev/shm: "lockstep-u<uid>-...-x<n>".
-std::vector<std::string> spills_left() {
-  std::vector<std::string> names;
-  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name.rfind(mine, 0) == 0 && name.find("-x") != std::string::npos) {
-        names.push_back(name);
-      }
-    }
-    ::closedir(dir);
-  }
-  return names;
-}
-
-// `size` bytes that differ with `seed` at every position (a byte out of place is seen).
-std::string pattern(std::size_t size, std::size_t seed) {
-  std::string text(size, '\0');
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (std::size_t i = 0; i < size; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    text[i] = static_cast<char>(x);
-  }
-  return text;
-}
-
 // Issue 23, issue 58: main computes, everyone uses. Many rounds of sizes on both sides of the
 // segment's area (32 KiB) and well past it, the main process late in some, the others in
 // others; each round's bytes differ, so a process that read before the main process wrote, or
@@ -337,7 +309,7 @@ TEST_P(StateTest, BroadcastGivesEveryProcessTheMainProcesssBytes) {
       RANK_CHECK(state.broadcast(mine) == text);
     }
     state.wait_for_everyone();
-    RANK_CHECK(spills_left().empty());
+    RANK_CHECK(lockstep::testing::spill_files().empty());
     state.wait_for_everyone();
   });
   EXPECT_EQ(failures(ends), "");
@@ -368,7 +340,7 @@ TEST_P(StateTest, GatherGivesEveryProcessEveryProcesssBytes) {
       }
     }
     state.wait_for_everyone();
-    RANK_CHECK(spills_left().empty());
+    RANK_CHECK(lockstep::testing::spill_files().empty());
     state.wait_for_everyone();
   });
   EXPECT_EQ(failures(ends), "");

@@ -22,8 +22,11 @@
 #include <thread>
 
 #include "fake_gpu.hpp"
+#include "pattern.hpp"
 
 namespace {
+
+using lockstep::testing::pattern;
 
 struct Shared {
   std::atomic<std::int64_t> round[64];             // per process: the round it last entered
@@ -117,19 +120,6 @@ int rounds(lockstep::State& state, Shared& shared, int rounds) {
   std::cout << "RESULT rounds " << rounds << " early " << early << std::endl;
   CHECK(early == 0);
   return 0;
-}
-
-// `size` bytes that differ with `seed` at every position.
-std::string pattern(std::size_t size, std::size_t seed) {
-  std::string text(size, '\0');
-  std::uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
-  for (std::size_t i = 0; i < size; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    text[i] = static_cast<char>(x);
-  }
-  return text;
 }
 
 // `rounds` broadcasts of the main process's bytes, on both sides of the segment's area (32 KiB)

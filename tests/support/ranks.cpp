@@ -273,4 +273,14 @@ std::vector<std::string> shm_entries(const std::string& prefix) {
   return out;
 }
 
+std::vector<std::string> spill_files() {
+  std::vector<std::string> spills;
+  for (std::string& name : shm_entries("lockstep-u" + std::to_string(::geteuid()) + "-")) {
+    if (name.find("-x") != std::string::npos) {
+      spills.push_back(std::move(name));
+    }
+  }
+  return spills;
+}
+
 }  // namespace lockstep::testing

@@ -140,6 +140,8 @@ bool mount_full_dev_shm();
 
 // Names in /dev/shm that start with `prefix`.
 std::vector<std::string> shm_entries(const std::string& prefix);
+// This user's exchange spills in /dev/shm (lib/src/engine/spill.hpp: "lockstep-u<uid>-...-x<n>").
+std::vector<std::string> spill_files();
 
 // The state letter in the /proc stat file at `stat_path` ("/proc/PID/stat", or a thread's
 // "/proc/self/task/TID/stat"): the field after the command's closing parenthesis ('R', 'S', 'Z',

@@ -326,11 +326,12 @@ bool read_other(pid_t pid, std::uint64_t address, std::byte* to, std::uint64_t s
 
 // A gather on one machine: every process's bytes, by rank, to `sink`, each read once (this
 // process's own from `mine`; another's in its memory straight into place); throws a process's
-// failure (the first by rank), or Error when the entries are not every rank's once. Returns the
-// ranks whose bytes, in their writer's memory, this process could not read (then from spills).
-std::vector<int> node_gather_into(const NodeSegment& segment, int me,
-                                  std::span<const std::byte> mine, const Context::GatherSink& sink,
-                                  const char* what) {
+// failure (the first by rank), or Error when the entries are not every rank's once. Puts in
+// `missing` the ranks whose bytes, in their writer's memory, this process could not read (then
+// from spills); returns whether any entry was held in memory.
+bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::byte> mine,
+                      const Context::GatherSink& sink, std::vector<int>& missing,
+                      const char* what) {
   const int processes = segment.num_slots();
   std::vector<Entry> entries;
   std::vector<int> local_of(static_cast<std::size_t>(processes), -1);
@@ -356,13 +357,14 @@ std::vector<int> node_gather_into(const NodeSegment& segment, int me,
   }
   sink.sized(sizes);
   const std::uint64_t my_namespace = pid_namespace();
-  std::vector<int> missing;
+  bool in_memory = false;
   for (int rank = 0; rank < processes; ++rank) {
     const int local = local_of[static_cast<std::size_t>(rank)];
     const Entry& entry = entries[static_cast<std::size_t>(local)];
     if (rank == me) {
       sink.put(rank, mine);
     } else if (entry.held == Held::in_memory) {
+      in_memory = true;
       const auto pid = static_cast<pid_t>(get_le(entry.at + kEntryHead, 4));
       const bool here = get_le(entry.at + kEntryHead + 8, 8) == my_namespace;
       if (!here ||
@@ -376,7 +378,7 @@ std::vector<int> node_gather_into(const NodeSegment& segment, int me,
       sink.put(rank, entry.bytes);
     }
   }
-  return missing;
+  return in_memory;
 }
 
 // The ranks in `missing` (node_gather_into's), now that their writers have spilled them; throws
@@ -556,8 +558,9 @@ void Context::gather_here(std::span<const std::byte> data, std::optional<Spill>&
                           const GatherSink& sink, const char* what, std::uint32_t call) {
   std::exception_ptr failed;
   std::vector<int> missing;
+  bool in_memory = true;  // unknown after a failure: the slots are looked at
   try {
-    missing = node_gather_into(*segment_, config_.rank, data, sink, what);
+    in_memory = node_gather_into(*segment_, config_.rank, data, sink, missing, what);
   } catch (...) {
     failed = std::current_exception();
   }
@@ -570,7 +573,9 @@ void Context::gather_here(std::span<const std::byte> data, std::optional<Spill>&
   }
   arrive(std::nullopt, what, call);  // every process has read: the area and spills are free
   bool unread = false;
-  for (int slot = 0; slot < segment_->num_slots(); ++slot) {
+  // Where no entry was held in memory (every process read the same entries: all small, say) no
+  // process can have missed one, and the slots are not looked at.
+  for (int slot = 0; in_memory && slot < segment_->num_slots(); ++slot) {
     // Relaxed: written before the episode that this process has just seen complete.
     unread = unread || segment_->slot(slot).unread_gather.load(std::memory_order_relaxed) == number;
   }

@@ -194,7 +194,9 @@ void hold_node_copy(NodeSegment& segment, std::span<const std::byte> bytes, Held
   inline_bytes = inline_bytes.first(std::min(inline_bytes.size(), kMaxBroadcast));
   area.status = static_cast<std::uint32_t>(held);
   area.size = inline_bytes.size();
-  std::memcpy(area.data, inline_bytes.data(), inline_bytes.size());
+  if (!inline_bytes.empty()) {  // an empty span's data() may be null, which memcpy may not take
+    std::memcpy(area.data, inline_bytes.data(), inline_bytes.size());
+  }
 }
 
 // What hold_node_copy held, given to `put` (valid during the call only), as every process of the

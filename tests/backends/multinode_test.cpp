@@ -673,6 +673,21 @@ TEST_P(MultiNode, AKilledLeaderFailsEveryNode) {
   EXPECT_NE(nodes_[1].code(), 0);
 }
 
+TEST_P(MultiNode, AProcessKilledMidGatherFailsTheJobAndLeavesNoSpill) {
+  // Issue 58: the others have written their spills (1 MiB each, past the segment's area) and
+  // wait; every one gets PeerLostError naming the dead one, and no spill is left once they exit.
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"gather-kill", shared_.string(), "3"});  // not a leader
+  }
+  wait_all();
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 3U) << all_output();
+  for (int rank : {0, 1, 2}) {
+    EXPECT_TRUE(ends[rank].starts_with("lost 3 ")) << rank << ": " << ends[rank];
+  }
+  EXPECT_EQ(lockstep::testing::spill_files(), std::vector<std::string>{}) << all_output();
+}
+
 TEST_P(MultiNode, AKilledProcessFailsItsLeaderAndTheJob) {
   for (int node = 0; node < 2; ++node) {
     start(node, 2, 2, {"kill", shared_.string(), "3"});  // not a leader

@@ -484,6 +484,17 @@ int main(int argc, char** argv) {
         state.wait_for_everyone();
       }
     }
+    if (scenario == "gather-kill") {  // process `arg` dies while the others gather 1 MiB each
+      state.wait_for_everyone();
+      if (state.process_index() == arg) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(::getpid(), SIGKILL);
+      }
+      (void)state.gather_object(
+          pattern(1 << 20, static_cast<std::uint64_t>(state.process_index())));
+      std::cout << "RESULT passed" << std::endl;
+      return 1;
+    }
     if (scenario == "kill") {  // process `arg` dies after 20 rounds; the others keep waiting
       for (int r = 0; r < 20; ++r) {
         state.wait_for_everyone();

@@ -23,6 +23,15 @@ namespace bip = boost::interprocess;
 
 namespace lockstep::detail {
 
+namespace {
+
+// "lockstep-u<euid>-": what every name this user's lockstep puts in /dev/shm begins with.
+std::string user_prefix() {
+  return "lockstep-u" + std::to_string(::geteuid()) + "-";
+}
+
+}  // namespace
+
 std::string segment_prefix(const std::string& identity) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a, 64-bit
   for (unsigned char c : identity) {
@@ -30,7 +39,7 @@ std::string segment_prefix(const std::string& identity) {
   }
   char hex[17];
   (void)std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-  return "lockstep-u" + std::to_string(::geteuid()) + "-" + hex + "-";
+  return user_prefix() + hex + "-";
 }
 
 std::string segment_name(const std::string& identity, int node_index, std::uint64_t launch) {
@@ -137,7 +146,7 @@ std::optional<std::vector<int>> joined_ranks(const std::string& name) {
 }
 
 std::vector<std::string> user_segments() {
-  const std::string mine = "lockstep-u" + std::to_string(::geteuid()) + "-";
+  const std::string mine = user_prefix();
   std::vector<std::string> names;
   if (DIR* dir = ::opendir("/dev/shm")) {
     // Bounded: a sweep or a status looks at no more than this many of the user's segments.
@@ -166,7 +175,7 @@ std::vector<std::string> sweep_abandoned_segments(bool other_versions) {
       // (flock failing, out of memory) a sweep is best effort: this one stays for the next
     }
   }
-  for (auto& name : remove_orphan_spills("lockstep-u" + std::to_string(::geteuid()) + "-")) {
+  for (auto& name : remove_orphan_spills(user_prefix())) {
     removed.push_back(std::move(name));
   }
   return removed;

@@ -142,13 +142,17 @@ SpillView::~SpillView() {
   (void)::munmap(const_cast<std::byte*>(bytes_.data()), bytes_.size());
 }
 
+std::vector<std::byte> prefaulted_copy(std::span<const std::byte> bytes) {
+  std::vector<std::byte> out;
+  out.reserve(bytes.size());
+  prefault(out.data(), bytes.size());
+  out.assign(bytes.begin(), bytes.end());
+  return out;
+}
+
 std::vector<std::byte> read_spill(const std::string& name, std::uint64_t size, const char* what) {
   const SpillView view(name, size, what);
-  std::vector<std::byte> out;
-  out.reserve(size);
-  prefault(out.data(), size);
-  out.assign(view.bytes().begin(), view.bytes().end());
-  return out;
+  return prefaulted_copy(view.bytes());
 }
 
 namespace {

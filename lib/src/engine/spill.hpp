@@ -64,6 +64,8 @@ class SpillView {
 // copy of that many bytes into new memory: one system call instead of a fault a page, which took
 // about a third of a gather's time at N = 4, 1 MiB each (perf, 2 vCPUs). Best effort.
 void prefault(void* memory, std::size_t size) noexcept;
+// `bytes` copied into new memory, its pages faulted in first (prefault).
+[[nodiscard]] std::vector<std::byte> prefaulted_copy(std::span<const std::byte> bytes);
 
 // Removes every spill of `segment` (its processes have all gone, or the segment is replaced).
 // Best effort, never throws.

@@ -46,8 +46,8 @@ constexpr std::size_t kEntryHead = 16;
 // An entry whose bytes stay in their writer's memory, where the others read them
 // (process_vm_readv): after the head, the writer's pid (4 bytes), 4 unused, its pid namespace
 // (8) and the bytes' address (8). A reader that cannot read them so (another pid namespace, not
-// permitted: a Yama ptrace scope, a seccomp filter) says so in the area's status word, and every
-// process then reads such entries from spills, in two more episodes.
+// permitted: a Yama ptrace scope, a seccomp filter) says so in its slot (Slot::unread_gather),
+// and every process then reads such entries from spills, in two more episodes.
 constexpr std::size_t kInMemory = kEntryHead + 24;
 
 // The bytes of the broadcast area each of a node's `processes` owns in a gather.
@@ -71,6 +71,13 @@ void append_record(std::vector<std::byte>& out, int rank, Held held,
 
 std::span<const std::byte> as_bytes(const std::string& text) {
   return std::as_bytes(std::span(text.data(), text.size()));
+}
+
+// The failure of process `rank`, which could not give its bytes for the reason in `why`.
+Error could_not_give(const char* what, int rank, std::span<const std::byte> why) {
+  return Error{"lockstep: " + std::string(what) + ": process " + std::to_string(rank) +
+               " could not give its bytes: " +
+               std::string(reinterpret_cast<const char*>(why.data()), why.size())};
 }
 
 struct Record {
@@ -129,10 +136,7 @@ void deliver_records(std::span<const std::byte> records, int world_size,
       throw garbled();
     }
     if (record->held == Held::failed) {
-      throw Error(
-          "lockstep: " + std::string(what) + ": process " + std::to_string(record->rank) +
-          " could not give its bytes: " +
-          std::string(reinterpret_cast<const char*>(record->bytes.data()), record->bytes.size()));
+      throw could_not_give(what, record->rank, record->bytes);
     }
     sizes.push_back(record->bytes.size());
   }
@@ -268,6 +272,7 @@ struct Entry {
   std::uint64_t size;
   std::span<const std::byte> bytes;  // inline ones (and failures' reasons)
   const std::byte* at;               // the entry's head
+  int local;                         // its region's (and its spill's) local index
 };
 Entry entry_at(const NodeSegment& segment, int local) {
   const std::size_t region = region_size(segment.num_slots());
@@ -277,7 +282,8 @@ Entry entry_at(const NodeSegment& segment, int local) {
               static_cast<Held>(static_cast<std::uint32_t>(get_le(at + 4, 4))),
               get_le(at + 8, 8),
               {},
-              at};
+              at,
+              local};
   const bool elsewhere = entry.held == Held::spilled || entry.held == Held::in_memory;
   entry.bytes = std::span(at + kEntryHead,
                           elsewhere ? 0 : std::min<std::uint64_t>(entry.size, region - kEntryHead));
@@ -301,6 +307,29 @@ std::vector<std::byte> node_records(const NodeSegment& segment, const char* what
     }
   }
   return records;
+}
+
+// The node's entries of a gather on one machine, by rank; Error unless they are every rank's once.
+// Throws the failure of the first process (by rank) whose entry is its failure.
+std::vector<Entry> entries_by_rank(const NodeSegment& segment, const char* what) {
+  const int processes = segment.num_slots();
+  std::vector<std::optional<Entry>> of(static_cast<std::size_t>(processes));
+  for (int local = 0; local < processes; ++local) {
+    const Entry entry = entry_at(segment, local);
+    if (entry.rank < 0 || entry.rank >= processes || of[static_cast<std::size_t>(entry.rank)]) {
+      throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
+    }
+    of[static_cast<std::size_t>(entry.rank)] = entry;
+  }
+  std::vector<Entry> entries;
+  entries.reserve(of.size());
+  for (const std::optional<Entry>& entry : of) {
+    if (entry->held == Held::failed) {
+      throw could_not_give(what, entry->rank, entry->bytes);
+    }
+    entries.push_back(*entry);
+  }
+  return entries;
 }
 
 // Reads `size` bytes at `address` of process `pid` into `to` (process_vm_readv: one copy, no
@@ -334,35 +363,17 @@ bool read_other(pid_t pid, std::uint64_t address, std::byte* to, std::uint64_t s
 bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::byte> mine,
                       const Context::GatherSink& sink, std::vector<int>& missing,
                       const char* what) {
-  const int processes = segment.num_slots();
-  std::vector<Entry> entries;
-  std::vector<int> local_of(static_cast<std::size_t>(processes), -1);
-  for (int local = 0; local < processes; ++local) {
-    entries.push_back(entry_at(segment, local));
-    const int rank = entries.back().rank;
-    if (rank < 0 || rank >= processes || local_of[static_cast<std::size_t>(rank)] != -1) {
-      throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
-    }
-    local_of[static_cast<std::size_t>(rank)] = local;
-  }
+  const std::vector<Entry> entries = entries_by_rank(segment, what);
   std::vector<std::uint64_t> sizes;
-  for (int rank = 0; rank < processes; ++rank) {
-    const Entry& entry =
-        entries[static_cast<std::size_t>(local_of[static_cast<std::size_t>(rank)])];
-    if (entry.held == Held::failed) {
-      throw Error(
-          "lockstep: " + std::string(what) + ": process " + std::to_string(rank) +
-          " could not give its bytes: " +
-          std::string(reinterpret_cast<const char*>(entry.bytes.data()), entry.bytes.size()));
-    }
+  sizes.reserve(entries.size());
+  for (const Entry& entry : entries) {
     sizes.push_back(entry.size);
   }
   sink.sized(sizes);
   const std::uint64_t my_namespace = pid_namespace();
   bool in_memory = false;
-  for (int rank = 0; rank < processes; ++rank) {
-    const int local = local_of[static_cast<std::size_t>(rank)];
-    const Entry& entry = entries[static_cast<std::size_t>(local)];
+  for (const Entry& entry : entries) {
+    const int rank = entry.rank;
     if (rank == me) {
       sink.put(rank, mine);
     } else if (entry.held == Held::in_memory) {
@@ -374,7 +385,7 @@ bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
         missing.push_back(rank);
       }
     } else if (entry.held == Held::spilled) {
-      const SpillView view(spill_name(segment.name(), local), entry.size, what);
+      const SpillView view(spill_name(segment.name(), entry.local), entry.size, what);
       sink.put(rank, view.bytes());
     } else {
       sink.put(rank, entry.bytes);
@@ -387,31 +398,14 @@ bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
 // on every process when a writer could not (its entry rewritten as its failure).
 void gather_missing(const NodeSegment& segment, const std::vector<int>& missing,
                     const Context::GatherSink& sink, const char* what) {
-  std::vector<Entry> entries;
-  entries.reserve(static_cast<std::size_t>(segment.num_slots()));
-  for (int local = 0; local < segment.num_slots(); ++local) {
-    entries.push_back(entry_at(segment, local));
-  }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.rank < b.rank; });
-  for (const Entry& entry : entries) {
-    if (entry.held == Held::failed) {
-      throw Error(
-          "lockstep: " + std::string(what) + ": process " + std::to_string(entry.rank) +
-          " could not give its bytes: " +
-          std::string(reinterpret_cast<const char*>(entry.bytes.data()), entry.bytes.size()));
-    }
-  }
-  for (int local = 0; local < segment.num_slots(); ++local) {
-    const Entry entry = entry_at(segment, local);
-    if (std::find(missing.begin(), missing.end(), entry.rank) == missing.end()) {
-      continue;
-    }
+  const std::vector<Entry> entries = entries_by_rank(segment, what);
+  for (const int rank : missing) {
+    const Entry& entry = entries[static_cast<std::size_t>(rank)];
     if (entry.held != Held::spilled) {
       throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
     }
-    const SpillView view(spill_name(segment.name(), local), entry.size, what);
-    sink.put(entry.rank, view.bytes());
+    const SpillView view(spill_name(segment.name(), entry.local), entry.size, what);
+    sink.put(rank, view.bytes());
   }
 }
 
@@ -444,13 +438,7 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
                                           const CallSite& site) {
   std::vector<std::byte> out;
   broadcast_into(
-      data,
-      [&](std::span<const std::byte> bytes) {
-        out.reserve(bytes.size());
-        prefault(out.data(), bytes.size());
-        out.assign(bytes.begin(), bytes.end());
-      },
-      what, site);
+      data, [&](std::span<const std::byte> bytes) { out = prefaulted_copy(bytes); }, what, site);
   return out;
 }
 

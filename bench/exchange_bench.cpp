@@ -10,6 +10,10 @@
 //                                         each receives the others' B bytes (N - 1 reads of B)
 //   BM_Memcpy/ranks:N/bytes:B             each process copies N * B bytes within itself: the floor
 //                                         of any way to hand it those bytes
+//   BM_LockstepGatherAcross/ranks:4/bytes:B, BM_LockstepBroadcastAcross/ranks:4/bytes:B
+//                                         the same calls on 2 simulated machines of 2 processes,
+//                                         whose leaders meet through the cross-node backend
+//                                         (UCX) on loopback
 //
 // Time is per exchange (manual time from rank 0); the counter delivered_GBps is the bytes each
 // process receives per exchange (N * B for a gather, B for a broadcast, (N - 1) * B through the
@@ -46,13 +50,32 @@ std::vector<std::byte> given(std::size_t bytes, int rank) {
 
 class LockstepExchange {
  public:
-  LockstepExchange(int ranks, std::size_t bytes, bool gather)
-      : ranks_(ranks), bytes_(bytes), gather_(gather), id_(fresh_id("exchange")) {}
+  // On `nodes` simulated machines (1: one machine), their leaders meeting through the
+  // cross-node backend on loopback, as bench/barrier_bench's BM_LockstepCrossNode runs them.
+  LockstepExchange(int ranks, std::size_t bytes, bool gather, int nodes = 1)
+      : ranks_(ranks),
+        bytes_(bytes),
+        gather_(gather),
+        nodes_(nodes),
+        port_(nodes > 1 ? lockstep::detail::free_port() : 0),
+        id_(fresh_id("exchange")) {}
+  // NOLINTBEGIN(concurrency-mt-unsafe): a freshly forked, single-threaded child
   void attach(int rank) {
     set_job_environment(id_, rank, ranks_, lockstep::WaitPolicy::adaptive);
+    if (nodes_ > 1) {
+      const int per_node = ranks_ / nodes_;
+      ::setenv("LOCAL_RANK", std::to_string(rank % per_node).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_node).c_str(), 1);
+      ::setenv("GROUP_RANK", std::to_string(rank / per_node).c_str(), 1);
+      ::setenv("LOCKSTEP_NNODES", std::to_string(nodes_).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port_).c_str(), 1);
+      ::setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only, unless the caller chose
+    }
     state_.emplace();
     data_ = given(bytes_, rank);
   }
+  // NOLINTEND(concurrency-mt-unsafe)
   void wait(int rank) {
     if (gather_) {
       benchmark::DoNotOptimize(state_->gather_object(data_));
@@ -70,6 +93,8 @@ class LockstepExchange {
   int ranks_;
   std::size_t bytes_;
   bool gather_;
+  int nodes_;
+  int port_;
   std::string id_;
   std::optional<lockstep::State> state_;
   std::vector<std::byte> data_;
@@ -83,6 +108,18 @@ class LockstepGather : public LockstepExchange {
 class LockstepBroadcast : public LockstepExchange {
  public:
   LockstepBroadcast(int ranks, std::size_t bytes) : LockstepExchange(ranks, bytes, false) {}
+};
+
+// Two simulated machines, half the processes on each.
+class LockstepGatherAcross : public LockstepExchange {
+ public:
+  LockstepGatherAcross(int ranks, std::size_t bytes) : LockstepExchange(ranks, bytes, true, 2) {}
+};
+
+class LockstepBroadcastAcross : public LockstepExchange {
+ public:
+  LockstepBroadcastAcross(int ranks, std::size_t bytes)
+      : LockstepExchange(ranks, bytes, false, 2) {}
 };
 
 // Pipes in a ring (rank r writes to r + 1; N even): in step s each process passes on the block
@@ -204,6 +241,21 @@ BENCHMARK(BM_Exchange<LockstepGather>)->Name("BM_LockstepGather")->Apply(sizes);
 BENCHMARK(BM_Exchange<PipeRing>)->Name("BM_PipeRing")->Apply(sizes);
 BENCHMARK(BM_Exchange<Memcpy>)->Name("BM_Memcpy")->Apply(sizes);
 BENCHMARK(BM_Exchange<LockstepBroadcast>)->Name("BM_LockstepBroadcast")->Apply(sizes);
+
+// Across machines: 2 simulated machines of 2 processes.
+void sizes_across(benchmark::internal::Benchmark* bench) {
+  bench->ArgNames({"ranks", "bytes"});
+  for (const std::int64_t bytes :
+       {std::int64_t{1} << 10, std::int64_t{1} << 20, std::int64_t{16} << 20}) {
+    bench->Args({4, bytes});
+  }
+  bench->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_Exchange<LockstepGatherAcross>)->Name("BM_LockstepGatherAcross")->Apply(sizes_across);
+BENCHMARK(BM_Exchange<LockstepBroadcastAcross>)
+    ->Name("BM_LockstepBroadcastAcross")
+    ->Apply(sizes_across);
 
 }  // namespace
 

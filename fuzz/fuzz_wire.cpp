@@ -1,6 +1,7 @@
 // libFuzzer target: every message the UCX backend decodes from the network (backends/ucx/wire).
 // Decoding must never crash, read out of bounds or allocate without bound (ASan, UBSan), and a
-// message that decodes must encode back to the same bytes (one encoding per message).
+// message that decodes must encode back to the same bytes (one encoding per message). A chunk's
+// head goes on to the part inbox, whose place for it must hold it.
 //
 // LOCKSTEP_FUZZ_WRITE_SEEDS=DIR writes one encoded message of each kind to DIR (how
 // fuzz/corpus/wire was made) and exits.
@@ -8,10 +9,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <span>
 #include <string>
 
+#include "ucx/part_inbox.hpp"
 #include "ucx/wire.hpp"
 
 namespace wire = lockstep::detail::wire;
@@ -35,6 +38,8 @@ void write_seeds(const std::string& dir) {
       wire::Arrive{0x1234'5678'9abc'def1ULL, 1, 42, 0, {0x3}},
       wire::Abort{0x1234'5678'9abc'def1ULL, 1, 2, 3, {2, 3}, "process 3 died"},
       wire::Blob{0x1234'5678'9abc'def1ULL, 0, 0, bytes_of("nccl-unique-id")},
+      wire::Chunk{0x1234'5678'9abc'def1ULL, 1, 3, 3 * wire::kChunk + 5, 2 * wire::kChunk,
+                  wire::kChunk},
   };
   int index = 0;
   for (const auto& message : samples) {
@@ -67,6 +72,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (again.size() != size || !std::equal(again.begin(), again.end(), input.begin())) {
     std::fprintf(stderr, "fuzz_wire: a decoded message encodes to other bytes\n");
     std::abort();
+  }
+  if (const auto* head = std::get_if<wire::Chunk>(&message)) {
+    // A chunk's head as node 0 of 2 takes it (the token is the seeds', the memory 64 MiB): a
+    // place it gives is inside the part, which ASan checks by writing the whole chunk there.
+    lockstep::detail::ucx::PartInbox inbox(0, 2, 0x1234'5678'9abc'def1ULL, 4, 64 << 20);
+    const auto place = inbox.place(*head, head->length);
+    if (place.verdict == lockstep::detail::ucx::ChunkPlace::Verdict::take) {
+      std::memset(place.at, 0x5a, head->length);
+    }
   }
   return 0;
 }

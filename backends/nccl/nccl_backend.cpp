@@ -85,23 +85,13 @@ class NcclBackend final : public Backend {
     return bootstrap_->nodes();
   }
   void barrier(std::optional<Clock::time_point> deadline, const char* what) override;
-  // Through the bootstrap (NCCL is not needed for a few bytes from node 0).
-  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
-                                   std::optional<Clock::time_point> deadline,
-                                   const char* what) override {
+  // Through the bootstrap (UCX's large-message path: NCCL moves device memory, and these bytes
+  // are the host's).
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
+                                                std::optional<Clock::time_point> deadline,
+                                                const char* what) override {
     try {
-      return bootstrap_->broadcast(blob, deadline, what);
-    } catch (const Error&) {
-      abort_communicator();
-      throw;
-    }
-  }
-  // Through the bootstrap too.
-  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
-                                             std::optional<Clock::time_point> deadline,
-                                             const char* what) override {
-    try {
-      return bootstrap_->gather(part, deadline, what);
+      return bootstrap_->allgather(part, deadline, what);
     } catch (const Error&) {
       abort_communicator();
       throw;

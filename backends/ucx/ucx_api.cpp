@@ -45,6 +45,7 @@ UcxApi load() {
   bind(library, "ucp_request_check_status", api.request_check_status);
   bind(library, "ucp_request_free", api.request_free);
   bind(library, "ucp_am_send_nbx", api.am_send_nbx);
+  bind(library, "ucp_am_recv_data_nbx", api.am_recv_data_nbx);
   bind(library, "ucs_status_string", api.status_string);  // libucs, which libucp loads
   return api;
 }

@@ -27,6 +27,7 @@ struct UcxApi {
   decltype(&::ucp_request_check_status) request_check_status;
   decltype(&::ucp_request_free) request_free;
   decltype(&::ucp_am_send_nbx) am_send_nbx;
+  decltype(&::ucp_am_recv_data_nbx) am_recv_data_nbx;
   decltype(&::ucs_status_string) status_string;
 };
 

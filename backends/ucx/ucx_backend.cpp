@@ -1,9 +1,12 @@
-// The UCX backend: the leaders' dissemination barrier, node 0's broadcast and gather, the failure
-// reports, over UCP active messages (the class: ucx_backend.hpp; joining: ucx_join.cpp).
+// The UCX backend: the leaders' dissemination barrier, node 0's broadcast, the allgather of any
+// size, the failure reports, over UCP active messages (the class: ucx_backend.hpp; joining:
+// ucx_join.cpp).
 #include <poll.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -17,7 +20,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr unsigned kAmId = 0x4c;  // every lockstep message travels as this active message
+constexpr unsigned kAmId = 0x4c;     // every lockstep message travels as this active message
+constexpr unsigned kChunkId = 0x4d;  // but the chunks of an allgather's parts, as this one
 // How long a leader waiting in a barrier sleeps on the worker's event fd before it progresses the
 // worker again. UCX 1.13's event fd sometimes misses a message on loopback TCP (four simulated
 // nodes, all asleep on their fds, each holding a message the next needed: 100 ms stalls, several
@@ -36,7 +40,7 @@ constexpr std::size_t kMaxEarly = 4096;
 constexpr auto kLinkLook = 20ms;
 
 // What the wire decodes is what the interface promises to carry (Bootstrap's limits).
-static_assert(wire::kMaxBlob == Bootstrap::kMaxBlob && wire::kMaxPart == Bootstrap::kMaxPart);
+static_assert(wire::kMaxBlob == Bootstrap::kMaxBlob);
 
 std::string ranks_text(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks);
@@ -110,6 +114,11 @@ void UcxBackend::start_ucx() {
   handler.cb = &UcxBackend::on_message;
   handler.arg = this;
   check(ucx_api().worker_set_am_recv_handler(worker_, &handler), "ucp_worker_set_am_recv_handler");
+  handler.field_mask |= UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  handler.id = kChunkId;
+  handler.cb = &UcxBackend::on_chunk;
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  check(ucx_api().worker_set_am_recv_handler(worker_, &handler), "ucp_worker_set_am_recv_handler");
 
   ucp_worker_attr_t attr{};
   attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
@@ -172,12 +181,17 @@ void UcxBackend::shutdown() noexcept {
   for (void* request : closing) {
     ucx_api().request_free(request);
   }
-  for (auto& entry : sending_) {
-    ucx_api().request_free(entry.first);
+  for (const Sending& entry : sending_) {
+    ucx_api().request_free(entry.request);
   }
-  sending_.clear();
+  for (const Receiving& entry : receiving_) {
+    ucx_api().request_free(entry.request);
+  }
   ucx_api().worker_destroy(worker_);
   worker_ = nullptr;
+  sending_.clear();  // what they sent from and received into, once UCX has let go of it
+  receiving_.clear();
+  part_inbox_.reset();
   ucx_api().cleanup(context_);
   context_ = nullptr;
 }
@@ -237,6 +251,58 @@ Endpoint& UcxBackend::add_endpoint(ucp_ep_params_t params, int node) {
   return *endpoints_.back();
 }
 
+ucs_status_t UcxBackend::on_chunk(void* arg, const void* header, std::size_t header_length,
+                                  void* data, std::size_t length,
+                                  const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxBackend*>(arg);
+  if (!self->part_inbox_ || header_length == 0) {
+    return UCS_OK;  // before the join (no leader sends then), or not a chunk: dropped
+  }
+  try {
+    const wire::Message message =
+        wire::decode({static_cast<const std::byte*>(header), header_length});
+    const auto* head = std::get_if<wire::Chunk>(&message);
+    if (head == nullptr) {
+      return UCS_OK;
+    }
+    const ChunkPlace place = self->part_inbox_->place(*head, length);
+    if (place.verdict == ChunkPlace::Verdict::refuse) {
+      if (!self->aborted_) {  // no chunk of it is received: the job's failure
+        self->aborted_ = Failure{FailureKind::error, -1, {}, place.why};
+      }
+      return UCS_OK;
+    }
+    if (place.verdict == ChunkPlace::Verdict::drop) {
+      return UCS_OK;
+    }
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+      if (length != 0) {
+        std::memcpy(place.at, data, length);
+      }
+      self->part_inbox_->received(*head, true);
+      return UCS_OK;
+    }
+    self->receiving_.reserve(self->receiving_.size() + 1);  // no throw once UCX has the buffer
+    ucp_request_param_t receive{};
+    void* request = ucx_api().am_recv_data_nbx(self->worker_, data, place.at, length, &receive);
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+      self->part_inbox_->received(*head, request == nullptr);
+    } else {
+      self->receiving_.push_back(Receiving{request, *head});
+    }
+  } catch (const wire::WireError&) {
+    // malformed or foreign: dropped
+  } catch (...) {
+    // (out of memory) nothing may cross into UCX
+  }
+  return UCS_OK;
+}
+
+void UcxBackend::take_token(std::uint64_t token) {
+  token_ = token;
+  part_inbox_.emplace(me_, num_nodes_, token_, kMaxAhead, PartInbox::physical_memory());
+}
+
 void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
   if (ep == nullptr) {
     return;  // a failed endpoint: its error is reported by check_members()
@@ -249,7 +315,22 @@ void UcxBackend::send(ucp_ep_h ep, const wire::Message& message, bool reply) {
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     return;  // sent at once, or failed: a failed endpoint also reports through on_error
   }
-  sending_.emplace_back(request, std::move(bytes));  // the buffer lives until the send completes
+  sending_.push_back(Sending{request, std::move(bytes), nullptr});  // kept until the send completes
+}
+
+void UcxBackend::send_chunk(ucp_ep_h ep, const wire::Chunk& head,
+                            const std::shared_ptr<const std::vector<std::byte>>& part) {
+  if (ep == nullptr) {
+    return;  // a failed endpoint: its error is reported by check_members()
+  }
+  std::vector<std::byte> bytes = wire::encode(head);
+  ucp_request_param_t param{};  // UCX chooses the protocol: rendezvous for the large ones
+  void* request = ucx_api().am_send_nbx(ep, kChunkId, bytes.data(), bytes.size(),
+                                        part->data() + head.offset, head.length, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    return;  // sent at once, or failed: a failed endpoint also reports through on_error
+  }
+  sending_.push_back(Sending{request, std::move(bytes), part});
 }
 
 void UcxBackend::progress() {
@@ -276,11 +357,20 @@ void UcxBackend::progress() {
       }
     }
   }
-  std::erase_if(sending_, [](auto& entry) {
-    if (ucx_api().request_check_status(entry.first) == UCS_INPROGRESS) {
+  std::erase_if(sending_, [](const Sending& entry) {
+    if (ucx_api().request_check_status(entry.request) == UCS_INPROGRESS) {
       return false;
     }
-    ucx_api().request_free(entry.first);
+    ucx_api().request_free(entry.request);
+    return true;
+  });
+  std::erase_if(receiving_, [this](const Receiving& entry) {
+    const ucs_status_t status = ucx_api().request_check_status(entry.request);
+    if (status == UCS_INPROGRESS) {
+      return false;
+    }
+    ucx_api().request_free(entry.request);
+    part_inbox_->received(entry.head, status == UCS_OK);
     return true;
   });
 }
@@ -356,10 +446,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
       return;
     }
     blobs_[blob->sequence] = blob->data;
-  } else if (const auto* part = std::get_if<wire::Part>(&message)) {
-    take_part(*part);
   }
-  // A hello, welcome or refusal from a member after joining is dropped.
+  // A hello, welcome or refusal from a member after joining is dropped, as is a chunk's head
+  // that comes as a message (chunks have an id of their own: on_chunk).
 }
 
 void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_point> deadline,
@@ -384,7 +473,7 @@ void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_
       return false;
     }
     void block(std::chrono::nanoseconds limit) {
-      if (!backend.sending_.empty()) {
+      if (!backend.sending_.empty() || !backend.receiving_.empty()) {
         // A send in flight completes only as this worker progresses, and UCX does not say
         // that its event fd fires for that: rather than risk holding the message (and every
         // node waiting for it) for a slice, nap briefly and progress again.
@@ -671,73 +760,42 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
   return data;
 }
 
-void UcxBackend::take_part(const wire::Part& part) {
-  const bool from_member =
-      part.token == token_ && part.from < static_cast<std::uint32_t>(num_nodes_) && part.from != 0;
-  // Looked up, not made: a part that is dropped leaves nothing behind in parts_.
-  const auto gather = parts_.find(part.sequence);
-  if (me_ != 0 || !from_member || part.sequence < part_sequence_ ||
-      (gather != parts_.end() && gather->second.count(static_cast<int>(part.from)) != 0)) {
-    return;  // not node 0, foreign, node 0's own, old or repeated: dropped
+std::vector<std::vector<std::byte>> UcxBackend::allgather(std::span<const std::byte> part,
+                                                          std::optional<Clock::time_point> deadline,
+                                                          const char* what) {
+  if (aborted_) {
+    fail(*aborted_, what);
   }
-  if (part.sequence >= part_sequence_ + kMaxAhead) {
-    // A leader sends one part and then waits for node 0's share of them all: one further ahead
-    // is not lockstep's.
-    if (!aborted_) {
-      aborted_ = Failure{FailureKind::error,
-                         -1,
-                         {},
-                         "node " + std::to_string(part.from) + " sent its part of gather " +
-                             std::to_string(part.sequence) + " while node 0 was at gather " +
-                             std::to_string(part_sequence_)};
+  PartInbox& inbox = *part_inbox_;
+  // A copy that lives as long as UCX sends from it, however this call ends.
+  const auto kept = std::make_shared<const std::vector<std::byte>>(part.begin(), part.end());
+  for (int node = 0; node < num_nodes_; ++node) {
+    for (std::uint64_t index = 0; node != me_ && index < PartInbox::chunks(part.size()); ++index) {
+      send_chunk(members_[static_cast<std::size_t>(node)]->ep,
+                 wire::Chunk{token_, static_cast<std::uint32_t>(me_), inbox.current(), part.size(),
+                             index * wire::kChunk, PartInbox::chunk_length(part.size(), index)},
+                 kept);
     }
-    return;
   }
-  parts_[part.sequence][static_cast<int>(part.from)] = part.data;
-}
-
-std::vector<std::vector<std::byte>> UcxBackend::gather(std::span<const std::byte> part,
-                                                       std::optional<Clock::time_point> deadline,
-                                                       const char* what) {
-  if (part.size() > kMaxPart) {  // refused before it is numbered
-    throw Error(std::string(what) + ": a part of a gather carries at most " +
-                std::to_string(kMaxPart) + " bytes, not " + std::to_string(part.size()));
-  }
-  const std::uint64_t sequence = part_sequence_;
-  if (me_ != 0) {
-    ++part_sequence_;
-    send(members_[0]->ep,
-         wire::Part{token_, static_cast<std::uint32_t>(me_), sequence, {part.begin(), part.end()}});
-    flush(deadline, what);
-    return {};
-  }
-  const auto missing = [&] {
-    std::vector<int> nodes;
-    const auto& have = parts_[sequence];
-    for (int node = 1; node < num_nodes_; ++node) {
-      if (have.count(node) == 0) {
-        nodes.push_back(node);
-      }
-    }
-    return nodes;
-  };
-  wait_until([&] { return static_cast<int>(parts_[sequence].size()) == num_nodes_ - 1; }, deadline,
-             what,
+  wait_until([&] { return inbox.missing().empty() || inbox.failed(); }, deadline, what,
              [&] {
-               Failure failure{FailureKind::timeout, -1, ranks_of_nodes(missing()),
-                               "timed out waiting for the parts of a gather"};
+               Failure failure{FailureKind::timeout, -1, ranks_of_nodes(inbox.missing()),
+                               "timed out waiting for the parts of " + nodes_text(inbox.missing())};
                abort(failure);
                fail(failure, what);
              },
-             [&] { return "the parts of a gather from " + nodes_text(missing()); });
-  std::vector<std::vector<std::byte>> out(static_cast<std::size_t>(num_nodes_));
-  out[0].assign(part.begin(), part.end());
-  for (auto& [node, data] : parts_[sequence]) {
-    out[static_cast<std::size_t>(node)] = std::move(data);
+             [&] { return "the parts of " + nodes_text(inbox.missing()); });
+  if (inbox.failed()) {
+    check_members(what);  // a leader that is gone says so
+    Failure failure{FailureKind::error, -1, ranks_of_nodes(inbox.missing()),
+                    "the parts of " + nodes_text(inbox.missing()) + " did not arrive whole"};
+    abort(failure);
+    fail(failure, what);
   }
-  parts_.erase(sequence);
-  ++part_sequence_;
-  return out;
+  flush(deadline, what);  // this leader's part has left too
+  std::vector<std::vector<std::byte>> parts = inbox.finish();
+  parts[static_cast<std::size_t>(me_)].assign(part.begin(), part.end());
+  return parts;
 }
 
 void UcxBackend::abort(const Failure& failure) noexcept {

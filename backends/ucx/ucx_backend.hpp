@@ -15,6 +15,7 @@
 
 #include "base/function_ref.hpp"
 #include "membership/backend.hpp"
+#include "ucx/part_inbox.hpp"
 #include "ucx/paths.hpp"
 #include "ucx/places.hpp"
 #include "ucx/rendezvous.hpp"
@@ -66,9 +67,12 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                    std::optional<Clock::time_point> deadline,
                                    const char* what) override;
-  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
-                                             std::optional<Clock::time_point> deadline,
-                                             const char* what) override;
+  // Each chunk of `part` goes to every other leader as one active message of its own id, its
+  // head the message's header and its bytes the data, which UCX sends by its rendezvous
+  // protocol where they are large (straight into the receiver's buffer, part_inbox.hpp).
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
+                                                std::optional<Clock::time_point> deadline,
+                                                const char* what) override;
   void abort(const Failure& failure) noexcept override;
   void check_aborted(const char* what) override {
     if (aborted_) {
@@ -85,6 +89,10 @@ class UcxBackend final : public Backend, public Bootstrap {
  private:
   static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
                                  void* data, std::size_t length, const ucp_am_recv_param_t* param);
+  // A chunk of another leader's part (allgather), delivered or started (rendezvous) into the
+  // place part_inbox_ names for it.
+  static ucs_status_t on_chunk(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param);
   static void on_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   void start_ucx();
@@ -95,6 +103,11 @@ class UcxBackend final : public Backend, public Bootstrap {
   void connect_mesh();
   Endpoint& add_endpoint(ucp_ep_params_t params, int node);
   void send(ucp_ep_h ep, const wire::Message& message, bool reply = false);
+  // Sends the chunk `head` names of `part` (kept alive until the send completes).
+  void send_chunk(ucp_ep_h ep, const wire::Chunk& head,
+                  const std::shared_ptr<const std::vector<std::byte>>& part);
+  // The job's token, once known: messages are checked by it from then on.
+  void take_token(std::uint64_t token);
   // Runs UCX until nothing more happens, then handles what arrived.
   void progress();
   // Waits (as wait_until) until this leader's sends in flight have left.
@@ -114,8 +127,6 @@ class UcxBackend final : public Backend, public Bootstrap {
   [[noreturn]] void give_up_join(int node, bool timed_out, int error);
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
-  // Node 0: keeps another leader's part of a gather (drops what is not one of this job's).
-  void take_part(const wire::Part& part);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes. whom() says what
   // it still waits for, in the stall line of a wait that lasts (LOCKSTEP_STALL_WARNING).
@@ -158,7 +169,19 @@ class UcxBackend final : public Backend, public Bootstrap {
 
   std::vector<std::unique_ptr<Endpoint>> endpoints_;  // owns every endpoint
   std::vector<Endpoint*> members_;                    // by node index (nullptr: this node)
-  std::vector<std::pair<void*, std::vector<std::byte>>> sending_;  // requests in flight
+  // A send in flight, with what it sends from (an encoded message; a chunk's head and part).
+  struct Sending {
+    void* request;
+    std::vector<std::byte> bytes;
+    std::shared_ptr<const std::vector<std::byte>> part;
+  };
+  std::vector<Sending> sending_;
+  // A chunk that UCX receives by rendezvous into part_inbox_'s place for it.
+  struct Receiving {
+    void* request;
+    wire::Chunk head;
+  };
+  std::vector<Receiving> receiving_;
 
   // Joining.
   std::vector<NodeInfo> nodes_;
@@ -181,10 +204,9 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::array<std::array<RoundSlot, kMaxRounds>, 2> inbox_{};
   std::uint64_t blob_sequence_ = 0;
   std::map<std::uint64_t, std::vector<std::byte>> blobs_;
-  std::uint64_t part_sequence_ = 0;
-  std::map<std::uint64_t, std::map<int, std::vector<std::byte>>> parts_;  // node 0: by gather, node
-  std::optional<Failure> aborted_;    // an abort received from another leader
-  std::optional<wire::Abort> relay_;  // node 0: an abort to pass on to the other leaders
+  std::optional<PartInbox> part_inbox_;  // once the token is known
+  std::optional<Failure> aborted_;       // an abort received from another leader
+  std::optional<wire::Abort> relay_;     // node 0: an abort to pass on to the other leaders
 };
 
 // Throws Error naming `what` unless `status` is UCS_OK.

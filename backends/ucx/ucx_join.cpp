@@ -150,8 +150,8 @@ std::string hello_refusal(const wire::Hello& hello, const JobConfig& job,
 void UcxBackend::serve() {
   const JobConfig& job = config_.job;
   std::random_device random;
-  token_ = (static_cast<std::uint64_t>(random()) << 32) ^ random();
-  token_ |= 1;  // never 0, which no message carries by accident
+  // Never 0, which no message carries by accident.
+  take_token(((static_cast<std::uint64_t>(random()) << 32) ^ random()) | 1);
 
   socklen_t length = 0;
   const sockaddr_storage address = master_address(job, length);
@@ -419,7 +419,7 @@ void UcxBackend::connect() {
   welcome_ = std::get<wire::Welcome>(std::move(*answer));
 
   check_welcome();
-  token_ = welcome_->token;
+  take_token(welcome_->token);
   await_wire_up();
   joined_ = true;
   open_desk();

@@ -94,14 +94,23 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-// A blob or a part: the bytes a leader carries for a broadcast or a gather, numbered.
-template <class Carrier>
-Carrier read_carrier(Reader& r, std::size_t limit, const char* what) {
-  Carrier m;
+Blob read_blob(Reader& r) {
+  Blob m;
   m.token = r.u64();
   m.from = r.u32();
   m.sequence = r.u64();
-  m.data = r.bytes(limit, what);
+  m.data = r.bytes(kMaxBlob, "blob");
+  return m;
+}
+
+Chunk read_chunk(Reader& r) {
+  Chunk m;
+  m.token = r.u64();
+  m.from = r.u32();
+  m.sequence = r.u64();
+  m.total = r.u64();
+  m.offset = r.u64();
+  m.length = r.u64();
   return m;
 }
 
@@ -169,12 +178,14 @@ std::vector<std::byte> encode(const Message& message) {
                    w.u64(m.sequence);
                    w.bytes(m.data);
                  },
-                 [&](const Part& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::part));
+                 [&](const Chunk& m) {
+                   w.u16(static_cast<std::uint16_t>(Kind::chunk));
                    w.u64(m.token);
                    w.u32(m.from);
                    w.u64(m.sequence);
-                   w.bytes(m.data);
+                   w.u64(m.total);
+                   w.u64(m.offset);
+                   w.u64(m.length);
                  },
              },
              message);
@@ -244,10 +255,10 @@ Message decode(std::span<const std::byte> bytes) {
       break;
     }
     case Kind::blob:
-      out = read_carrier<Blob>(r, kMaxBlob, "blob");
+      out = read_blob(r);
       break;
-    case Kind::part:
-      out = read_carrier<Part>(r, kMaxPart, "part");
+    case Kind::chunk:
+      out = read_chunk(r);
       break;
     default:
       throw WireError("unknown message kind");

@@ -18,8 +18,7 @@
 namespace lockstep::detail::wire {
 
 inline constexpr std::uint32_t kMagic = 0x3153'4b4c;  // "LKS1"
-// 2: a leader's part of a gather (Kind::part), 2026-12-05.
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 
 // Limits on what a message may carry (decoding refuses more).
 inline constexpr std::size_t kMaxText = 4096;         // identities, reasons, messages
@@ -27,7 +26,9 @@ inline constexpr std::size_t kMaxRanks = 1u << 20;    // processes of one node, 
 inline constexpr std::size_t kMaxAddress = 1u << 16;  // a UCX worker address
 inline constexpr std::size_t kMaxNodes = 1u << 16;
 inline constexpr std::size_t kMaxBlob = 4096;
-inline constexpr std::size_t kMaxPart = 65536;  // Bootstrap::kMaxPart
+// A chunk of a leader's part of an exchange (its bytes are the active message's data).
+inline constexpr std::size_t kChunk = std::size_t{1} << 20;
+inline constexpr std::uint64_t kMaxTotal = std::uint64_t{1} << 46;  // a part's bytes, in all
 
 enum class Kind : std::uint16_t {
   hello = 1,
@@ -36,7 +37,7 @@ enum class Kind : std::uint16_t {
   arrive = 4,
   abort = 5,
   blob = 6,
-  part = 7
+  chunk = 8  // (7, a gather's part in pieces, is no longer sent)
 };
 
 // A leader asks node 0's leader to join (over the client-server connection).
@@ -94,15 +95,20 @@ struct Blob {
   std::vector<std::byte> data;
 };
 
-// Leader `from`'s part of node 0's gather number `sequence` (to node 0 only).
-struct Part {
+// The head of one chunk of leader `from`'s part of exchange number `sequence` (Backend::exchange):
+// the `length` bytes at `offset` of the part's `total`. The bytes themselves are the active
+// message's data, which UCX may deliver by its rendezvous protocol into the receiver's buffer;
+// the head travels as the message's header, and is checked before anything is received.
+struct Chunk {
   std::uint64_t token = 0;
   std::uint32_t from = 0;
   std::uint64_t sequence = 0;
-  std::vector<std::byte> data;
+  std::uint64_t total = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
 };
 
-using Message = std::variant<Hello, Welcome, Refuse, Arrive, Abort, Blob, Part>;
+using Message = std::variant<Hello, Welcome, Refuse, Arrive, Abort, Blob, Chunk>;
 
 // What decode() throws for a message that is truncated, too long, over a limit, of another
 // protocol version or of no known kind. what() says which.

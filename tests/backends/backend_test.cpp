@@ -6,14 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstring>
-#include <deque>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "base/little_endian.hpp"
 #include "gpu/devices.hpp"
 #include "lockstep/error.hpp"
 #include "membership/backend.hpp"
@@ -265,218 +263,131 @@ TEST(NcclBackend, OneNodeOnAGpu) {
   EXPECT_EQ(failures(ends), "");
 }
 
-// Leaders::share as another node's leader sees it: node 0's chunks come from the network, and
-// whatever they are, share() returns node 0's bytes whole or throws an Error that says what was
-// wrong, and the job stays broken after it (every later call throws the same). A backend that
-// hands out the chunks given.
+// Allgathers of every size between three leaders, each node's part its own size (0, a chunk's
+// edges, several chunks), byte for byte, with barriers between some of them.
+TEST(UcxBackend, AllgathersOfEverySize) {
+  if (!built("ucx")) {
+    GTEST_SKIP() << "built without UCX";
+  }
+  const int port = free_port();
+  Job job = Job::of(3);
+  job.plain = true;
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  const std::vector<std::size_t> sizes{0,          1,          4096,           kChunk - 1, kChunk,
+                                       kChunk + 1, 3 * kChunk, 5 * kChunk + 7, 17 * kChunk};
+  auto ends = run_ranks(job, [port, &sizes](int node) {
+    auto leaders = join("ucx", node, 3, port);
+    for (int round = 0; round < static_cast<int>(sizes.size()) + 6; ++round) {
+      const auto size_of = [&](int of) {
+        return sizes[static_cast<std::size_t>(round + 4 * of) % sizes.size()];
+      };
+      const auto parts = leaders->allgather(blob_of(size_of(node), node + 7 * round),
+                                            Clock::now() + std::chrono::seconds(60), "allgather");
+      RANK_CHECK(parts.size() == 3);
+      for (int of = 0; of < 3; ++of) {
+        RANK_CHECK(parts[static_cast<std::size_t>(of)] == blob_of(size_of(of), of + 7 * round));
+      }
+      if (round % 3 == 0) {
+        leaders->barrier(std::nullopt, "barrier");
+      }
+    }
+    leaders->barrier(std::nullopt, "barrier");  // none ends while another still receives
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// A leader killed while it sends a large part: the others' allgather (or, where its part had
+// all arrived, the barrier after it) throws, naming the lost leader, long before the deadline.
+TEST(UcxBackend, ALeaderKilledMidAllgatherFailsTheOthers) {
+  if (!built("ucx")) {
+    GTEST_SKIP() << "built without UCX";
+  }
+  const int port = free_port();
+  Job job = Job::of(3);
+  job.plain = true;
+  auto ends = run_ranks(job, [port](int node) {
+    auto leaders = join("ucx", node, 3, port);
+    leaders->barrier(std::nullopt, "barrier");
+    const auto part = blob_of(std::size_t{64} << 20, node);
+    if (node == 2) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
+    }
+    try {
+      (void)leaders->allgather(part, Clock::now() + std::chrono::seconds(30), "allgather");
+      leaders->barrier(Clock::now() + std::chrono::seconds(30), "barrier");
+      RANK_CHECK(!"the job went on without the killed leader");
+    } catch (const lockstep::TimeoutError&) {
+      RANK_CHECK(!"it waited for the killed leader until its deadline");
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(contains(error.what(), "node 2") || contains(error.what(), "process 2"));
+    }
+  });
+  EXPECT_EQ(failures(ends, 2), "");
+}
+
+// Leaders as Context uses them: a backend that throws, or returns parts that do not match the
+// machines, breaks the job for good (every later call throws the same, without the backend).
 class ScriptedBackend final : public lockstep::detail::Backend {
  public:
-  explicit ScriptedBackend(std::deque<std::vector<std::byte>> chunks)
-      : chunks_(std::move(chunks)) {}
+  explicit ScriptedBackend(std::size_t parts) : parts_(parts) { nodes_.resize(2); }
   [[nodiscard]] const char* name() const noexcept override { return "scripted"; }
   [[nodiscard]] const std::vector<lockstep::detail::NodeInfo>& nodes() const noexcept override {
     return nodes_;
   }
   void barrier(std::optional<Clock::time_point> /*deadline*/, const char* /*what*/) override {
-    ++barriers;
+    ++calls;
   }
-  std::vector<std::byte> broadcast(std::span<const std::byte> blob,
-                                   std::optional<Clock::time_point> /*deadline*/,
-                                   const char* what) override {
-    if (!blob.empty()) {
-      sent.emplace_back(blob.begin(), blob.end());
-      return {blob.begin(), blob.end()};
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> /*part*/,
+                                                std::optional<Clock::time_point> /*deadline*/,
+                                                const char* what) override {
+    ++calls;
+    if (parts_ == 0) {
+      throw lockstep::PeerLostError(std::string(what) + ": node 1 is gone", 1);
     }
-    if (chunks_.empty()) {
-      throw lockstep::TimeoutError(std::string(what) + ": node 0 sent nothing more", {});
-    }
-    std::vector<std::byte> chunk = std::move(chunks_.front());
-    chunks_.pop_front();
-    return chunk;
-  }
-  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
-                                             std::optional<Clock::time_point> /*deadline*/,
-                                             const char* /*what*/) override {
-    sent.emplace_back(part.begin(), part.end());
-    return {};
+    return std::vector<std::vector<std::byte>>(parts_);
   }
   void abort(const Failure& /*failure*/) noexcept override {}
 
-  int barriers = 0;
-  std::vector<std::vector<std::byte>> sent;
+  int calls = 0;
 
  private:
-  std::deque<std::vector<std::byte>> chunks_;
+  std::size_t parts_;
   std::vector<lockstep::detail::NodeInfo> nodes_;
 };
 
-std::vector<std::byte> framed(std::uint64_t length, std::size_t body, std::byte fill) {
-  std::vector<std::byte> out(8 + body, fill);
-  lockstep::detail::put_le(out.data(), length, 8);
-  return out;
-}
-
-std::string share_error(std::deque<std::vector<std::byte>> chunks) {
-  Leaders leaders(std::make_unique<ScriptedBackend>(std::move(chunks)));
-  try {
-    (void)leaders.share({}, false, std::nullopt, "broadcast");
-  } catch (const lockstep::Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-TEST(LeadersShare, ReassemblesNodeZerosChunks) {
-  constexpr std::size_t kChunk = Bootstrap::kMaxBlob;
-  std::vector<std::byte> data(Leaders::kMaxShare);
-  for (std::size_t i = 0; i < data.size(); ++i) {
-    data[i] = static_cast<std::byte>(i * 7 + 3);
-  }
-  // Node 0: the length, then the data, in chunks of at most kMaxBlob.
-  auto sender = std::make_unique<ScriptedBackend>(std::deque<std::vector<std::byte>>{});
-  ScriptedBackend& out = *sender;
-  Leaders node0(std::move(sender));
-  EXPECT_EQ(node0.share(data, true, std::nullopt, "broadcast"), data);
-  ASSERT_EQ(out.sent.size(), (8 + data.size() + kChunk - 1) / kChunk);
-  EXPECT_EQ(lockstep::detail::get_le(out.sent[0].data(), 8), data.size());
-  std::deque<std::vector<std::byte>> chunks;
-  for (const auto& chunk : out.sent) {
-    EXPECT_LE(chunk.size(), kChunk);
-    chunks.push_back(chunk);
-  }
-  // Another node: node 0's chunks, whole again.
-  Leaders other(std::make_unique<ScriptedBackend>(chunks));
-  EXPECT_EQ(other.share({}, false, std::nullopt, "broadcast"), data);
-  // Nothing, in one chunk of the length alone.
-  Leaders empty(std::make_unique<ScriptedBackend>(
-      std::deque<std::vector<std::byte>>{framed(0, 0, std::byte{0})}));
-  EXPECT_TRUE(empty.share({}, false, std::nullopt, "broadcast").empty());
-  // More than kMaxShare bytes never leave node 0.
-  Leaders too_much(std::make_unique<ScriptedBackend>(std::deque<std::vector<std::byte>>{}));
-  std::vector<std::byte> big(Leaders::kMaxShare + 1);
-  try {
-    (void)too_much.share(big, true, std::nullopt, "broadcast");
-    ADD_FAILURE() << "a share above kMaxShare was sent";
-  } catch (const lockstep::Error& error) {
-    EXPECT_TRUE(contains(error.what(), "at most 49152 bytes travel between machines, not 49153"))
-        << error.what();
-  }
-}
-
-TEST(LeadersShare, RefusesChunksThatAreNotNodeZerosAndStaysBroken) {
-  // Shorter than the length.
-  EXPECT_TRUE(contains(share_error({std::vector<std::byte>(3)}),
-                       "node 0 sent a broadcast that is not lockstep's (3 bytes, length 0)"));
-  EXPECT_TRUE(contains(share_error({std::vector<std::byte>{}}), "that is not lockstep's (0 bytes"));
-  // A length above kMaxShare: nothing is allocated for it.
-  EXPECT_TRUE(contains(share_error({framed(std::uint64_t{1} << 62, 0, std::byte{1})}),
-                       "not lockstep's (8 bytes, length 4611686018427387904)"));
-  EXPECT_TRUE(
-      contains(share_error({framed(Leaders::kMaxShare + 1, 100, std::byte{1})}), "not lockstep's"));
-  // Pieces beyond the length, and an empty piece.
-  EXPECT_TRUE(contains(share_error({framed(10, 4, std::byte{1}), std::vector<std::byte>(7)}),
-                       "node 0's broadcast came in pieces that do not add up"));
-  EXPECT_TRUE(contains(share_error({framed(10, 4, std::byte{1}), std::vector<std::byte>{}}),
-                       "pieces that do not add up"));
-  // A first piece longer than the length it leads.
-  EXPECT_TRUE(contains(share_error({framed(10, 11, std::byte{1})}), "do not add up"));
-
-  // Broken for good: the next share and barrier throw the same, without reaching the backend.
-  auto backend = std::make_unique<ScriptedBackend>(
-      std::deque<std::vector<std::byte>>{std::vector<std::byte>(3), framed(1, 1, std::byte{9})});
-  ScriptedBackend& seen = *backend;
-  Leaders leaders(std::move(backend));
-  EXPECT_THROW((void)leaders.share({}, false, std::nullopt, "broadcast"), lockstep::Error);
-  for (int i = 0; i < 2; ++i) {
+TEST(Leaders, AFailedAllgatherBreaksTheJob) {
+  for (const std::size_t parts : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+    auto backend = std::make_unique<ScriptedBackend>(parts);
+    ScriptedBackend& seen = *backend;
+    Leaders leaders(std::move(backend));
+    const char* expected = parts == 0 ? "node 1 is gone" : "returned";
     try {
-      if (i == 0) {
-        (void)leaders.share({}, false, std::nullopt, "broadcast");
-      } else {
-        leaders.barrier(std::nullopt, "wait_for_everyone");
+      (void)leaders.allgather({}, std::nullopt, "gather_object");
+      ADD_FAILURE() << "a broken allgather returned";
+    } catch (const lockstep::Error& error) {
+      EXPECT_TRUE(contains(error.what(), expected)) << error.what();
+    }
+    for (int i = 0; i < 2; ++i) {
+      try {
+        if (i == 0) {
+          (void)leaders.allgather({}, std::nullopt, "gather_object");
+        } else {
+          leaders.barrier(std::nullopt, "wait_for_everyone");
+        }
+        ADD_FAILURE() << "a broken job went on";
+      } catch (const lockstep::Error& error) {
+        EXPECT_TRUE(contains(error.what(), "the job cannot go on")) << error.what();
+        EXPECT_TRUE(contains(error.what(), expected)) << error.what();
       }
-      ADD_FAILURE() << "a broken job went on";
-    } catch (const lockstep::Error& error) {
-      EXPECT_TRUE(contains(error.what(), "the job cannot go on")) << error.what();
-      EXPECT_TRUE(contains(error.what(), "not lockstep's")) << error.what();
     }
+    EXPECT_EQ(seen.calls, 1);
   }
-  EXPECT_EQ(seen.barriers, 0);
-}
-
-// Random chunks, as a hostile node 0 might send them: share() returns exactly the announced
-// length or throws lockstep::Error; it never crashes, reads past a chunk or allocates beyond
-// kMaxShare (the sanitizer builds run this too).
-TEST(LeadersShare, RandomChunksEndInDataOrAnError) {
-  std::mt19937_64 random(20261203);
-  const auto below = [&](std::uint64_t n) { return n == 0 ? 0 : random() % n; };
-  int whole = 0;
-  int refused = 0;
-  for (int round = 0; round < 3000; ++round) {
-    // Node 0's chunks for a random length (mostly within kMaxShare), split at random points...
-    const std::uint64_t length =
-        below(8) == 0 ? random() : below(Leaders::kMaxShare + Leaders::kMaxShare / 8);
-    std::vector<std::byte> stream(8 + std::min<std::uint64_t>(length, 2 * Leaders::kMaxShare));
-    for (auto& b : stream) {
-      b = static_cast<std::byte>(random());
-    }
-    lockstep::detail::put_le(stream.data(), length, 8);
-    std::deque<std::vector<std::byte>> chunks;
-    for (std::size_t at = 0; at < stream.size();) {
-      const std::size_t n =
-          std::min<std::size_t>(1 + below(Bootstrap::kMaxBlob), stream.size() - at);
-      chunks.emplace_back(stream.begin() + static_cast<std::ptrdiff_t>(at),
-                          stream.begin() + static_cast<std::ptrdiff_t>(at + n));
-      at += n;
-    }
-    // ...then, two rounds in three, one thing changed.
-    auto& some = chunks[below(chunks.size())];
-    switch (below(9)) {
-      case 0:
-        some.resize(below(some.size() + 20));
-        break;
-      case 1:
-        chunks.insert(chunks.begin() + static_cast<std::ptrdiff_t>(below(chunks.size() + 1)),
-                      std::vector<std::byte>(below(3) == 0 ? 0 : 1 + below(100)));
-        break;
-      case 2:
-        chunks.pop_back();
-        break;
-      case 3:
-        chunks.front()[below(std::min<std::size_t>(8, chunks.front().size()))] ^=
-            static_cast<std::byte>(1 + below(255));
-        break;
-      case 4:
-        chunks.emplace_back(1 + below(10));
-        break;
-      case 5:
-        chunks.front().resize(below(8));
-        break;
-      default:
-        break;  // as node 0 sent them
-    }
-    if (chunks.empty()) {
-      chunks.emplace_back();
-    }
-    const std::uint64_t announced =
-        chunks.front().size() >= 8 ? lockstep::detail::get_le(chunks.front().data(), 8) : 0;
-    std::vector<std::byte> sent;
-    for (const auto& chunk : chunks) {
-      sent.insert(sent.end(), chunk.begin(), chunk.end());
-    }
-    Leaders leaders(std::make_unique<ScriptedBackend>(chunks));
-    try {
-      const auto data = leaders.share({}, false, std::nullopt, "broadcast");
-      ASSERT_EQ(data.size(), announced);
-      ASSERT_LE(data.size(), Leaders::kMaxShare);
-      ASSERT_TRUE(std::equal(data.begin(), data.end(), sent.begin() + 8));
-      ++whole;
-    } catch (const lockstep::Error& error) {
-      ASSERT_TRUE(contains(error.what(), "broadcast")) << error.what();
-      ++refused;
-    }
-  }
-  EXPECT_GT(whole, 300) << "too few rounds reassembled: the rounds test little";
-  EXPECT_GT(refused, 300);
+  // Two parts for two machines: what the backend gave.
+  Leaders whole(std::make_unique<ScriptedBackend>(2));
+  EXPECT_EQ(whole.allgather({}, std::nullopt, "gather_object").size(), 2U);
 }
 
 }  // namespace

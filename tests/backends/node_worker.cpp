@@ -123,7 +123,7 @@ int rounds(lockstep::State& state, Shared& shared, int rounds) {
 }
 
 // `rounds` broadcasts of the main process's bytes, on both sides of the segment's area (32 KiB)
-// and past it (issue 58: any size, in pieces between machines), then one of 3 MiB.
+// and past it (any size: the backend's allgather between machines), then one of 3 MiB.
 int broadcast_rounds(lockstep::State& state, int rounds) {
   for (int round = 0; round < rounds; ++round) {
     const auto r = static_cast<std::size_t>(round);

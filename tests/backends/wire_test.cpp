@@ -17,13 +17,18 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "base/little_endian.hpp"
+#include "ranks.hpp"  // LOCKSTEP_TEST_ASAN
+#include "ucx/part_inbox.hpp"
 #include "ucx/paths.hpp"
 #include "ucx/places.hpp"
 #include "ucx/rendezvous.hpp"
@@ -62,27 +67,28 @@ constexpr std::uint64_t kToken = 0x0123'4567'89ab'cdefULL;
 
 struct Golden {
   Message message;
-  const char* bytes;  // "LKS1", version 2, kind, then the fields, little-endian
+  const char* bytes;  // "LKS1", version 3, kind, then the fields, little-endian
 };
 
 // NOLINTNEXTLINE(cert-err58-cpp): a test's fixed data
 const Golden kGolden[] = {
     {Hello{"job=a@h:1", 2, 4, 1, {2, 3}, bytes("addr")},
-     "4c4b533102000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
+     "4c4b533103000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
      "00000061646472"},
     {Welcome{kToken, {{0, {0, 1}, bytes("A")}, {1, {2, 3}, bytes("B")}}},
-     "4c4b533102000200efcdab89674523010200000000000000020000000000000001000000010000004101000000020"
+     "4c4b533103000200efcdab89674523010200000000000000020000000000000001000000010000004101000000020"
      "0000002000000030000000100000042"},
-    {Refuse{"no"}, "4c4b533102000300020000006e6f"},
+    {Refuse{"no"}, "4c4b533103000300020000006e6f"},
     {Arrive{kToken, 1, 42, 3, {0x5}},
-     "4c4b533102000400efcdab8967452301010000002a0000000000000003000000010000000500000000000000"},
+     "4c4b533103000400efcdab8967452301010000002a0000000000000003000000010000000500000000000000"},
     {Abort{kToken, 1, 2, -1, {2, 3}, "gone"},
-     "4c4b533102000500efcdab89674523010100000002000000ffffffff020000000200000003000000040000006"
+     "4c4b533103000500efcdab89674523010100000002000000ffffffff020000000200000003000000040000006"
      "76f6e65"},
     {Blob{kToken, 0, 7, bytes("id")},
-     "4c4b533102000600efcdab8967452301000000000700000000000000020000006964"},
-    {Part{kToken, 2, 7, bytes("id")},
-     "4c4b533102000700efcdab8967452301020000000700000000000000020000006964"},
+     "4c4b533103000600efcdab8967452301000000000700000000000000020000006964"},
+    {Chunk{kToken, 2, 7, 3000000, 1048576, 1048576},
+     "4c4b533103000800efcdab8967452301020000000700000000000000c0c62d00000000000000100000000000"
+     "0000100000000000"},
 };
 
 TEST(Wire, EachKindEncodesToItsPinnedBytes) {
@@ -111,16 +117,180 @@ TEST(Wire, TruncatedForeignAndOverLimitMessagesAreRefused) {
   trailing.push_back(std::byte{0});
   EXPECT_THROW((void)decode(trailing), WireError);
   auto other_version = hello;
-  other_version[4] = std::byte{1};  // 0.3's first protocol: it had no gather
+  other_version[4] = std::byte{2};  // 0.4's gathers in pieces: no chunks
   EXPECT_THROW((void)decode(other_version), WireError);
   auto unknown_kind = hello;
-  unknown_kind[6] = std::byte{8};
+  unknown_kind[6] = std::byte{7};  // the pieces of a gather, no longer sent
   EXPECT_THROW((void)decode(unknown_kind), WireError);
   // An identity length of 2^32 - 1: over the limit, never allocated.
   auto huge = unhex(
-      "4c4b53310200010"
+      "4c4b53310300010"
       "0ffffffff");
   EXPECT_THROW((void)decode(huge), WireError);
+}
+
+// The chunks of an allgather's parts, as node 0 of 3 takes them (ucx/part_inbox.hpp).
+using ucx::ChunkPlace;
+using ucx::PartInbox;
+using Verdict = ChunkPlace::Verdict;
+
+Chunk chunk_of(std::uint32_t from, std::uint64_t sequence, std::uint64_t total,
+               std::uint64_t index) {
+  return {kToken, from, sequence, total, index * kChunk, PartInbox::chunk_length(total, index)};
+}
+
+TEST(PartInbox, ChunksInAnyOrderMakeTheParts) {
+  PartInbox inbox(0, 3, kToken, 4, kMaxTotal);
+  const std::uint64_t total = 3 * kChunk + 5;
+  EXPECT_EQ(PartInbox::chunks(0), 1U);
+  EXPECT_EQ(PartInbox::chunks(kChunk), 1U);
+  EXPECT_EQ(PartInbox::chunks(total), 4U);
+  EXPECT_EQ(PartInbox::chunk_length(total, 3), 5U);
+  EXPECT_EQ(inbox.missing(), (std::vector<int>{1, 2}));
+  for (const std::uint64_t index : {2, 0, 3, 1}) {
+    const Chunk head = chunk_of(1, 0, total, index);
+    const ChunkPlace place = inbox.place(head, head.length);
+    ASSERT_EQ(place.verdict, Verdict::take) << place.why;
+    std::fill_n(place.at, head.length, static_cast<std::byte>(index + 1));
+    inbox.received(head, true);
+  }
+  EXPECT_EQ(inbox.missing(), (std::vector<int>{2}));
+  // Node 2's empty part, and its chunk of the next exchange, early (a leader one ahead).
+  ASSERT_EQ(inbox.place(chunk_of(2, 0, 0, 0), 0).verdict, Verdict::take);
+  inbox.received(chunk_of(2, 0, 0, 0), true);
+  const ChunkPlace early = inbox.place(chunk_of(2, 1, 7, 0), 7);
+  ASSERT_EQ(early.verdict, Verdict::take);
+  std::fill_n(early.at, 7, std::byte{9});
+  inbox.received(chunk_of(2, 1, 7, 0), true);
+  EXPECT_TRUE(inbox.missing().empty());
+  auto parts = inbox.finish();
+  ASSERT_EQ(parts.size(), 3U);
+  ASSERT_EQ(parts[1].size(), total);
+  EXPECT_EQ(parts[1][0], std::byte{1});
+  EXPECT_EQ(parts[1][kChunk], std::byte{2});
+  EXPECT_EQ(parts[1][total - 1], std::byte{4});
+  EXPECT_TRUE(parts[2].empty());
+  EXPECT_EQ(inbox.current(), 1U);
+  EXPECT_EQ(inbox.missing(), (std::vector<int>{1}));  // node 2's came early
+  // An exchange that has ended: its chunks are dropped.
+  EXPECT_EQ(inbox.place(chunk_of(1, 0, total, 0), kChunk).verdict, Verdict::drop);
+}
+
+TEST(PartInbox, ChunksThatAreNotThePartsAreRefusedOrDropped) {
+  const std::uint64_t total = 2 * kChunk;
+  const auto verdict = [](const Chunk& head, std::size_t length, std::string* why = nullptr) {
+    PartInbox inbox(0, 3, kToken, 4, kMaxTotal);
+    const Chunk first = chunk_of(1, 0, total, 0);
+    (void)inbox.place(first, first.length);  // node 1 announced 2 chunks
+    const ChunkPlace place = inbox.place(head, length);
+    if (why != nullptr) {
+      *why = place.why;
+    }
+    return place.verdict;
+  };
+  Chunk head = chunk_of(2, 0, total, 0);
+  head.token ^= 1;
+  EXPECT_EQ(verdict(head, kChunk), Verdict::drop);                      // another job's
+  EXPECT_EQ(verdict(chunk_of(0, 0, total, 0), kChunk), Verdict::drop);  // this node's own
+  EXPECT_EQ(verdict(chunk_of(3, 0, total, 0), kChunk), Verdict::drop);  // no such node
+  std::string why;
+  EXPECT_EQ(verdict(chunk_of(1, 0, total, 0), kChunk, &why), Verdict::refuse);
+  EXPECT_EQ(why, "node 1 sent the chunk at 0 of its part twice");
+  EXPECT_EQ(verdict(chunk_of(1, 0, total + 1, 1), kChunk, &why), Verdict::refuse);
+  EXPECT_EQ(why, "node 1 announced its part as 2097153 bytes, and as 2097152 before");
+  EXPECT_EQ(verdict(chunk_of(2, 4, 5, 0), 5, &why), Verdict::refuse);  // too far ahead
+  EXPECT_EQ(why, "node 2 sent a chunk of exchange 4 while this machine was at exchange 0");
+  EXPECT_EQ(verdict(chunk_of(2, 0, kMaxTotal + 1, 0), kChunk, &why), Verdict::refuse);
+  EXPECT_EQ(why,
+            "node 2 announced a part of 70368744177665 bytes, more than this machine's memory "
+            "(70368744177664 bytes)");
+  head = chunk_of(2, 0, total, 1);
+  head.offset += 1;  // not at a chunk's start
+  EXPECT_EQ(verdict(head, kChunk), Verdict::refuse);
+  head = chunk_of(2, 0, total, 2);  // past the last chunk
+  EXPECT_EQ(verdict(head, 0), Verdict::refuse);
+  head = chunk_of(2, 0, total, 1);
+  EXPECT_EQ(verdict(head, kChunk - 1, &why), Verdict::refuse);  // fewer bytes than its head says
+  EXPECT_EQ(why,
+            "node 2 sent a chunk that is not one of its part's (1048575 bytes at 1048576 of "
+            "2097152)");
+  head.length -= 1;
+  EXPECT_EQ(verdict(head, kChunk - 1), Verdict::refuse);          // a head that says so
+#if !defined(LOCKSTEP_TEST_ASAN) && !defined(LOCKSTEP_TEST_TSAN)  // (which abort instead)
+  // A part larger than memory can give: refused, nothing kept.
+  EXPECT_EQ(verdict(chunk_of(2, 0, kMaxTotal, 0), kChunk, &why), Verdict::refuse);
+  EXPECT_EQ(why, "this machine cannot hold node 2's part of 70368744177664 bytes (out of memory)");
+#endif
+  // Larger than the machine: refused before anything is asked of memory.
+  PartInbox small(0, 3, kToken, 4, 3 * kChunk);
+  EXPECT_EQ(small.place(chunk_of(2, 0, 3 * kChunk, 0), kChunk).verdict, Verdict::take);
+  const ChunkPlace over = small.place(chunk_of(1, 0, 3 * kChunk + 1, 0), kChunk);
+  EXPECT_EQ(over.verdict, Verdict::refuse);
+  EXPECT_EQ(over.why,
+            "node 1 announced a part of 3145729 bytes, more than this machine's memory "
+            "(3145728 bytes)");
+}
+
+// Random heads, as a leader that holds the job's token but not lockstep's protocol might send:
+// every place given is inside its part, each chunk is given once, and a part is complete only
+// when every one of its chunks has arrived (the sanitizer builds run this too).
+TEST(PartInbox, RandomHeadsNeverPlaceOutsideAPart) {
+  std::mt19937_64 random(20261206);
+  const auto below = [&](std::uint64_t n) { return n == 0 ? 0 : random() % n; };
+  std::optional<PartInbox> inbox(std::in_place, 1, 4, kToken, 3, kMaxTotal);
+  int since = 0;  // rounds since the last exchange ended
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t> totals;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::vector<bool>> given;
+  int taken = 0;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::uint64_t> honest;  // what each sends
+  for (int round = 0; round < 20000; ++round) {
+    if (++since == 400) {
+      // A part that cannot be completed (its first chunk announced another total): the job would
+      // have failed here. Start again.
+      inbox.emplace(1, 4, kToken, 3, kMaxTotal);
+      totals.clear();
+      given.clear();
+      honest.clear();
+      since = 0;
+    }
+    Chunk head{below(50) == 0 ? random() : kToken,
+               static_cast<std::uint32_t>(below(5)),
+               inbox->current() + below(4) - (inbox->current() > 0 ? 1 : 0),
+               0,
+               0,
+               0};
+    const std::uint64_t sends =
+        honest.emplace(std::make_pair(head.sequence, head.from), below(4 * kChunk)).first->second;
+    head.total = below(16) == 0 ? random() % (4 * kChunk) : sends;
+    head.offset = below(16) == 0 ? random() : below(PartInbox::chunks(head.total) + 1) * kChunk;
+    head.length = below(16) == 0 ? below(2 * kChunk)
+                                 : PartInbox::chunk_length(head.total, head.offset / kChunk);
+    const std::size_t length = below(16) == 0 ? below(2 * kChunk) : head.length;
+    const ChunkPlace place = inbox->place(head, length);
+    if (place.verdict != Verdict::take) {
+      continue;
+    }
+    ++taken;
+    const auto key = std::make_pair(head.sequence, head.from);
+    ASSERT_EQ(totals.emplace(key, head.total).first->second, head.total);
+    ASSERT_LE(head.offset + length, head.total);
+    ASSERT_EQ(length, head.length);
+    auto& chunks = given[key];
+    chunks.resize(PartInbox::chunks(head.total));
+    ASSERT_FALSE(chunks[head.offset / kChunk]) << "a chunk given twice";
+    chunks[head.offset / kChunk] = true;
+    std::fill_n(place.at, length, std::byte{0x5a});  // inside the part (ASan)
+    inbox->received(head, true);
+    if (inbox->missing().empty()) {
+      for (const int node : {0, 2, 3}) {
+        const auto& all = given[{inbox->current(), static_cast<std::uint32_t>(node)}];
+        ASSERT_TRUE(std::all_of(all.begin(), all.end(), [](bool b) { return b; }));
+      }
+      (void)inbox->finish();
+      since = 0;
+    }
+  }
+  EXPECT_GT(taken, 1000) << "too few chunks taken: the rounds test little";
 }
 
 // The rendezvous frame: a 4-byte little-endian length, then the message.

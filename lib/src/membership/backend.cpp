@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "base/little_endian.hpp"
 #include "base/text.hpp"
 #include "lockstep/error.hpp"
 
@@ -33,241 +32,23 @@ void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* wha
   }
 }
 
-std::vector<std::byte> Leaders::share(std::span<const std::byte> data, bool from_node0,
-                                      std::optional<Clock::time_point> deadline, const char* what) {
-  std::lock_guard lock(mutex_);
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
-  return share_locked(data, from_node0, deadline, what);
-}
-
-std::vector<std::vector<std::byte>> Leaders::gather(std::span<const std::byte> part,
-                                                    std::optional<Clock::time_point> deadline,
-                                                    const char* what) {
+std::vector<std::vector<std::byte>> Leaders::allgather(std::span<const std::byte> part,
+                                                       std::optional<Clock::time_point> deadline,
+                                                       const char* what) {
   std::lock_guard lock(mutex_);
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
   }
   try {
-    if (part.size() > Bootstrap::kMaxPart) {
-      throw Error(std::string(what) + ": a machine's part of a gather is at most " +
-                  std::to_string(Bootstrap::kMaxPart) + " bytes, not " +
-                  std::to_string(part.size()));
+    std::vector<std::vector<std::byte>> parts = backend_->allgather(part, deadline, what);
+    if (parts.size() != backend_->nodes().size()) {
+      throw Error(std::string(what) + ": the " + backend_->name() + " backend returned " +
+                  std::to_string(parts.size()) + " parts for " +
+                  std::to_string(backend_->nodes().size()) + " machines");
     }
-    return backend_->gather(part, deadline, what);
+    return parts;
   } catch (const std::exception& error) {
     broken_ = failure_of(error, what);
-    throw;
-  }
-}
-
-std::vector<std::byte> Leaders::share_locked(std::span<const std::byte> data, bool from_node0,
-                                             std::optional<Clock::time_point> deadline,
-                                             const char* what) {
-  constexpr std::size_t kChunk = Bootstrap::kMaxBlob;
-  constexpr std::size_t kLength = 8;
-  try {
-    if (from_node0) {
-      if (data.size() > kMaxShare) {
-        throw Error(std::string(what) + ": at most " + std::to_string(kMaxShare) +
-                    " bytes travel between machines, not " + std::to_string(data.size()));
-      }
-      std::vector<std::byte> framed(kLength + data.size());
-      put_le(framed.data(), data.size(), kLength);
-      std::copy(data.begin(), data.end(), framed.begin() + kLength);
-      for (std::size_t at = 0; at < framed.size(); at += kChunk) {
-        const std::size_t n = std::min(kChunk, framed.size() - at);
-        (void)backend_->broadcast(std::span(framed).subspan(at, n), deadline, what);
-      }
-      return {data.begin(), data.end()};
-    }
-    std::vector<std::byte> framed = backend_->broadcast({}, deadline, what);
-    const std::uint64_t length = get_le(framed.data(), std::min(kLength, framed.size()));
-    if (framed.size() < kLength || length > kMaxShare) {
-      throw Error(std::string(what) + ": node 0 sent a broadcast that is not lockstep's (" +
-                  std::to_string(framed.size()) + " bytes, length " + std::to_string(length) + ")");
-    }
-    // Every piece, the first included, must fit the length it announced: exactly that many
-    // bytes are returned (a first piece longer than its length returned them all until
-    // 2026-12-03).
-    const auto not_adding_up = [&](std::size_t received, bool empty) {
-      return Error(std::string(what) + ": node 0's broadcast came in pieces that do not add up (" +
-                   (empty ? "an empty piece after " : "") + std::to_string(received) +
-                   " bytes of " + std::to_string(length) + ")");
-    };
-    if (framed.size() > kLength + length) {
-      throw not_adding_up(framed.size() - kLength, false);
-    }
-    while (framed.size() < kLength + length) {
-      std::vector<std::byte> more = backend_->broadcast({}, deadline, what);
-      if (more.empty() || framed.size() + more.size() > kLength + length) {
-        throw not_adding_up(framed.size() - kLength + more.size(), more.empty());
-      }
-      framed.insert(framed.end(), more.begin(), more.end());
-    }
-    return {framed.begin() + kLength, framed.end()};
-  } catch (const std::exception& error) {
-    broken_ = failure_of(error, what);
-    throw;
-  }
-}
-
-namespace {
-
-constexpr std::size_t kLengthWord = 8;
-
-Error pieces_do_not_add_up(const char* what, const std::string& which, std::uint64_t received,
-                           std::uint64_t length) {
-  return Error{std::string(what) + ": " + which + " came in pieces that do not add up (" +
-               std::to_string(received) + " bytes of " + std::to_string(length) + ")"};
-}
-
-}  // namespace
-
-std::vector<std::byte> Leaders::share_all(std::span<const std::byte> data, bool from_node0,
-                                          std::optional<Clock::time_point> deadline,
-                                          const char* what) {
-  std::lock_guard lock(mutex_);
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
-  return share_all_locked(data, from_node0, deadline, what);
-}
-
-std::vector<std::byte> Leaders::share_all_locked(std::span<const std::byte> data, bool from_node0,
-                                                 std::optional<Clock::time_point> deadline,
-                                                 const char* what) {
-  try {
-    if (from_node0) {
-      const std::size_t first = std::min(data.size(), kMaxShare - kLengthWord);
-      std::vector<std::byte> led(kLengthWord + first);
-      put_le(led.data(), data.size(), kLengthWord);
-      std::copy_n(data.begin(), first, led.begin() + kLengthWord);
-      (void)share_locked(led, true, deadline, what);
-      for (std::size_t at = first; at < data.size(); at += kMaxShare) {
-        backend_->barrier(deadline, what);
-        (void)share_locked(data.subspan(at, std::min(kMaxShare, data.size() - at)), true, deadline,
-                           what);
-      }
-      return {data.begin(), data.end()};
-    }
-    std::vector<std::byte> out = share_locked({}, false, deadline, what);
-    if (out.size() < kLengthWord) {
-      throw pieces_do_not_add_up(what, "node 0's share", out.size(), kLengthWord);
-    }
-    const std::uint64_t length = get_le(out.data(), kLengthWord);
-    out.erase(out.begin(), out.begin() + kLengthWord);
-    while (out.size() < length) {
-      backend_->barrier(deadline, what);
-      const std::vector<std::byte> piece = share_locked({}, false, deadline, what);
-      if (piece.empty() || piece.size() > length - out.size()) {
-        throw pieces_do_not_add_up(what, "node 0's share", out.size() + piece.size(), length);
-      }
-      out.insert(out.end(), piece.begin(), piece.end());
-    }
-    if (out.size() != length) {
-      throw pieces_do_not_add_up(what, "node 0's share", out.size(), length);
-    }
-    return out;
-  } catch (const std::exception& error) {
-    broken_ = failure_of(error, what);
-    throw;
-  }
-}
-
-std::uint64_t Leaders::first_parts(std::vector<std::vector<std::byte>>& parts,
-                                   std::vector<std::uint64_t>& lengths, const char* what) const {
-  // Rounds more at most: 2^26 of kMaxPart bytes (4 TiB), past any machine's memory.
-  constexpr std::uint64_t kMaxRounds = std::uint64_t{1} << 26;
-  std::uint64_t rounds = 0;
-  for (std::size_t node = 0; node < parts.size(); ++node) {
-    std::vector<std::byte>& part = parts[node];
-    const std::uint64_t length = part.size() < kLengthWord ? 0 : get_le(part.data(), kLengthWord);
-    if (part.size() < kLengthWord || part.size() - kLengthWord > length) {
-      throw pieces_do_not_add_up(what, "node " + std::to_string(node) + "'s part", part.size(),
-                                 length);
-    }
-    part.erase(part.begin(), part.begin() + kLengthWord);
-    lengths.push_back(length);
-    const std::uint64_t more =
-        (length - part.size() + Bootstrap::kMaxPart - 1) / Bootstrap::kMaxPart;
-    if (more > kMaxRounds) {
-      throw pieces_do_not_add_up(what, "node " + std::to_string(node) + "'s part", part.size(),
-                                 length);
-    }
-    rounds = std::max(rounds, more);
-  }
-  return rounds;
-}
-
-std::vector<std::byte> Leaders::gather_all(
-    std::span<const std::byte> part,
-    FunctionRef<std::vector<std::byte>(std::vector<std::vector<std::byte>>&)> combine,
-    std::optional<Clock::time_point> deadline, const char* what) {
-  std::lock_guard lock(mutex_);
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
-  try {
-    std::size_t at = std::min(part.size(), Bootstrap::kMaxPart - kLengthWord);
-    std::vector<std::byte> first(kLengthWord + at);
-    put_le(first.data(), part.size(), kLengthWord);
-    std::copy_n(part.begin(), at, first.begin() + kLengthWord);
-    std::vector<std::vector<std::byte>> parts = backend_->gather(first, deadline, what);
-    const bool node0 = !parts.empty();  // the others' gathers return nothing
-    std::vector<std::uint64_t> lengths;
-    std::uint64_t rounds = 0;
-    std::vector<std::byte> word(kLengthWord);
-    if (node0) {
-      rounds = first_parts(parts, lengths, what);
-      if (rounds == 0) {
-        std::vector<std::byte> outcome = combine(parts);
-        outcome.insert(outcome.begin(), word.begin(), word.end());  // no rounds more
-        (void)share_all_locked(outcome, true, deadline, what);
-        return {outcome.begin() + kLengthWord, outcome.end()};
-      }
-      put_le(word.data(), rounds, kLengthWord);
-      (void)share_all_locked(word, true, deadline, what);
-    } else {
-      std::vector<std::byte> reply = share_all_locked({}, false, deadline, what);
-      if (reply.size() < kLengthWord) {
-        throw pieces_do_not_add_up(what, "node 0's answer", reply.size(), kLengthWord);
-      }
-      rounds = get_le(reply.data(), kLengthWord);
-      if (rounds == 0) {
-        return {reply.begin() + kLengthWord, reply.end()};
-      }
-    }
-    for (std::uint64_t round = 0; round < rounds; ++round) {
-      backend_->barrier(deadline, what);  // no leader more than a round ahead of node 0
-      const std::size_t n = std::min(Bootstrap::kMaxPart, part.size() - at);
-      std::vector<std::vector<std::byte>> more =
-          backend_->gather(part.subspan(at, n), deadline, what);
-      at += n;
-      for (std::size_t node = 0; node0 && node < parts.size(); ++node) {
-        if (more.size() != parts.size() || more[node].size() > lengths[node] - parts[node].size()) {
-          throw pieces_do_not_add_up(what, "node " + std::to_string(node) + "'s part",
-                                     parts[node].size() + more[node].size(), lengths[node]);
-        }
-        parts[node].insert(parts[node].end(), more[node].begin(), more[node].end());
-      }
-    }
-    if (!node0) {
-      return share_all_locked({}, false, deadline, what);
-    }
-    for (std::size_t node = 0; node < parts.size(); ++node) {
-      if (parts[node].size() != lengths[node]) {
-        throw pieces_do_not_add_up(what, "node " + std::to_string(node) + "'s part",
-                                   parts[node].size(), lengths[node]);
-      }
-    }
-    const std::vector<std::byte> outcome = combine(parts);
-    return share_all_locked(outcome, true, deadline, what);
-  } catch (const std::exception& error) {
-    if (!broken_) {
-      broken_ = failure_of(error, what);
-    }
     throw;
   }
 }

@@ -62,17 +62,14 @@ class Backend {
   // naming the processes of the nodes not heard from when `deadline` passes (and tells the
   // others), PeerLostError when a leader is gone, Error when a leader aborted.
   virtual void barrier(std::optional<Clock::time_point> deadline, const char* what) = 0;
-  // Node 0's leader passes `blob` (at most Bootstrap::kMaxBlob bytes) and returns at once; every
-  // other leader waits for it and returns it (State::broadcast, in chunks: Leaders::share).
-  virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
-                                           std::optional<Clock::time_point> deadline,
-                                           const char* what) = 0;
-  // Every leader passes its `part` (at most Bootstrap::kMaxPart bytes); node 0's leader waits
-  // for them all and returns them by node index, the others return at once with nothing
-  // (Leaders::gather).
-  virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
-                                                     std::optional<Clock::time_point> deadline,
-                                                     const char* what) = 0;
+  // Every leader passes its `part` (any size that memory allows, empty where it has nothing to
+  // give) and returns every leader's, by node index (its own included), once they have all
+  // arrived: the exchanges' way between machines, for bytes of any size (the backend's
+  // large-message path, in chunks). Throws as barrier() does, and Error when a leader's part is
+  // not what it said or cannot be held.
+  virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
+                                                        std::optional<Clock::time_point> deadline,
+                                                        const char* what) = 0;
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws.
   virtual void abort(const Failure& failure) noexcept = 0;
@@ -100,7 +97,6 @@ class Bootstrap {
   Bootstrap& operator=(const Bootstrap&) = delete;
 
   static constexpr std::size_t kMaxBlob = 4096;
-  static constexpr std::size_t kMaxPart = 65536;  // a leader's part of a gather
   // How many broadcasts a leader keeps that it has not yet asked for: node 0 must not get further
   // ahead of the others (a later one breaks the job on that leader: its next call throws, naming
   // both numbers).
@@ -112,10 +108,10 @@ class Bootstrap {
   virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                            std::optional<Clock::time_point> deadline,
                                            const char* what) = 0;
-  // As Backend::gather.
-  virtual std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
-                                                     std::optional<Clock::time_point> deadline,
-                                                     const char* what) = 0;
+  // As Backend::allgather.
+  virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
+                                                        std::optional<Clock::time_point> deadline,
+                                                        const char* what) = 0;
   // Makes progress on the transport; throws as Backend::barrier would if a leader is gone or
   // aborted.
   virtual void poll(const char* what) = 0;
@@ -155,33 +151,10 @@ class Leaders {
   [[nodiscard]] const char* name() const noexcept { return backend_->name(); }
   [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept { return backend_->nodes(); }
   void barrier(std::optional<Clock::time_point> deadline, const char* what);
-  // Node 0's leader passes `data` (at most kMaxShare bytes) and returns at once; every other
-  // leader returns what node 0's passed. In chunks of Bootstrap::kMaxBlob bytes, the first
-  // led by the length (8 bytes, little-endian).
-  static constexpr std::size_t kMaxShare = std::size_t{48} * 1024;
-  std::vector<std::byte> share(std::span<const std::byte> data, bool from_node0,
-                               std::optional<Clock::time_point> deadline, const char* what);
-  // As share(), for `data` of any size: in shares of kMaxShare bytes, the first led by the whole
-  // length (8 bytes, little-endian), a barrier of the leaders between two (a leader keeps at
-  // most Bootstrap::kMaxAhead broadcasts it has not asked for), so that no leader holds more
-  // than one share's pieces it has not taken.
-  std::vector<std::byte> share_all(std::span<const std::byte> data, bool from_node0,
-                                   std::optional<Clock::time_point> deadline, const char* what);
-  // Every leader passes `part` (any size); node 0's leader makes of them all (by node index) what
-  // `combine` returns, and every leader returns that. A first gather carries each part's length
-  // (8 bytes) and up to Bootstrap::kMaxPart bytes in all; when every part came whole, node 0's
-  // share_all of the outcome follows (led by 8 zero bytes: no rounds more), else node 0 says how
-  // many rounds more every leader makes, each a barrier and a gather of kMaxPart bytes of each
-  // part, and shares the outcome after them. Error when the pieces do not add up.
-  std::vector<std::byte> gather_all(
-      std::span<const std::byte> part,
-      FunctionRef<std::vector<std::byte>(std::vector<std::vector<std::byte>>&)> combine,
-      std::optional<Clock::time_point> deadline, const char* what);
-  // Backend::gather: every leader passes `part` (at most Bootstrap::kMaxPart bytes); node 0's
-  // leader gets them all, by node index (what it makes of them it passes on with share()).
-  std::vector<std::vector<std::byte>> gather(std::span<const std::byte> part,
-                                             std::optional<Clock::time_point> deadline,
-                                             const char* what);
+  // Backend::allgather.
+  std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
+                                                std::optional<Clock::time_point> deadline,
+                                                const char* what);
   // Best effort, never throws; broken afterwards. If another thread's barrier holds the backend,
   // that barrier is cancelled (it ends within a sleep slice) and the failure is sent after it.
   void abort(const Failure& failure) noexcept;
@@ -193,24 +166,11 @@ class Leaders {
 
  private:
   void abort_locked(const Failure& failure) noexcept;
-  std::vector<std::byte> share_locked(std::span<const std::byte> data, bool from_node0,
-                                      std::optional<Clock::time_point> deadline, const char* what);
-  std::vector<std::byte> share_all_locked(std::span<const std::byte> data, bool from_node0,
-                                          std::optional<Clock::time_point> deadline,
-                                          const char* what);
-  // node 0's leader: the parts of gather_all's first gather, their lengths checked, and how
-  // many rounds more they need.
-  std::uint64_t first_parts(std::vector<std::vector<std::byte>>& parts,
-                            std::vector<std::uint64_t>& lengths, const char* what) const;
 
   std::unique_ptr<Backend> backend_;
   std::mutex mutex_;  // held by each call (the backend is used by one thread at a time)
   std::optional<Failure> broken_;
 };
-// Leaders::share's chunks, the length's 8 bytes included, all fit the window of broadcasts a
-// leader keeps before it asks for them.
-static_assert((8 + Leaders::kMaxShare + Bootstrap::kMaxBlob - 1) / Bootstrap::kMaxBlob <=
-              static_cast<std::size_t>(Bootstrap::kMaxAhead));
 
 // The backends this build has, in order of preference (their names: built_backends(),
 // job/job_config.hpp).

@@ -1,7 +1,7 @@
 // Context's exchanges (internal): State::broadcast (the main process's bytes to every process)
 // and State::gather_object (every process's bytes to every process), of any size: through the
 // node segment's broadcast area where they fit, through spills (engine/spill.hpp) where they do
-// not, and across machines through the leaders' backend (Leaders::share_all, gather_all).
+// not, and across machines through the leaders' backend (Leaders::allgather).
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -146,8 +146,9 @@ void deliver_records(std::span<const std::byte> records, int world_size,
   }
 }
 
-// Node 0's leader's outcome of a gather across machines: the nodes' parts, each a run of records,
-// one after the other; a part that is not is the failure of the job's every process.
+// A leader's outcome of a gather across machines (every leader makes the same of the same parts):
+// the nodes' parts, each a run of records, one after the other; a part that is not is the failure
+// of the job's every process.
 std::vector<std::byte> join_parts(std::vector<std::vector<std::byte>>& parts, int world_size) {
   std::vector<std::byte> job;
   for (std::size_t node = 0; node < parts.size(); ++node) {
@@ -474,7 +475,7 @@ void Context::broadcast_into(std::span<const std::byte> data,
       sent = config_.rank == 0 ? encode_broadcast(Held::inline_bytes, data)
                                : encode_broadcast(Held::main_elsewhere, {});
     }
-    sent = backend_->share_all(sent, from_here, std::nullopt, what);
+    sent = std::move(backend_->allgather(sent, std::nullopt, what).front());
     const std::uint64_t size = sent.size() < kBroadcastHead ? 0 : get_le(sent.data() + 4, 8);
     const auto held = sent.size() < kBroadcastHead
                           ? Held::failed
@@ -591,10 +592,8 @@ void Context::gather_across(const GatherSink& sink, const char* what, std::uint3
         append_record(records, rank, Held::failed, as_bytes(error.what()));
       }
     }
-    job = backend_->gather_all(
-        records,
-        [world](std::vector<std::vector<std::byte>>& parts) { return join_parts(parts, world); },
-        std::nullopt, what);
+    std::vector<std::vector<std::byte>> parts = backend_->allgather(records, std::nullopt, what);
+    job = join_parts(parts, world);
     hold_node_copy(*segment_, job, Held::inline_bytes, node_spill, what);
   }
   arrive(std::nullopt, what, call);  // the leader holds the job's records

@@ -97,6 +97,16 @@ class NcclBackend final : public Backend {
       throw;
     }
   }
+  std::vector<std::byte> share(std::span<const std::byte> data,
+                               std::optional<Clock::time_point> deadline,
+                               const char* what) override {
+    try {
+      return bootstrap_->share(data, deadline, what);
+    } catch (const Error&) {
+      abort_communicator();
+      throw;
+    }
+  }
   void abort(const Failure& failure) noexcept override;
 
  private:

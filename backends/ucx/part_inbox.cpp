@@ -96,10 +96,10 @@ void PartInbox::received(const wire::Chunk& head, bool ok) {
   part.failed = part.failed || !ok;
 }
 
-std::vector<int> PartInbox::missing() const {
+std::vector<int> PartInbox::missing(bool share) const {
   const auto found = parts_.find(current_);
   std::vector<int> nodes;
-  for (int node = 0; node < num_nodes_; ++node) {
+  for (int node = 0; node < (share ? 1 : num_nodes_); ++node) {
     if (node == me_) {
       continue;
     }

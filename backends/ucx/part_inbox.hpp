@@ -45,8 +45,9 @@ class PartInbox {
   ChunkPlace place(const wire::Chunk& head, std::size_t length);
   // The chunk `head` names (taken) is in place, or failed to arrive.
   void received(const wire::Chunk& head, bool ok);
-  // The nodes (other than this one) whose part of the current exchange is not all in place yet.
-  [[nodiscard]] std::vector<int> missing() const;
+  // The nodes (other than this one; only node 0 for a share) whose part of the current exchange
+  // is not all in place yet.
+  [[nodiscard]] std::vector<int> missing(bool share = false) const;
   // Whether a chunk of the current exchange failed to arrive (the sender's link broke).
   [[nodiscard]] bool failed() const;
   // Ends the current exchange, every other node's part in place: the parts by node index (this

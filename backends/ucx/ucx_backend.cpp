@@ -22,6 +22,8 @@ using namespace std::chrono_literals;
 
 constexpr unsigned kAmId = 0x4c;     // every lockstep message travels as this active message
 constexpr unsigned kChunkId = 0x4d;  // but the chunks of an allgather's parts, as this one
+// A chunk this small goes eagerly, as the barrier's messages do (UCX would take a slower path).
+constexpr std::size_t kEagerChunk = 8192;
 // How long a leader waiting in a barrier sleeps on the worker's event fd before it progresses the
 // worker again. UCX 1.13's event fd sometimes misses a message on loopback TCP (four simulated
 // nodes, all asleep on their fds, each holding a message the next needed: 100 ms stalls, several
@@ -324,7 +326,11 @@ void UcxBackend::send_chunk(ucp_ep_h ep, const wire::Chunk& head,
     return;  // a failed endpoint: its error is reported by check_members()
   }
   std::vector<std::byte> bytes = wire::encode(head);
-  ucp_request_param_t param{};  // UCX chooses the protocol: rendezvous for the large ones
+  ucp_request_param_t param{};
+  if (head.length <= kEagerChunk) {  // else UCX chooses: rendezvous for the large ones
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
   void* request = ucx_api().am_send_nbx(ep, kChunkId, bytes.data(), bytes.size(),
                                         part->data() + head.offset, head.length, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
@@ -763,39 +769,61 @@ std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
 std::vector<std::vector<std::byte>> UcxBackend::allgather(std::span<const std::byte> part,
                                                           std::optional<Clock::time_point> deadline,
                                                           const char* what) {
+  std::vector<std::vector<std::byte>> parts = exchange(part, false, deadline, what);
+  parts[static_cast<std::size_t>(me_)].assign(part.begin(), part.end());
+  return parts;
+}
+
+std::vector<std::byte> UcxBackend::share(std::span<const std::byte> data,
+                                         std::optional<Clock::time_point> deadline,
+                                         const char* what) {
+  if (me_ == 0) {
+    (void)exchange(data, true, deadline, what);
+    return {data.begin(), data.end()};
+  }
+  return std::move(exchange({}, true, deadline, what).front());
+}
+
+std::vector<std::vector<std::byte>> UcxBackend::exchange(std::span<const std::byte> part,
+                                                         bool share,
+                                                         std::optional<Clock::time_point> deadline,
+                                                         const char* what) {
   if (aborted_) {
     fail(*aborted_, what);
   }
   PartInbox& inbox = *part_inbox_;
-  // A copy that lives as long as UCX sends from it, however this call ends.
-  const auto kept = std::make_shared<const std::vector<std::byte>>(part.begin(), part.end());
-  for (int node = 0; node < num_nodes_; ++node) {
-    for (std::uint64_t index = 0; node != me_ && index < PartInbox::chunks(part.size()); ++index) {
-      send_chunk(members_[static_cast<std::size_t>(node)]->ep,
-                 wire::Chunk{token_, static_cast<std::uint32_t>(me_), inbox.current(), part.size(),
-                             index * wire::kChunk, PartInbox::chunk_length(part.size(), index)},
-                 kept);
+  if (!share || me_ == 0) {
+    // A copy that lives as long as UCX sends from it, however this call ends.
+    const auto kept = std::make_shared<const std::vector<std::byte>>(part.begin(), part.end());
+    for (int node = 0; node < num_nodes_; ++node) {
+      for (std::uint64_t index = 0; node != me_ && index < PartInbox::chunks(part.size());
+           ++index) {
+        send_chunk(
+            members_[static_cast<std::size_t>(node)]->ep,
+            wire::Chunk{token_, static_cast<std::uint32_t>(me_), inbox.current(), part.size(),
+                        index * wire::kChunk, PartInbox::chunk_length(part.size(), index)},
+            kept);
+      }
     }
   }
-  wait_until([&] { return inbox.missing().empty() || inbox.failed(); }, deadline, what,
+  wait_until([&] { return inbox.missing(share).empty() || inbox.failed(); }, deadline, what,
              [&] {
-               Failure failure{FailureKind::timeout, -1, ranks_of_nodes(inbox.missing()),
-                               "timed out waiting for the parts of " + nodes_text(inbox.missing())};
+               Failure failure{
+                   FailureKind::timeout, -1, ranks_of_nodes(inbox.missing(share)),
+                   "timed out waiting for the parts of " + nodes_text(inbox.missing(share))};
                abort(failure);
                fail(failure, what);
              },
-             [&] { return "the parts of " + nodes_text(inbox.missing()); });
+             [&] { return "the parts of " + nodes_text(inbox.missing(share)); });
   if (inbox.failed()) {
     check_members(what);  // a leader that is gone says so
-    Failure failure{FailureKind::error, -1, ranks_of_nodes(inbox.missing()),
-                    "the parts of " + nodes_text(inbox.missing()) + " did not arrive whole"};
+    Failure failure{FailureKind::error, -1, ranks_of_nodes(inbox.missing(share)),
+                    "the parts of " + nodes_text(inbox.missing(share)) + " did not arrive whole"};
     abort(failure);
     fail(failure, what);
   }
   flush(deadline, what);  // this leader's part has left too
-  std::vector<std::vector<std::byte>> parts = inbox.finish();
-  parts[static_cast<std::size_t>(me_)].assign(part.begin(), part.end());
-  return parts;
+  return inbox.finish();
 }
 
 void UcxBackend::abort(const Failure& failure) noexcept {

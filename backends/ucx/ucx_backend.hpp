@@ -73,6 +73,9 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
                                                 std::optional<Clock::time_point> deadline,
                                                 const char* what) override;
+  std::vector<std::byte> share(std::span<const std::byte> data,
+                               std::optional<Clock::time_point> deadline,
+                               const char* what) override;
   void abort(const Failure& failure) noexcept override;
   void check_aborted(const char* what) override {
     if (aborted_) {
@@ -127,6 +130,12 @@ class UcxBackend final : public Backend, public Bootstrap {
   [[noreturn]] void give_up_join(int node, bool timed_out, int error);
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
+  // allgather (every leader gives) and share (node 0's leader alone): sends this leader's part
+  // if it gives, then waits for the parts it takes and returns them all (by node index; this
+  // node's empty).
+  std::vector<std::vector<std::byte>> exchange(std::span<const std::byte> part, bool share,
+                                               std::optional<Clock::time_point> deadline,
+                                               const char* what);
   // Polls, then sleeps on the worker's event fd, as the process's Waiter decides, until done();
   // throws the job's failure, or calls on_deadline() when `deadline` passes. whom() says what
   // it still waits for, in the stall line of a wait that lasts (LOCKSTEP_STALL_WARNING).

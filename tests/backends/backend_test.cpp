@@ -263,8 +263,8 @@ TEST(NcclBackend, OneNodeOnAGpu) {
   EXPECT_EQ(failures(ends), "");
 }
 
-// Allgathers of every size between three leaders, each node's part its own size (0, a chunk's
-// edges, several chunks), byte for byte, with barriers between some of them.
+// Allgathers and shares of every size between three leaders, each node's part its own size (0, a
+// chunk's edges, several chunks), byte for byte, with barriers between some of them.
 TEST(UcxBackend, AllgathersOfEverySize) {
   if (!built("ucx")) {
     GTEST_SKIP() << "built without UCX";
@@ -287,6 +287,10 @@ TEST(UcxBackend, AllgathersOfEverySize) {
       for (int of = 0; of < 3; ++of) {
         RANK_CHECK(parts[static_cast<std::size_t>(of)] == blob_of(size_of(of), of + 7 * round));
       }
+      // Node 0's bytes alone, as a broadcast shares them (the others' are ignored).
+      const auto own = blob_of(size_of(node), 100 + node + 7 * round);
+      RANK_CHECK(leaders->share(own, Clock::now() + std::chrono::seconds(60), "share") ==
+                 blob_of(size_of(0), 100 + 7 * round));
       if (round % 3 == 0) {
         leaders->barrier(std::nullopt, "barrier");
       }
@@ -349,6 +353,15 @@ class ScriptedBackend final : public lockstep::detail::Backend {
     }
     return std::vector<std::vector<std::byte>>(parts_);
   }
+  std::vector<std::byte> share(std::span<const std::byte> data,
+                               std::optional<Clock::time_point> /*deadline*/,
+                               const char* what) override {
+    ++calls;
+    if (parts_ == 0) {
+      throw lockstep::PeerLostError(std::string(what) + ": node 1 is gone", 1);
+    }
+    return {data.begin(), data.end()};
+  }
   void abort(const Failure& /*failure*/) noexcept override {}
 
   int calls = 0;
@@ -388,6 +401,16 @@ TEST(Leaders, AFailedAllgatherBreaksTheJob) {
   // Two parts for two machines: what the backend gave.
   Leaders whole(std::make_unique<ScriptedBackend>(2));
   EXPECT_EQ(whole.allgather({}, std::nullopt, "gather_object").size(), 2U);
+  // A share that throws breaks the job as well.
+  Leaders lost(std::make_unique<ScriptedBackend>(0));
+  EXPECT_THROW((void)lost.share({}, std::nullopt, "broadcast"), lockstep::PeerLostError);
+  try {
+    lost.barrier(std::nullopt, "wait_for_everyone");
+    ADD_FAILURE() << "a broken job went on";
+  } catch (const lockstep::Error& error) {
+    EXPECT_TRUE(contains(error.what(), "wait_for_everyone: the job cannot go on: node 1 is gone"))
+        << error.what();
+  }
 }
 
 }  // namespace

@@ -53,6 +53,20 @@ std::vector<std::vector<std::byte>> Leaders::allgather(std::span<const std::byte
   }
 }
 
+std::vector<std::byte> Leaders::share(std::span<const std::byte> data,
+                                      std::optional<Clock::time_point> deadline, const char* what) {
+  std::lock_guard lock(mutex_);
+  if (broken_) {
+    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
+  }
+  try {
+    return backend_->share(data, deadline, what);
+  } catch (const std::exception& error) {
+    broken_ = failure_of(error, what);
+    throw;
+  }
+}
+
 void Leaders::abort(const Failure& failure) noexcept {
   std::unique_lock lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) {

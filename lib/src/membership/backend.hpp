@@ -70,6 +70,12 @@ class Backend {
   virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
                                                         std::optional<Clock::time_point> deadline,
                                                         const char* what) = 0;
+  // As allgather, but only node 0's leader gives: it passes `data` and returns once it has left;
+  // every other leader (whose `data` is ignored) returns node 0's. One exchange of the same
+  // numbering as allgather's.
+  virtual std::vector<std::byte> share(std::span<const std::byte> data,
+                                       std::optional<Clock::time_point> deadline,
+                                       const char* what) = 0;
   // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
   // Best effort, never throws.
   virtual void abort(const Failure& failure) noexcept = 0;
@@ -108,10 +114,13 @@ class Bootstrap {
   virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                            std::optional<Clock::time_point> deadline,
                                            const char* what) = 0;
-  // As Backend::allgather.
+  // As Backend::allgather and Backend::share.
   virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
                                                         std::optional<Clock::time_point> deadline,
                                                         const char* what) = 0;
+  virtual std::vector<std::byte> share(std::span<const std::byte> data,
+                                       std::optional<Clock::time_point> deadline,
+                                       const char* what) = 0;
   // Makes progress on the transport; throws as Backend::barrier would if a leader is gone or
   // aborted.
   virtual void poll(const char* what) = 0;
@@ -151,10 +160,12 @@ class Leaders {
   [[nodiscard]] const char* name() const noexcept { return backend_->name(); }
   [[nodiscard]] const std::vector<NodeInfo>& nodes() const noexcept { return backend_->nodes(); }
   void barrier(std::optional<Clock::time_point> deadline, const char* what);
-  // Backend::allgather.
+  // Backend::allgather and Backend::share.
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
                                                 std::optional<Clock::time_point> deadline,
                                                 const char* what);
+  std::vector<std::byte> share(std::span<const std::byte> data,
+                               std::optional<Clock::time_point> deadline, const char* what);
   // Best effort, never throws; broken afterwards. If another thread's barrier holds the backend,
   // that barrier is cancelled (it ends within a sleep slice) and the failure is sent after it.
   void abort(const Failure& failure) noexcept;

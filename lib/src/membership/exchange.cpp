@@ -1,7 +1,7 @@
 // Context's exchanges (internal): State::broadcast (the main process's bytes to every process)
 // and State::gather_object (every process's bytes to every process), of any size: through the
 // node segment's broadcast area where they fit, through spills (engine/spill.hpp) where they do
-// not, and across machines through the leaders' backend (Leaders::allgather).
+// not, and across machines through the leaders' backend (Leaders::share, Leaders::allgather).
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -475,7 +475,7 @@ void Context::broadcast_into(std::span<const std::byte> data,
       sent = config_.rank == 0 ? encode_broadcast(Held::inline_bytes, data)
                                : encode_broadcast(Held::main_elsewhere, {});
     }
-    sent = std::move(backend_->allgather(sent, std::nullopt, what).front());
+    sent = backend_->share(sent, std::nullopt, what);
     const std::uint64_t size = sent.size() < kBroadcastHead ? 0 : get_le(sent.data() + 4, 8);
     const auto held = sent.size() < kBroadcastHead
                           ? Held::failed

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <lockstep/lockstep.hpp>
 #include <random>
@@ -494,6 +495,20 @@ int main(int argc, char** argv) {
           pattern(1 << 20, static_cast<std::uint64_t>(state.process_index())));
       std::cout << "RESULT passed" << std::endl;
       return 1;
+    }
+    if (scenario == "hold") {  // `arg` barriers, then SHARED_FILE.held-<process> made, and a
+                               // wait outside lockstep until SHARED_FILE.go is there
+      for (int r = 0; r < arg; ++r) {
+        state.wait_for_everyone();
+      }
+      const std::string base = argv[2];
+      std::ofstream(base + ".held-" + std::to_string(state.process_index())).put('\n');
+      while (::access((base + ".go").c_str(), F_OK) != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      state.wait_for_everyone();
+      std::cout << "RESULT done" << std::endl;
+      return 0;
     }
     if (scenario == "kill") {  // process `arg` dies after 20 rounds; the others keep waiting
       for (int r = 0; r < 20; ++r) {

@@ -1,5 +1,7 @@
 // The node segment: two jobs never meet, stale and torn segments are replaced, nothing is left.
 #include "engine/segment.hpp"
+#include "engine/segment_file.hpp"
+#include "engine/status.hpp"
 #include "job/launch_env.hpp"
 
 #include <fcntl.h>
@@ -416,6 +418,82 @@ TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
       segment_name(lockstep::detail::job_identity(id), 0)));
   EXPECT_TRUE(path_exists(segment_path(id)));
   EXPECT_EQ(running.finish(), "");
+}
+
+// /dev/shm is everyone's: another user's files (and links, and FIFOs) named with this user's
+// prefix, more than the listing's cap, hid this user's running jobs from --status and its
+// abandoned segments from the sweep. Only this user's owner-only regular files count.
+TEST(StatusAndSweep, ForeignNamesWithTheUsersPrefixHideNothing) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root, to create files owned by another user (nobody)";
+  }
+  const std::string running_id = unique_job_id("seen");
+  HeldJob running(running_id);
+  ASSERT_TRUE(running.joined());
+  // An abandoned segment: its processes killed.
+  const std::string abandoned_id = unique_job_id("abandoned");
+  (void)run_ranks(Job::of(2, abandoned_id), [](int) {
+    lockstep::State state;
+    state.wait_for_everyone();
+    ::raise(SIGKILL);
+  });
+  ASSERT_TRUE(path_exists(segment_path(abandoned_id)));
+  // Planted after them (tmpfs lists the newest names first), more than any cap.
+  const std::string prefix = "/dev/shm/lockstep-u" + std::to_string(::geteuid()) + "-planted-";
+  std::vector<std::string> planted;
+  for (int i = 0; i < 300; ++i) {
+    planted.push_back(prefix + std::to_string(i));
+    const int fd = ::open(planted.back().c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::fchown(fd, 65534, 65534), 0);
+    ::close(fd);
+  }
+  planted.push_back(prefix + "link");
+  ASSERT_EQ(::symlink(segment_path(running_id).c_str(), planted.back().c_str()), 0);
+  planted.push_back(prefix + "fifo");
+  ASSERT_EQ(::mkfifo(planted.back().c_str(), 0600), 0);
+
+  bool seen = false;
+  for (const auto& job : lockstep::detail::job_statuses()) {
+    EXPECT_EQ(job.path.find("planted"), std::string::npos) << job.path;
+    seen = seen || job.path == segment_path(running_id);
+  }
+  EXPECT_TRUE(seen) << "--status did not list the running job";
+  const auto removed = lockstep::detail::sweep_abandoned_segments(false);
+  EXPECT_FALSE(path_exists(segment_path(abandoned_id))) << "the sweep missed it";
+  EXPECT_TRUE(path_exists(segment_path(running_id)));
+  for (const auto& path : planted) {
+    EXPECT_TRUE(path_exists(path)) << "another user's file was removed: " << path;
+    ::unlink(path.c_str());
+  }
+  EXPECT_EQ(running.finish(), "");
+}
+
+// A segment of this user whose header is malformed (0 processes, more than a segment holds):
+// --status names what is wrong with it and goes on (it died of SIGFPE on 0).
+TEST(StatusAndSweep, AMalformedSegmentIsNamedNotACrash) {
+  const std::string path = "/dev/shm/lockstep-u" + std::to_string(::geteuid()) + "-" +
+                           unique_job_id("malformed") + "-n0";
+  for (const std::uint32_t slots : {0U, 5000U}) {
+    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(lockstep::detail::segment_size(slots))), 0);
+    lockstep::detail::Prefix prefix{lockstep::detail::kSegmentMagic,
+                                    lockstep::detail::kLayoutVersion, slots};
+    ASSERT_EQ(::pwrite(fd, &prefix, sizeof prefix, 0), static_cast<ssize_t>(sizeof prefix));
+    ::close(fd);
+    bool named = false;
+    for (const auto& job : lockstep::detail::job_statuses()) {
+      if (job.path == path) {
+        named = true;
+        EXPECT_EQ(job.note, "malformed: its header says " + std::to_string(slots) +
+                                " processes (a segment holds 1 to 4096)");
+        EXPECT_TRUE(job.processes.empty());
+      }
+    }
+    EXPECT_TRUE(named) << slots;
+    ::unlink(path.c_str());
+  }
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions = fal
 // this layout.
 std::optional<std::vector<int>> joined_ranks(const std::string& name);
 
-// The names of this user's lockstep segments in /dev/shm (at most 256, in directory order).
+// The names of this user's lockstep segments in /dev/shm (at most 256, in directory order): the
+// owner-only regular files of this user whose names carry its prefix, however many other names
+// (another user's, links, FIFOs) carry it too.
 std::vector<std::string> user_segments();
 
 // remove_abandoned_segment() for each of this user's lockstep segments in /dev/shm (at most 256

@@ -30,6 +30,14 @@ std::string user_prefix() {
   return "lockstep-u" + std::to_string(::geteuid()) + "-";
 }
 
+// Whether `entry` of the open directory `dir` is a file this user's lockstep could have made (an
+// owner-only regular file of this user), looked at without following a link: /dev/shm is
+// everyone's, and names with this user's prefix may be anyone's.
+bool ours_in(DIR* dir, const dirent& entry) {
+  struct stat st {};
+  return ::fstatat(::dirfd(dir), entry.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && made_by_us(st);
+}
+
 }  // namespace
 
 std::string segment_prefix(const std::string& identity) {
@@ -62,7 +70,8 @@ std::vector<std::string> segments_of(const std::string& identity, int node_index
       // "<prefix>n<node>" or "<prefix><16 hex digits>-n<node>".
       if (name.starts_with(prefix) && name.ends_with(suffix) &&
           (name.size() == prefix.size() + suffix.size() ||
-           name.size() == prefix.size() + 17 + suffix.size())) {
+           name.size() == prefix.size() + 17 + suffix.size()) &&
+          ours_in(dir, *entry)) {
         names.emplace_back(name);
       }
     }
@@ -149,10 +158,12 @@ std::vector<std::string> user_segments() {
   const std::string mine = user_prefix();
   std::vector<std::string> names;
   if (DIR* dir = ::opendir("/dev/shm")) {
-    // Bounded: a sweep or a status looks at no more than this many of the user's segments.
+    // Bounded: a sweep or a status looks at no more than this many of the user's segments (only
+    // the user's own count: names that others put there cannot hide them).
     constexpr std::size_t kMaxLooked = 256;
     while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR
-      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0 && !is_spill(entry->d_name)) {
+      if (std::strncmp(entry->d_name, mine.c_str(), mine.size()) == 0 && !is_spill(entry->d_name) &&
+          ours_in(dir, *entry)) {
         names.emplace_back(entry->d_name);
         if (names.size() == kMaxLooked) {
           break;

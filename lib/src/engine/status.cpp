@@ -13,6 +13,7 @@
 #include "engine/call_log.hpp"
 #include "engine/segment.hpp"  // user_segments
 #include "engine/segment_file.hpp"
+#include "job/job_config.hpp"  // kMaxLocalProcesses
 
 namespace lockstep::detail {
 namespace {
@@ -48,6 +49,23 @@ ProcessStatus process_status(const Slot& slot, const CallLog& log, bool same_nam
   return out;
 }
 
+// The episodes the machine's processes completed: the arrival counter's, which counts each
+// process's arrival (and across machines the leader's release); a machine's only process meets
+// the other machines without it, and its log says instead.
+std::uint64_t episodes_passed(const SegmentHeader& header, std::uint32_t num_slots,
+                              const CallLog* logs) {
+  if (num_slots > 1) {
+    const bool across = header.world_size > num_slots;  // a release per episode too
+    return header.episode.arrivals.load(std::memory_order_relaxed) / (num_slots + (across ? 1 : 0));
+  }
+  const auto call = latest_call(logs[0]);
+  if (!call || call->episode == kNoEpisode) {
+    return 0;
+  }
+  // A call that ended well completed its episode; one that lasts or gave up did not.
+  return call->episode + (call->ended != 0 && call->end == CallEnd::passed ? 1 : 0);
+}
+
 // One segment, read through a read-only mapping; nullopt: not a lockstep segment of this user.
 std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
   JobStatus job;
@@ -73,6 +91,12 @@ std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
                    : "being laid out, or left torn by a process that died laying it out";
     return job;
   }
+  if (prefix.num_slots == 0 || prefix.num_slots > static_cast<std::uint32_t>(kMaxLocalProcesses)) {
+    ::close(fd);
+    job.note = "malformed: its header says " + std::to_string(prefix.num_slots) +
+               " processes (a segment holds 1 to " + std::to_string(kMaxLocalProcesses) + ")";
+    return job;
+  }
   const std::size_t size = segment_size(prefix.num_slots);
   void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -84,17 +108,16 @@ std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
   job.identity.assign(header.identity,
                       std::min<std::size_t>(header.identity_length, sizeof header.identity));
   job.world_size = static_cast<int>(header.world_size);
-  job.num_slots = static_cast<int>(header.num_slots);
-  const bool across = header.world_size > header.num_slots;  // a release per episode too
-  job.episode = header.episode.arrivals.load(std::memory_order_relaxed) /
-                (header.num_slots + (across ? 1 : 0));
+  const std::uint32_t num_slots = prefix.num_slots;  // what was mapped, whatever the header says
+  job.num_slots = static_cast<int>(num_slots);
   const bool same_namespace = header.pid_namespace == pid_namespace();
   const auto* slots = reinterpret_cast<const Slot*>(&header + 1);
   const auto* logs = reinterpret_cast<const CallLog*>(static_cast<const unsigned char*>(base) +
-                                                      call_log_offset(header.num_slots));
-  for (std::uint32_t slot = 0; slot < header.num_slots; ++slot) {
+                                                      call_log_offset(num_slots));
+  for (std::uint32_t slot = 0; slot < num_slots; ++slot) {
     job.processes.push_back(process_status(slots[slot], logs[slot], same_namespace, now));
   }
+  job.episode = episodes_passed(header, num_slots, logs);
   ::munmap(base, size);
   std::sort(job.processes.begin(), job.processes.end(),
             [](const ProcessStatus& a, const ProcessStatus& b) { return a.rank < b.rank; });

@@ -169,5 +169,34 @@ TEST(FailureRecord, EachKindRoundTrips) {
   }
 }
 
+// A failure passed on again (a leader's gather failed; the next wait throws it, and a process
+// of another machine records it) reads "the job cannot go on" once, before its reason.
+TEST(FailureRecord, AFailurePassedOnSaysTheJobCannotGoOnOnce) {
+  const Failure once = failure_of(
+      PeerLostError("gather_object: the job cannot go on: process 3 died", 3), "wait_for_everyone");
+  EXPECT_EQ(once.message, "process 3 died");
+  EXPECT_EQ(once.rank, 3);
+  try {
+    throw_failure(once, "wait_for_everyone: the job cannot go on: ");
+  } catch (const PeerLostError& error) {
+    EXPECT_EQ(std::string(error.what()), "wait_for_everyone: the job cannot go on: process 3 died");
+  }
+  // A record written before (its message still says it) is read the same way.
+  Failure old = once;
+  old.message = "the job cannot go on: the job cannot go on: process 3 died";
+  try {
+    throw_failure(old, "barrier: the job cannot go on: ");
+  } catch (const PeerLostError& error) {
+    EXPECT_EQ(std::string(error.what()), "barrier: the job cannot go on: process 3 died");
+  }
+  // Another context keeps the message whole.
+  try {
+    throw_failure(old, "barrier: ");
+  } catch (const PeerLostError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "barrier: the job cannot go on: the job cannot go on: process 3 died");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::detail

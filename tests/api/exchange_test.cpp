@@ -1,6 +1,6 @@
-// Issue 58: gathers and broadcasts of any size, on one machine: 1 MiB and 64 MiB per process at
-// N = 4, content checked byte for byte; a process killed in the middle of an exchange; a
-// /dev/shm that takes no more bytes.
+// Gathers and broadcasts of any size, on one machine: 1 MiB and 64 MiB per process at N = 4,
+// content checked byte for byte; a process killed in the middle of an exchange; a /dev/shm that
+// takes no more bytes; the gather's regions at every number of processes a machine allows.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "membership/exchange_regions.hpp"
 #include "pattern.hpp"
 #include "ranks.hpp"
 
@@ -145,6 +146,38 @@ TEST(Exchanges, ASpillThatDevShmRefusesIsAnErrorOnEveryProcess) {
     });
     EXPECT_EQ(failures(ends), "") << (gather ? "gather" : "broadcast");
   }
+}
+
+// A gather's regions of the node segment's area at every number of processes a machine allows
+// (1 to 4,096), without starting them: each region holds an entry's head and lies within the area,
+// or the machine's gathers are refused naming its process count. (Above 2,048 the regions were
+// 8 bytes, and an entry's 16-byte head, or a failure's reason, was written past its region and,
+// from the last process, past the area.)
+TEST(ExchangeRegions, StayWithinTheAreaAtEveryProcessCount) {
+  using lockstep::detail::gather_refusal;
+  using lockstep::detail::kEntryHead;
+  using lockstep::detail::kMaxBroadcast;
+  using lockstep::detail::region_size;
+  for (int processes = 1; processes <= 4096; ++processes) {
+    const std::string why = gather_refusal(processes);
+    if (why.empty()) {
+      ASSERT_GE(region_size(processes), kEntryHead) << processes;
+      ASSERT_LE(region_size(processes) * static_cast<std::size_t>(processes), kMaxBroadcast)
+          << processes;
+      ASSERT_EQ(region_size(processes) % 8, 0U) << processes;
+    } else {
+      ASSERT_GT(processes, 2048);
+    }
+  }
+  EXPECT_EQ(region_size(1365), 24U);
+  EXPECT_EQ(region_size(1366), 16U);
+  EXPECT_EQ(region_size(2048), 16U);
+  EXPECT_EQ(gather_refusal(2048), "");
+  EXPECT_EQ(gather_refusal(2049),
+            "this machine has 2049 processes of the job, and a gather takes at most 2048 on a "
+            "machine (each needs its place in the node segment's area)");
+  EXPECT_NE(gather_refusal(4096).find("has 4096 processes"), std::string::npos);
+  EXPECT_NE(gather_refusal(0), "");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
 #include "membership/context.hpp"
+#include "membership/exchange_regions.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -37,23 +38,6 @@ enum class Held : std::uint32_t {
 // A broadcast as it travels between machines: how it is held (4 bytes: inline_bytes, failed or
 // main_elsewhere), its size (8), then that many bytes (the data, or the message).
 constexpr std::size_t kBroadcastHead = 12;
-
-// A gather's entry, in its process's region of the broadcast area, and a record (as a node's part
-// and the job's outcome carry them between machines): the process's rank (4 bytes), how it is
-// held (4), its size (8), then that many bytes when inline (a record is always inline).
-constexpr std::size_t kEntryHead = 16;
-
-// An entry whose bytes stay in their writer's memory, where the others read them
-// (process_vm_readv): after the head, the writer's pid (4 bytes), 4 unused, its pid namespace
-// (8) and the bytes' address (8). A reader that cannot read them so (another pid namespace, not
-// permitted: a Yama ptrace scope, a seccomp filter) says so in its slot (Slot::unread_gather),
-// and every process then reads such entries from spills, in two more episodes.
-constexpr std::size_t kInMemory = kEntryHead + 24;
-
-// The bytes of the broadcast area each of a node's `processes` owns in a gather.
-std::size_t region_size(int processes) {
-  return kMaxBroadcast / static_cast<std::size_t>(processes) / 8 * 8;
-}
 
 void put_head(std::byte* at, int rank, Held held, std::uint64_t size) {
   put_le(at, static_cast<std::uint32_t>(rank), 4);
@@ -520,6 +504,10 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
     sink.sized({data.size()});
     sink.put(0, data);
     return;
+  }
+  // Refused alike by every process of the machine, before any arrives: the job goes on.
+  if (const std::string why = gather_refusal(segment_->num_slots()); !why.empty()) {
+    throw Error(std::string(what) + ": " + why);
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {

@@ -1,0 +1,46 @@
+// How a gather shares the node segment's broadcast area among the node's processes (internal):
+// each owns a region, which holds its entry's head and, where they fit, its bytes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "engine/layout.hpp"  // kMaxBroadcast
+
+namespace lockstep::detail {
+
+// A gather's entry, in its process's region, and a record (as a node's part and the job's outcome
+// carry them between machines): the process's rank (4 bytes), how it is held (4), its size (8),
+// then that many bytes when inline (a record is always inline).
+inline constexpr std::size_t kEntryHead = 16;
+
+// An entry whose bytes stay in their writer's memory, where the others read them
+// (process_vm_readv): after the head, the writer's pid (4 bytes), 4 unused, its pid namespace
+// (8) and the bytes' address (8). A reader that cannot read them so (another pid namespace, not
+// permitted: a Yama ptrace scope, a seccomp filter) says so in its slot (Slot::unread_gather),
+// and every process then reads such entries from spills, in two more episodes.
+inline constexpr std::size_t kInMemory = kEntryHead + 24;
+
+// The bytes of the broadcast area each of a node's `processes` owns in a gather (a multiple of
+// 8); every region lies within the area.
+constexpr std::size_t region_size(int processes) {
+  return processes <= 0 ? 0 : kMaxBroadcast / static_cast<std::size_t>(processes) / 8 * 8;
+}
+
+// The most processes a machine may have for a gather: each region must hold an entry's head.
+inline constexpr int kMaxGatherProcesses = static_cast<int>(kMaxBroadcast / kEntryHead);
+static_assert(region_size(kMaxGatherProcesses) >= kEntryHead);
+static_assert(region_size(kMaxGatherProcesses + 1) < kEntryHead);
+
+// Why a machine of `processes` cannot gather (empty: it can), for `what`'s error.
+inline std::string gather_refusal(int processes) {
+  if (processes >= 1 && region_size(processes) >= kEntryHead) {
+    return {};
+  }
+  return "this machine has " + std::to_string(processes) +
+         " processes of the job, and a gather takes at most " +
+         std::to_string(kMaxGatherProcesses) +
+         " on a machine (each needs its place in the node segment's area)";
+}
+
+}  // namespace lockstep::detail

@@ -426,7 +426,9 @@ void UcxBackend::handle_member(const wire::Message& message) {
                                                         : FailureKind::error;
     failure.rank = abort->rank;
     failure.missing.assign(abort->missing.begin(), abort->missing.end());
-    failure.message = "node " + std::to_string(abort->from) + " gave up: " + abort->message;
+    // Escaped: another machine's text reaches this machine's terminals and logs.
+    failure.message =
+        "node " + std::to_string(abort->from) + " gave up: " + printable(abort->message);
     aborted_ = std::move(failure);
     if (me_ == 0) {
       relay_ = *abort;  // sent on by progress(), outside UCX's callback
@@ -710,7 +712,7 @@ std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
     const auto answer = answers.find(node);
     text += "; on node " + std::to_string(node) +
             (answer != answers.end()
-                 ? ", " + answer->second
+                 ? ", " + printable(answer->second)
                  : ", where its processes are is not known (not told within " +
                        seconds_text(std::chrono::duration<double>(desk_->answer_wait()).count()) +
                        " s)");

@@ -169,6 +169,34 @@ TEST(FailureRecord, EachKindRoundTrips) {
   }
 }
 
+// Text from recorded call sites is any bytes: what lockstep writes of it is valid UTF-8, with
+// control characters escaped, for a terminal (printable) and for a strict JSON parser.
+TEST(Text, AnyBytesBecomeValidUtf8WithControlsEscaped) {
+  EXPECT_EQ(printable("/home/jos\xc3\xa9/\xe5\xae\x9f\xe9\xa8\x93.py"),
+            "/home/jos\xc3\xa9/\xe5\xae\x9f\xe9\xa8\x93.py");  // as it is
+  EXPECT_EQ(printable("a\x1b[31mb\nc\x7f"), "a\\x1b[31mb\\x0ac\\x7f");
+  EXPECT_EQ(printable("c1\xc2\x85!"), "c1\\u0085!");  // NEL, a C1 control
+  EXPECT_EQ(printable("\xa9\xe5\xae"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // cut, stray
+  // Overlong, a surrogate, past U+10FFFF, overlong again: each byte one U+FFFD.
+  for (const std::string bad : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe0\x80\x80"}) {
+    const std::string out = printable(bad);
+    EXPECT_EQ(out.size(), 3 * bad.size()) << "each invalid byte is one U+FFFD";
+  }
+  EXPECT_EQ(json_string("q\"b\\\x01\xc2\x9f\xff\xe6\xbc\xa2"),
+            "\"q\\\"b\\\\\\u0001\\u009f\xef\xbf\xbd\xe6\xbc\xa2\"");
+  // Cuts between characters: a head drops the lead of a character the limit cuts, a tail the
+  // rest of one whose lead it cuts off.
+  const std::string cjk = "\xe6\xbc\xa2\xe6\xbc\xa2";  // two 3-byte letters
+  EXPECT_EQ(utf8_head(cjk, 4), 3U);
+  EXPECT_EQ(utf8_head(cjk, 3), 3U);
+  EXPECT_EQ(utf8_head(cjk, 2), 0U);
+  EXPECT_EQ(utf8_head(cjk, 9), 6U);
+  EXPECT_EQ(utf8_tail(cjk, 4), 3U);  // the last letter, from byte 3
+  EXPECT_EQ(utf8_tail(cjk, 3), 3U);
+  EXPECT_EQ(utf8_tail(cjk, 2), 6U);  // nothing whole
+  EXPECT_EQ(utf8_tail(cjk, 9), 0U);
+}
+
 // A failure passed on again (a leader's gather failed; the next wait throws it, and a process
 // of another machine records it) reads "the job cannot go on" once, before its reason.
 TEST(FailureRecord, AFailurePassedOnSaysTheJobCannotGoOnOnce) {

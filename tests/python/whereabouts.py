@@ -125,8 +125,16 @@ def main():
                "met from different calls: process 0 in wait_for_everyone at child.py:11" + guard)
         expect("first", out, 'child.py", line 12, in <module>')  # process 0's next call fails
         check_status(launcher, child)
+        # A path with accents, a terminal's escape and CJK letters, long enough that the log cuts
+        # it (it keeps the file's last 90 bytes: here inside a 3-byte letter): --status --json
+        # is strict UTF-8 and JSON, and the text carries no control character.
+        strange = os.path.join(folder, "expériences \x1b[31m" + "漢" * 40 + "é")
+        os.mkdir(strange)
+        with open(os.path.join(strange, "child.py"), "w", encoding="utf-8") as file:
+            file.write(CHILD)
+        check_status(launcher, os.path.join(strange, "child.py"))
     print("whereabouts: the stall notice, strict, main_process_first and --status say where "
-          "each process is")
+          "each process is, whatever the script's path")
 
 
 def check_status(launcher, child):
@@ -138,8 +146,9 @@ def check_status(launcher, child):
     deadline = time.monotonic() + 20
     while seen is None and time.monotonic() < deadline and job.poll() is None:
         time.sleep(0.1)
+        # Strictly: bytes that are not UTF-8, or a control character in a string, raise here.
         listing = json.loads(subprocess.run([launcher, "--status", "--json"], capture_output=True,
-                                            text=True, check=True, timeout=10).stdout)
+                                            check=True, timeout=10).stdout.decode("utf-8"))
         for found in listing["jobs"]:
             states = {p["rank"]: p for p in found["processes"]}
             zero, one = states.get(0), states.get(1)
@@ -155,10 +164,14 @@ def check_status(launcher, child):
             zero["call"] != "wait_for_everyone" or one["episode"] != 0 or
             one["ended"] != "returned" or zero["pid"] <= 0 or one["pid"] <= 0):
         sys.exit(f"whereabouts: --status --json: {seen}")
-    text = subprocess.run([launcher, "--status"], capture_output=True, text=True, check=True,
-                          timeout=10).stdout
+    raw = subprocess.run([launcher, "--status"], capture_output=True, check=True,
+                         timeout=10).stdout
+    text = raw.decode("utf-8")  # strictly
+    if any(ord(c) < 0x20 and c != "\n" or 0x7f <= ord(c) < 0xa0 for c in text):
+        sys.exit(f"whereabouts: --status wrote a control character: {raw!r}")
+    shown = zero["file"].replace("\x1b", "\\x1b")  # as the text escapes it
     expect("--status", text, f"process 0 (pid {zero['pid']}): waiting ")
-    expect("--status", text, f" in wait_for_everyone at {zero['file']}:{STATUS_WAIT} in <module> "
+    expect("--status", text, f" in wait_for_everyone at {shown}:{STATUS_WAIT} in <module> "
                              "(episode 1)")
     expect("--status", text, f"process 1 (pid {one['pid']}): running, its last call "
                              "wait_for_everyone at ")

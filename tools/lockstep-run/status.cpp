@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "base/text.hpp"  // json_string, rounded_seconds
+#include "base/text.hpp"  // json_string, printable, rounded_seconds
 #include "engine/status.hpp"
 
 namespace lockstep::run {
@@ -11,6 +11,7 @@ namespace {
 
 using lockstep::detail::JobStatus;
 using lockstep::detail::json_string;
+using lockstep::detail::printable;
 using lockstep::detail::ProcessStatus;
 
 std::string seconds_text(double seconds) {
@@ -21,9 +22,9 @@ std::string place(const ProcessStatus& process) {
   if (process.file.empty()) {
     return "an unrecorded place";
   }
-  std::string text = process.file + ":" + std::to_string(process.line);
+  std::string text = printable(process.file) + ":" + std::to_string(process.line);
   if (!process.function.empty()) {
-    text += " in " + process.function;
+    text += " in " + printable(process.function);
   }
   return text;
 }
@@ -98,13 +99,13 @@ int show_status(bool json) {
     return 0;
   }
   for (const JobStatus& job : jobs) {
-    (void)std::printf("%s\n", job.path.c_str());
+    (void)std::printf("%s\n", printable(job.path).c_str());
     if (!job.note.empty()) {
       (void)std::printf("  %s\n", job.note.c_str());
       continue;
     }
     (void)std::printf("  job %s: %d of its %d processes on this machine, %llu episodes passed\n",
-                      job.identity.c_str(), job.num_slots, job.world_size,
+                      printable(job.identity).c_str(), job.num_slots, job.world_size,
                       static_cast<unsigned long long>(job.episode));
     for (const ProcessStatus& process : job.processes) {
       (void)std::printf("  process %d (pid %d): %s\n", process.rank, static_cast<int>(process.pid),

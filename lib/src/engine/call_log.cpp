@@ -4,8 +4,9 @@
 #include <cstring>
 #include <ctime>
 #include <new>
+#include <string_view>
 
-#include "base/text.hpp"  // rounded_seconds
+#include "base/text.hpp"  // printable, rounded_seconds, utf8_head, utf8_tail
 
 namespace lockstep::detail {
 
@@ -70,15 +71,16 @@ std::uint32_t CallRecorder::intern(const CallSite& site) noexcept {
   }
   SiteText& text = log_.site[count];
   text.line = site.line;
-  // The file keeps its end (the name), the function its beginning; each ends in '\0'.
-  const std::size_t file_length = std::strlen(site.file);
-  const std::size_t file_kept = std::min<std::size_t>(file_length, kSiteText * 3 / 4);
-  std::memcpy(text.text, site.file + (file_length - file_kept), file_kept);
+  // The file keeps its end (the name), the function its beginning, each cut between characters
+  // (UTF-8); each ends in '\0'.
+  const std::string_view file = site.file;
+  const std::size_t file_from = utf8_tail(file, kSiteText * 3 / 4);
+  const std::size_t file_kept = file.size() - file_from;
+  std::memcpy(text.text, file.data() + file_from, file_kept);
   text.text[file_kept] = '\0';
-  const char* function = site.function != nullptr ? site.function : "";
-  const std::size_t function_kept =
-      std::min<std::size_t>(std::strlen(function), sizeof text.text - file_kept - 2);
-  std::memcpy(text.text + file_kept + 1, function, function_kept);
+  const std::string_view function = site.function != nullptr ? site.function : "";
+  const std::size_t function_kept = utf8_head(function, sizeof text.text - file_kept - 2);
+  std::memcpy(text.text + file_kept + 1, function.data(), function_kept);
   text.text[file_kept + 1 + function_kept] = '\0';
   // Release: a reader that counts the site (acquire) reads its text whole.
   log_.sites.store(count + 1, std::memory_order_release);
@@ -273,9 +275,11 @@ std::string site_text(const CallView& call, bool full) {
       file.erase(0, slash + 1);
     }
   }
-  std::string text = file + ":" + std::to_string(call.line);
+  // Escaped: a file's or function's name is any bytes, and a message must not carry a control
+  // character to a terminal.
+  std::string text = printable(file) + ":" + std::to_string(call.line);
   if (full && !call.function.empty()) {
-    text += " in " + call.function;
+    text += " in " + printable(call.function);
   }
   return text;
 }

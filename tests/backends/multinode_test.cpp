@@ -584,6 +584,47 @@ TEST_P(MultiNode, StatusCountsTheEpisodesOfAMachinesOnlyProcess) {
   }
 }
 
+TEST_P(MultiNode, StatusSaysALeaderWaitsInAnExchangeAcrossMachines) {
+  // While a machine's main process waited for the other machines inside broadcast (node 0's
+  // bytes), --status said it was running its own code: the exchange's wait was outside its
+  // recorded call. Node 0 comes late to a broadcast, then node 1 to a gather: each time the
+  // waiting machine's other process waits in the call, and so must its main process.
+  if (std::string(GetParam()) != "tcp") {
+    GTEST_SKIP() << "the tcp variant covers it";
+  }
+  for (int node = 0; node < 2; ++node) {
+    start(node, 2, 2, {"exchanges-late", shared_.string(), "1000"});
+  }
+  std::map<std::string, int> looked;
+  const auto until = Clock::now() + std::chrono::milliseconds(2300);
+  while (Clock::now() < until) {
+    for (const auto& job : lockstep::detail::job_statuses()) {
+      if (job.identity.find(job_) == std::string::npos || job.processes.size() != 2) {
+        continue;
+      }
+      const auto& leader = job.processes[0];
+      const auto& other = job.processes[1];
+      if (other.state == "waiting" &&
+          (other.call == "broadcast" || other.call == "gather_object")) {
+        ++looked[other.call];
+        EXPECT_EQ(leader.state, "waiting") << "process " << leader.rank << " in " << other.call
+                                           << ": " << leader.call << " " << leader.ended;
+        EXPECT_EQ(leader.call, other.call);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(looked["broadcast"], 5) << all_output();
+  EXPECT_GT(looked["gather_object"], 5) << all_output();
+  wait_all();
+  for (const auto& node : nodes_) {
+    EXPECT_EQ(node.code(), 0) << all_output();
+  }
+  for (const auto& [rank, text] : results()) {
+    EXPECT_EQ(text, "done") << "rank " << rank;
+  }
+}
+
 TEST_P(MultiNode, AStalledWaitAcrossNodesSaysWhoItWaitsFor) {
   // Issue 23: a leader waiting for the other machines was silent (the node barrier said its
   // line, the backend's wait none).

@@ -496,6 +496,20 @@ int main(int argc, char** argv) {
       std::cout << "RESULT passed" << std::endl;
       return 1;
     }
+    if (scenario == "exchanges-late") {  // node 0's processes come `arg` ms late to a broadcast,
+                                         // node 1's as late to a gather
+      if (state.node_index() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(arg));
+      }
+      const bool told = state.broadcast(state.process_index() == 0 ? "told" : "") == "told";
+      if (state.node_index() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(arg));
+      }
+      const auto all = state.gather_object(std::to_string(state.process_index()));
+      std::cout << "RESULT " << (told && all.size() == 4 && all[3] == "3" ? "done" : "wrong")
+                << std::endl;
+      return 0;
+    }
     if (scenario == "hold") {  // `arg` barriers, then SHARED_FILE.held-<process> made, and a
                                // wait outside lockstep until SHARED_FILE.go is there
       for (int r = 0; r < arg; ++r) {

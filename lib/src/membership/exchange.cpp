@@ -17,6 +17,7 @@
 #include "base/fault_points.hpp"
 #include "base/little_endian.hpp"
 #include "base/proc.hpp"  // pid_namespace
+#include "engine/call_log.hpp"
 #include "engine/spill.hpp"
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
@@ -149,6 +150,22 @@ std::vector<std::byte> join_parts(std::vector<std::vector<std::byte>>& parts, in
     std::vector<std::byte>().swap(parts[node]);  // one copy of the job's bytes at a time
   }
   return job;
+}
+
+// What `exchange` returns: the leader's exchange with the other machines, recorded in its log as
+// a call of the exchange's (`call`, no episode), so that lockstep-run --status and the other
+// machines' messages say it waits in the gather or broadcast, not that it runs its own code.
+template <class Exchange>
+auto across_machines(CallRecorder& log, std::uint32_t call, Exchange exchange) {
+  log.begin(call, kNoEpisode);
+  try {
+    auto out = exchange();
+    log.end(true);
+    return out;
+  } catch (...) {
+    log.end_as(CallEnd::failed);
+    throw;
+  }
 }
 
 std::vector<std::byte> encode_broadcast(Held held, std::span<const std::byte> bytes) {
@@ -459,7 +476,8 @@ void Context::broadcast_into(std::span<const std::byte> data,
       sent = config_.rank == 0 ? encode_broadcast(Held::inline_bytes, data)
                                : encode_broadcast(Held::main_elsewhere, {});
     }
-    sent = backend_->share(sent, std::nullopt, what);
+    sent = across_machines(barrier_->recorder(), call,
+                           [&] { return backend_->share(sent, std::nullopt, what); });
     const std::uint64_t size = sent.size() < kBroadcastHead ? 0 : get_le(sent.data() + 4, 8);
     const auto held = sent.size() < kBroadcastHead
                           ? Held::failed
@@ -580,7 +598,9 @@ void Context::gather_across(const GatherSink& sink, const char* what, std::uint3
         append_record(records, rank, Held::failed, as_bytes(error.what()));
       }
     }
-    std::vector<std::vector<std::byte>> parts = backend_->allgather(records, std::nullopt, what);
+    std::vector<std::vector<std::byte>> parts = across_machines(barrier_->recorder(), call, [&] {
+      return backend_->allgather(records, std::nullopt, what);
+    });
     job = join_parts(parts, world);
     hold_node_copy(*segment_, job, Held::inline_bytes, node_spill, what);
   }

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "base/little_endian.hpp"
+#include "base/text.hpp"  // printable
 #include "ucx/rendezvous.hpp"
 
 namespace lockstep::detail::ucx {
@@ -29,17 +30,6 @@ constexpr std::size_t kQuestionSize = 5;
 constexpr std::size_t kHead = 9;  // the type, the id, and a length or a count
 constexpr std::size_t kEntryHead = 8;
 constexpr auto kSendBound = std::chrono::seconds(1);
-
-// A peer's text as a message may carry it: printable.
-std::string printable(std::span<const std::byte> bytes) {
-  std::string text;
-  text.reserve(bytes.size());
-  for (const std::byte byte : bytes) {
-    const auto c = static_cast<unsigned char>(byte);
-    text.push_back(c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c));
-  }
-  return text;
-}
 
 void append_le(std::vector<std::byte>& frame, std::size_t value) {
   frame.resize(frame.size() + 4);
@@ -62,7 +52,83 @@ std::size_t le_at(const std::vector<std::byte>& bytes, std::size_t at) {
   return static_cast<std::size_t>(get_le(&bytes[at], 4));
 }
 
+// What poll() waits for: `relays` ms (-1: for ever), or less, until the first held frame's bound.
+int wait_ms(int relays, const std::vector<std::optional<Clock::time_point>>& since) {
+  int wait = relays;
+  const auto now = Clock::now();
+  for (const auto& began : since) {
+    if (began) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*began + kFrameBound - now);
+      const int ms = static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+      wait = wait < 0 ? ms : std::min(wait, ms);
+    }
+  }
+  return wait;
+}
+
 }  // namespace
+
+std::string peer_text(std::span<const std::byte> bytes) {
+  return printable({reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+}
+
+std::optional<DeskFrame> next_frame(std::vector<std::byte>& got, int me, std::size_t nodes) {
+  while (!got.empty()) {
+    const std::byte type = got.front();
+    const bool for_me =
+        me == 0 ? (type == kAnswer || type == kAsk) : (type == kQuestion || type == kRelayed);
+    if (!for_me) {
+      got.erase(got.begin());  // not a frame's start: nothing else is sent on a link
+      continue;
+    }
+    if (type == kQuestion) {
+      if (got.size() < kQuestionSize) {
+        return std::nullopt;
+      }
+      DeskFrame frame{type,
+                      static_cast<std::uint32_t>(le_at(got, 1)),
+                      {got.begin(), got.begin() + kQuestionSize}};
+      got.erase(got.begin(), got.begin() + kQuestionSize);
+      return frame;
+    }
+    if (got.size() < kHead) {
+      return std::nullopt;
+    }
+    const std::size_t length = le_at(got, 5);
+    const std::size_t limit = type == kAsk      ? nodes
+                              : type == kAnswer ? kMaxPlaces
+                                                : kMaxRelayed + nodes * kEntryHead;
+    if (length > limit) {
+      got.clear();  // not what the other side sends: what the link held is dropped
+      return std::nullopt;
+    }
+    const std::size_t size = kHead + (type == kAsk ? 4 * length : length);
+    if (got.size() < size) {
+      return std::nullopt;
+    }
+    DeskFrame frame{type,
+                    static_cast<std::uint32_t>(le_at(got, 1)),
+                    {got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size)}};
+    got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size));
+    return frame;
+  }
+  return std::nullopt;
+}
+
+std::map<int, std::string> relayed_entries(const std::vector<std::byte>& frame, std::size_t nodes) {
+  std::map<int, std::string> answers;
+  std::size_t at = kHead;
+  while (at + kEntryHead <= frame.size()) {
+    const std::size_t node = le_at(frame, at);
+    const std::size_t length = le_at(frame, at + 4);
+    if (node >= nodes || length > kMaxPlaces || length > frame.size() - at - kEntryHead) {
+      break;  // not what node 0 sends: the rest is dropped
+    }
+    answers[static_cast<int>(node)] = peer_text(std::span(frame).subspan(at + kEntryHead, length));
+    at += kEntryHead + length;
+  }
+  return answers;
+}
 
 PlacesDesk::PlacesDesk(int me, std::vector<int> links, std::function<std::string()> places)
     : me_(me),
@@ -172,6 +238,8 @@ std::uint32_t PlacesDesk::question(const std::vector<int>& nodes, Asked asked) {
 
 void PlacesDesk::run() noexcept {
   std::vector<std::vector<std::byte>> got(links_.size());
+  // When the frame that `got` begins with began to arrive (none: nothing held).
+  std::vector<std::optional<Clock::time_point>> since(links_.size());
   std::vector<bool> reading(links_.size());
   for (std::size_t node = 0; node < links_.size(); ++node) {
     reading[node] = links_[node] >= 0 && static_cast<int>(node) != me_;
@@ -186,8 +254,14 @@ void PlacesDesk::run() noexcept {
           nodes.push_back(static_cast<int>(node));
         }
       }
-      if (::poll(fds.data(), fds.size(), relays_due_in()) < 0 && errno != EINTR) {
+      if (::poll(fds.data(), fds.size(), wait_ms(relays_due_in(), since)) < 0 && errno != EINTR) {
         return;
+      }
+      for (std::size_t node = 0; node < since.size(); ++node) {
+        if (since[node] && Clock::now() - *since[node] >= kFrameBound) {
+          got[node].clear();  // a frame that stalled: its answer is lost, not the later ones'
+          since[node].reset();
+        }
       }
       if (fds[0].revents != 0) {
         return;  // stopped
@@ -213,7 +287,13 @@ void PlacesDesk::run() noexcept {
           continue;
         }
         got[node].insert(got[node].end(), bytes.begin(), bytes.begin() + n);
+        const std::size_t held = got[node].size();
         take(static_cast<int>(node), got[node]);
+        if (got[node].empty()) {
+          since[node].reset();
+        } else if (got[node].size() < held || !since[node]) {
+          since[node] = Clock::now();  // a frame begins to arrive
+        }
       }
       send_relays_due();
     }
@@ -223,50 +303,40 @@ void PlacesDesk::run() noexcept {
 }
 
 void PlacesDesk::take(int node, std::vector<std::byte>& got) {
-  while (!got.empty()) {
-    const std::byte type = got.front();
-    const bool for_me =
-        me_ == 0 ? (type == kAnswer || type == kAsk) : (type == kQuestion || type == kRelayed);
-    if (!for_me) {
-      got.erase(got.begin());  // not a frame's start: nothing else is sent on a link
-      continue;
+  while (auto frame = next_frame(got, me_, links_.size())) {
+    if ((frame->type == kQuestion || frame->type == kAsk) &&
+        !may_answer(static_cast<std::size_t>(node))) {
+      continue;  // asked faster than any lockstep asks: dropped
     }
-    if (type == kQuestion) {
-      if (got.size() < kQuestionSize) {
-        return;
-      }
-      const auto id = static_cast<std::uint32_t>(le_at(got, 1));
-      got.erase(got.begin(), got.begin() + kQuestionSize);
-      send(node, answer_frame(id));
-      continue;
-    }
-    if (got.size() < kHead) {
-      return;
-    }
-    const auto id = static_cast<std::uint32_t>(le_at(got, 1));
-    const std::size_t length = le_at(got, 5);
-    const std::size_t limit = type == kAsk      ? links_.size()
-                              : type == kAnswer ? kMaxPlaces
-                                                : kMaxRelayed + links_.size() * kEntryHead;
-    if (length > limit) {
-      got.clear();  // not what the other side sends: what the link held is dropped
-      return;
-    }
-    const std::size_t size = kHead + (type == kAsk ? 4 * length : length);
-    if (got.size() < size) {
-      return;
-    }
-    const std::vector<std::byte> frame(got.begin(),
-                                       got.begin() + static_cast<std::ptrdiff_t>(size));
-    got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size));
-    if (type == kAsk) {
-      relay(node, id, frame);
-    } else if (type == kAnswer) {
-      took(node, id, {{node, printable(std::span(frame).subspan(kHead))}});
+    if (frame->type == kQuestion) {
+      send(node, answer_frame(frame->id));
+    } else if (frame->type == kAsk) {
+      relay(node, frame->id, frame->bytes);
+    } else if (frame->type == kAnswer) {
+      took(node, frame->id, {{node, peer_text(std::span(frame->bytes).subspan(kHead))}});
     } else {
-      took(0, id, entries(frame));
+      took(0, frame->id, relayed_entries(frame->bytes, links_.size()));
     }
   }
+}
+
+bool PlacesDesk::may_answer(std::size_t node) {
+  const auto now = Clock::now();
+  if (allowance_.size() != links_.size()) {
+    allowance_.assign(links_.size(), kQuestionBurst);
+    counted_.assign(links_.size(), now);
+  }
+  const auto earned = (now - counted_[node]) / kQuestionEvery;
+  if (earned > 0) {
+    allowance_[node] = static_cast<int>(std::min<std::int64_t>(
+        kQuestionBurst, allowance_[node] + static_cast<std::int64_t>(earned)));
+    counted_[node] = now;
+  }
+  if (allowance_[node] == 0) {
+    return false;
+  }
+  --allowance_[node];
+  return true;
 }
 
 std::vector<std::byte> PlacesDesk::answer_frame(std::uint32_t id) {
@@ -274,21 +344,6 @@ std::vector<std::byte> PlacesDesk::answer_frame(std::uint32_t id) {
   std::vector<std::byte> frame = head(kAnswer, id);
   append_text(frame, text);
   return frame;
-}
-
-std::map<int, std::string> PlacesDesk::entries(const std::vector<std::byte>& frame) const {
-  std::map<int, std::string> answers;
-  std::size_t at = kHead;
-  while (at + kEntryHead <= frame.size()) {
-    const std::size_t node = le_at(frame, at);
-    const std::size_t length = le_at(frame, at + 4);
-    if (node >= links_.size() || length > kMaxPlaces || length > frame.size() - at - kEntryHead) {
-      break;  // not what node 0 sends: the rest is dropped
-    }
-    answers[static_cast<int>(node)] = printable(std::span(frame).subspan(at + kEntryHead, length));
-    at += kEntryHead + length;
-  }
-  return answers;
 }
 
 void PlacesDesk::took(int from, std::uint32_t id, std::map<int, std::string> answers) {

@@ -23,7 +23,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,32 @@ inline constexpr std::size_t kMaxRelayed = 16384;
 // waits this and kRelayMargin for node 0's.
 inline constexpr auto kPlacesWait = std::chrono::milliseconds(500);
 inline constexpr auto kRelayMargin = std::chrono::milliseconds(250);
+
+// How long a frame may take to arrive whole from its first byte: a link whose frame stalls longer
+// loses what it held (that frame's answer only, not the ones after it).
+inline constexpr auto kFrameBound = std::chrono::seconds(1);
+// Questions ('Q', 'A') a desk answers on one link: at most kQuestionBurst at once, then one every
+// kQuestionEvery; the others are dropped unanswered (their asker says it was not told).
+inline constexpr int kQuestionBurst = 8;
+inline constexpr auto kQuestionEvery = std::chrono::milliseconds(50);
+
+// One whole frame off a link.
+struct DeskFrame {
+  std::byte type{};
+  std::uint32_t id = 0;
+  std::vector<std::byte> bytes;  // the whole frame, its head included
+};
+// The next whole frame at the start of `got`, taken out of it, for the desk of node `me` among
+// `nodes` (what may come to it: node 0 takes answers and asks, another node questions and
+// relays); nullopt while none is whole. Bytes that cannot begin such a frame are passed over, and
+// a frame's length over its limit drops all that `got` holds. (A function of its inputs, so that
+// fuzz/fuzz_desk.cpp reaches every check.)
+std::optional<DeskFrame> next_frame(std::vector<std::byte>& got, int me, std::size_t nodes);
+// The entries of node 0's relayed answer ('R'), by node: each node's text made printable; what
+// breaks the format ends them.
+std::map<int, std::string> relayed_entries(const std::vector<std::byte>& frame, std::size_t nodes);
+// A peer's text as a message may carry it (base/text.hpp's printable).
+std::string peer_text(std::span<const std::byte> bytes);
 
 class PlacesDesk {
  public:
@@ -70,9 +98,10 @@ class PlacesDesk {
   void run() noexcept;
   // The frames that `node`'s link brought (`got`, what is left of one stays there).
   void take(int node, std::vector<std::byte>& got);
+  // Whether `node` may be answered one more question now (kQuestionBurst, kQuestionEvery).
+  bool may_answer(std::size_t node);
   std::string own();  // this node's text, at most kMaxPlaces
   std::vector<std::byte> answer_frame(std::uint32_t id);
-  [[nodiscard]] std::map<int, std::string> entries(const std::vector<std::byte>& frame) const;
   // `from`'s answer to question `id` (node 0's 'R' on another node: its entries).
   void took(int from, std::uint32_t id, std::map<int, std::string> answers);
   // Node 0: another node's 'A' frame; asks those nodes, answered by send_relays_due.
@@ -97,6 +126,10 @@ class PlacesDesk {
   std::condition_variable answered_;
   std::uint32_t last_id_ = 0;
   std::map<std::uint32_t, Asked> asked_;
+  // The desk thread's own: by node, the questions it may still answer at once and when it last
+  // counted them.
+  std::vector<int> allowance_;
+  std::vector<std::chrono::steady_clock::time_point> counted_;
   std::thread thread_;
 };
 

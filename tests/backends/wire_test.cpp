@@ -452,10 +452,11 @@ TEST_F(Places, NodeZeroAsksTheOthersOnTheirLinks) {
     const auto answers = zero->ask({0, 1, 2});
     ASSERT_EQ(answers.size(), 3U);
     EXPECT_EQ(answers.at(0), "process 0 waits");
-    EXPECT_EQ(answers.at(1), "process 3 is at train.py:121?");  // the earlier answer passed over
+    // The earlier answer passed over; the line's end escaped.
+    EXPECT_EQ(answers.at(1), "process 3 is at train.py:121\\x0a");
     EXPECT_EQ(answers.at(2), "process 5 waits");
     EXPECT_EQ(asked.load(), 2);
-    EXPECT_EQ(zero->ask({1}).at(1), "process 3 is at train.py:122?");
+    EXPECT_EQ(zero->ask({1}).at(1), "process 3 is at train.py:122\\x0a");
   }
   // Node 1's desk is gone (its thread stopped, the link still open): no answer, in bounded time;
   // node 2 still answers.
@@ -488,7 +489,7 @@ TEST_F(Places, AnotherNodeAsksNodeZeroWhichAsksForIt) {
     const auto answers = one->ask({0, 2});
     ASSERT_EQ(answers.size(), 2U);
     EXPECT_EQ(answers.at(0), "process 0 waits");
-    EXPECT_EQ(answers.at(2), "process 4 waits?");
+    EXPECT_EQ(answers.at(2), "process 4 waits\\x01");
   }
   // Node 2 does not answer: node 1 hears node 0's word for node 0 alone, in bounded time.
   const auto began = std::chrono::steady_clock::now();
@@ -522,6 +523,63 @@ TEST_F(Places, AnotherNodeAsksNodeZeroWhichAsksForIt) {
   const std::vector<std::byte> bad = unhex("41080000000100000009000000");
   ASSERT_EQ(::write(two_[1], bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
   EXPECT_TRUE(read_some(two_[1], ucx::kPlacesWait + ucx::kRelayMargin).empty());
+}
+
+// A frame that a peer begins and never finishes costs its own answer only: after kFrameBound the
+// link's bytes are dropped, and the peer's next answers are taken (8 later answers were all
+// swallowed, each "not known").
+TEST_F(Places, AStalledFrameCostsOnlyItsOwnAnswer) {
+  const auto zero = node0();
+  // Node 1's end: the first 6 bytes of an answer ('P', id, the length's first byte), no more.
+  const std::vector<std::byte> part = unhex("500100000005");
+  ASSERT_EQ(::write(one_[1], part.data(), part.size()), static_cast<ssize_t>(part.size()));
+  std::this_thread::sleep_for(ucx::kFrameBound + std::chrono::milliseconds(200));
+  const auto two = node(2, [] { return std::string("process 5 waits"); });
+  std::thread answerer([&] {  // node 1's end answers node 0's next question by hand
+    const std::vector<std::byte> question = read_some(one_[1], kBound);
+    if (question.size() != 5) {
+      return;
+    }
+    std::vector<std::byte> answer = question;
+    answer[0] = std::byte{0x50};  // 'P', the same id
+    const std::string text = "process 3 is back";
+    answer.resize(9);
+    put_le(&answer[5], text.size(), 4);
+    const std::vector<std::byte> body = bytes(text);
+    answer.insert(answer.end(), body.begin(), body.end());
+    (void)::write(one_[1], answer.data(), answer.size());
+  });
+  const auto answers = zero->ask({1, 2});
+  answerer.join();
+  ASSERT_EQ(answers.count(1), 1U) << "the stalled frame swallowed the next answer";
+  EXPECT_EQ(answers.at(1), "process 3 is back");
+  EXPECT_EQ(answers.at(2), "process 5 waits");
+}
+
+// A peer that asks as fast as it can is answered kQuestionBurst times at once, then about once
+// every kQuestionEvery: what node 0 sends back stays bounded.
+TEST_F(Places, QuestionsFromOnePeerAreRateLimited) {
+  const auto zero = node0();
+  const auto two = node(2, [] { return std::string("process 5 waits"); });
+  std::vector<std::byte> flood;
+  for (std::uint32_t id = 1; id <= 200; ++id) {  // 'A' id, 1 node: node 0
+    const std::vector<std::byte> ask = unhex("41000000000100000000000000");
+    flood.insert(flood.end(), ask.begin(), ask.end());
+    put_le(&flood[flood.size() - ask.size() + 1], id, 4);
+  }
+  ASSERT_EQ(::write(one_[1], flood.data(), flood.size()), static_cast<ssize_t>(flood.size()));
+  std::vector<std::byte> back;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  while (std::chrono::steady_clock::now() < until) {
+    const std::vector<std::byte> more = read_some(one_[1], std::chrono::milliseconds(50));
+    back.insert(back.end(), more.begin(), more.end());
+  }
+  int relays = 0;
+  for (std::size_t at = 0; at + 9 <= back.size(); at += 9 + get_le(&back[at + 5], 4)) {
+    relays += back[at] == std::byte{0x52} ? 1 : 0;
+  }
+  EXPECT_GE(relays, ucx::kQuestionBurst);
+  EXPECT_LE(relays, ucx::kQuestionBurst + 12) << "200 questions at once, answered " << relays;
 }
 
 }  // namespace

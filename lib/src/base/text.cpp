@@ -130,7 +130,7 @@ std::string json_string(std::string_view text) {
   each_character(
       text,
       [&](unsigned code) {
-        char escaped[8];
+        char escaped[16];  // "\\u" and up to 8 hex digits, as the compiler counts
         (void)std::snprintf(escaped, sizeof escaped, "\\u%04x", code);
         out += escaped;
       },
@@ -150,7 +150,7 @@ std::string printable(std::string_view text) {
   each_character(
       text,
       [&](unsigned code) {
-        char escaped[8];
+        char escaped[16];  // "\\u" and up to 8 hex digits, as the compiler counts
         if (code < 0x80) {
           (void)std::snprintf(escaped, sizeof escaped, "\\x%02x", code);
         } else {

@@ -524,8 +524,8 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
     return;
   }
   // Refused alike by every process of the machine, before any arrives: the job goes on.
-  if (const std::string why = gather_refusal(segment_->num_slots()); !why.empty()) {
-    throw Error(std::string(what) + ": " + why);
+  if (region_size(segment_->num_slots()) < kEntryHead) {
+    throw Error(std::string(what) + ": " + gather_refusal(segment_->num_slots()));
   }
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {

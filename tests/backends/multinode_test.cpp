@@ -595,7 +595,11 @@ TEST_P(MultiNode, StatusSaysALeaderWaitsInAnExchangeAcrossMachines) {
   for (int node = 0; node < 2; ++node) {
     start(node, 2, 2, {"exchanges-late", shared_.string(), "1000"});
   }
+  // Samples where the machine's other process waits in the call, and among them those where its
+  // main process does not: a moment at an exchange's end at most (it returns first), never the
+  // second the other machine is late.
   std::map<std::string, int> looked;
+  std::map<std::string, int> apart;
   const auto until = Clock::now() + std::chrono::milliseconds(2300);
   while (Clock::now() < until) {
     for (const auto& job : lockstep::detail::job_statuses()) {
@@ -607,15 +611,20 @@ TEST_P(MultiNode, StatusSaysALeaderWaitsInAnExchangeAcrossMachines) {
       if (other.state == "waiting" &&
           (other.call == "broadcast" || other.call == "gather_object")) {
         ++looked[other.call];
-        EXPECT_EQ(leader.state, "waiting") << "process " << leader.rank << " in " << other.call
-                                           << ": " << leader.call << " " << leader.ended;
-        EXPECT_EQ(leader.call, other.call);
+        if (leader.state != "waiting" || leader.call != other.call) {
+          ++apart[other.call];
+          std::cerr << "process " << leader.rank << " while process " << other.rank << " waits in "
+                    << other.call << ": " << leader.state << ", " << leader.call << " "
+                    << leader.ended << "\n";
+        }
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_GT(looked["broadcast"], 5) << all_output();
   EXPECT_GT(looked["gather_object"], 5) << all_output();
+  EXPECT_LE(apart["broadcast"], 2);
+  EXPECT_LE(apart["gather_object"], 2);
   wait_all();
   for (const auto& node : nodes_) {
     EXPECT_EQ(node.code(), 0) << all_output();

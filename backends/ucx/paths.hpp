@@ -4,7 +4,7 @@
 // UCX's TCP transport keeps one or two connections between each pair of leaders, with the
 // kernel's keepalive (10 s idle) but no user timeout: a connection whose data goes unanswered is
 // retransmitted for about a quarter of an hour, so two machines that lose each other but not
-// node 0 left the job waiting (issue 45). UCX 1.13 cannot set a user timeout, so lockstep finds
+// node 0 left the job waiting. UCX 1.13 cannot set a user timeout, so lockstep finds
 // UCX's connections itself: the worker's event fd is an epoll instance, and each transport's
 // instance under it watches that transport's sockets (/proc/self/fdinfo lists what an epoll
 // instance watches). Each found TCP connection gets the link's keepalive and user timeout

@@ -1,4 +1,4 @@
-// Where another machine's processes are (issue 44): a leader's messages about a machine that is
+// Where another machine's processes are: a leader's messages about a machine that is
 // late name where that machine's processes are. The late process is often that machine's main
 // process itself, in its own code, or its main process waits in its machine's own barrier for
 // one that is: neither polls UCX. So every node's main process keeps a thread, its desk, that

@@ -348,7 +348,7 @@ void UcxBackend::progress() {
     wire::Abort abort = *std::exchange(relay_, std::nullopt);
     if (abort.kind == static_cast<std::uint32_t>(FailureKind::timeout)) {
       // A leader timed out on machines that node 0 can ask: where their processes are goes with
-      // the error, to this node's processes and the others' (issue 44).
+      // the error, to this node's processes and the others'.
       const std::string places = places_text(nodes_of(abort.missing, static_cast<int>(abort.from)));
       abort.message += places;
       abort.message.resize(std::min(abort.message.size(), wire::kMaxText));

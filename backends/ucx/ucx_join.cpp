@@ -28,7 +28,7 @@ namespace {
 constexpr std::size_t kMinWorkerAddress = 16;
 constexpr std::size_t kMaxWorkerAddress = 1u << 20;
 
-// The join's last step, on the links (issue 45): each node says that it took node 0's welcome,
+// The join's last step, on the links: each node says that it took node 0's welcome,
 // and node 0, once every node has, says to wire up. No leader makes a UCX endpoint to another
 // before then, so a node that fails before the mesh (a welcome it cannot take, Ctrl-C, its join
 // timeout) destroys a worker that no peer is wiring up to: UCX 1.13 could abort the process (an

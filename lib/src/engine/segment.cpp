@@ -213,7 +213,7 @@ std::unique_ptr<NodeSegment> NodeSegment::join(const NodeMember& member) {
       segment->await_peers(member, deadline);
     } catch (const InterruptedError&) {
       // The caller may join again (Python does, after a signal handler that returns): its slot
-      // is given back rather than left, which would end the job for every peer (issue 45).
+      // is given back rather than left, which would end the job for every peer.
       if (segment->withdraw_join()) {
         throw;
       }

@@ -130,7 +130,7 @@ class Bootstrap {
   virtual void check_aborted(const char* what) = 0;
   // As Backend::abort.
   virtual void abort(const Failure& failure) noexcept = 0;
-  // Where the processes of every other node are, as their leaders say (issue 44): "; on node 1,
+  // Where the processes of every other node are, as their leaders say: "; on node 1,
   // process 3 is not in a lockstep call: ...". Empty where the bootstrap cannot ask. Blocks for
   // at most about a second.
   [[nodiscard]] virtual std::string others_places() const { return {}; }

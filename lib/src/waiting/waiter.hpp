@@ -354,7 +354,7 @@ template <class Site>
   if (!course.alarm_heard && site.alarmed()) [[unlikely]] {
     // A peer may be lost: look now. A spinning or yielding wait is not woken by the watch, and
     // one that began after the alarm would otherwise look only check_interval later (0.1 s,
-    // seen from Python: issue 45).
+    // as seen from Python).
     course.alarm_heard = true;
     course.next_check = course.now;
   }

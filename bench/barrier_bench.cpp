@@ -108,21 +108,12 @@ CrossNodeShape& cross_node_shape() {
 class CrossNodeFamily {
  public:
   explicit CrossNodeFamily(int ranks) : ranks_(ranks), id_(fresh_id("crossnode")) {}
-  // NOLINTBEGIN(concurrency-mt-unsafe): a freshly forked, single-threaded child
   void attach(int rank) {
     const CrossNodeShape& shape = cross_node_shape();
-    const int per_node = ranks_ / shape.nodes;
-    set_job_environment(id_, rank, ranks_, kAdaptive);
-    ::setenv("LOCAL_RANK", std::to_string(rank % per_node).c_str(), 1);
-    ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_node).c_str(), 1);
-    ::setenv("GROUP_RANK", std::to_string(rank / per_node).c_str(), 1);
-    ::setenv("LOCKSTEP_NNODES", std::to_string(shape.nodes).c_str(), 1);
-    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-    ::setenv("MASTER_PORT", std::to_string(shape.port).c_str(), 1);
-    ::setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only, unless the caller chose
+    lockstep::bench::set_cross_node_environment(id_, rank, ranks_, shape.nodes, shape.port,
+                                                kAdaptive);
     state_.emplace();
   }
-  // NOLINTEND(concurrency-mt-unsafe)
   void wait(int /*rank*/) { state_->wait_for_everyone(); }
   void detach(int /*rank*/) {}
 

@@ -59,23 +59,16 @@ class LockstepExchange {
         nodes_(nodes),
         port_(nodes > 1 ? lockstep::detail::free_port() : 0),
         id_(fresh_id("exchange")) {}
-  // NOLINTBEGIN(concurrency-mt-unsafe): a freshly forked, single-threaded child
   void attach(int rank) {
-    set_job_environment(id_, rank, ranks_, lockstep::WaitPolicy::adaptive);
     if (nodes_ > 1) {
-      const int per_node = ranks_ / nodes_;
-      ::setenv("LOCAL_RANK", std::to_string(rank % per_node).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_node).c_str(), 1);
-      ::setenv("GROUP_RANK", std::to_string(rank / per_node).c_str(), 1);
-      ::setenv("LOCKSTEP_NNODES", std::to_string(nodes_).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port_).c_str(), 1);
-      ::setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only, unless the caller chose
+      lockstep::bench::set_cross_node_environment(id_, rank, ranks_, nodes_, port_,
+                                                  lockstep::WaitPolicy::adaptive);
+    } else {
+      set_job_environment(id_, rank, ranks_, lockstep::WaitPolicy::adaptive);
     }
     state_.emplace();
     data_ = given(bytes_, rank);
   }
-  // NOLINTEND(concurrency-mt-unsafe)
   void wait(int rank) {
     if (gather_) {
       benchmark::DoNotOptimize(state_->gather_object(data_));

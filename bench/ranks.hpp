@@ -44,6 +44,22 @@ inline void set_job_environment(const std::string& id, int rank, int ranks,
     ::setenv(name.c_str(), value.c_str(), 1);
   }
 }
+
+// As set_job_environment, for a job of `nodes` simulated nodes of ranks / nodes processes each,
+// whose leaders meet through the cross-node backend on loopback at `port` (as
+// tests/backends/multinode_test.cpp runs them).
+inline void set_cross_node_environment(const std::string& id, int rank, int ranks, int nodes,
+                                       int port, std::optional<lockstep::WaitPolicy> policy) {
+  set_job_environment(id, rank, ranks, policy);
+  const int per_node = ranks / nodes;
+  ::setenv("LOCAL_RANK", std::to_string(rank % per_node).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(per_node).c_str(), 1);
+  ::setenv("GROUP_RANK", std::to_string(rank / per_node).c_str(), 1);
+  ::setenv("LOCKSTEP_NNODES", std::to_string(nodes).c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only, unless the caller chose
+}
 // NOLINTEND(concurrency-mt-unsafe)
 
 inline double cpu_seconds() {

@@ -19,27 +19,28 @@ const BackendType& find_built(const std::string& name) {
 
 }  // namespace
 
-void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+template <class Call>
+auto Leaders::latched(const char* what, Call call) {
   std::lock_guard lock(mutex_);
   if (broken_) {
     throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
   }
   try {
-    backend_->barrier(deadline, what);
+    return call();
   } catch (const std::exception& error) {
     broken_ = failure_of(error, what);
     throw;
   }
 }
 
+void Leaders::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  latched(what, [&] { backend_->barrier(deadline, what); });
+}
+
 std::vector<std::vector<std::byte>> Leaders::allgather(std::span<const std::byte> part,
                                                        std::optional<Clock::time_point> deadline,
                                                        const char* what) {
-  std::lock_guard lock(mutex_);
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
-  try {
+  return latched(what, [&] {
     std::vector<std::vector<std::byte>> parts = backend_->allgather(part, deadline, what);
     if (parts.size() != backend_->nodes().size()) {
       throw Error(std::string(what) + ": the " + backend_->name() + " backend returned " +
@@ -47,24 +48,12 @@ std::vector<std::vector<std::byte>> Leaders::allgather(std::span<const std::byte
                   std::to_string(backend_->nodes().size()) + " machines");
     }
     return parts;
-  } catch (const std::exception& error) {
-    broken_ = failure_of(error, what);
-    throw;
-  }
+  });
 }
 
 std::vector<std::byte> Leaders::share(std::span<const std::byte> data,
                                       std::optional<Clock::time_point> deadline, const char* what) {
-  std::lock_guard lock(mutex_);
-  if (broken_) {
-    throw_failure(*broken_, std::string(what) + ": the job cannot go on: ");
-  }
-  try {
-    return backend_->share(data, deadline, what);
-  } catch (const std::exception& error) {
-    broken_ = failure_of(error, what);
-    throw;
-  }
+  return latched(what, [&] { return backend_->share(data, deadline, what); });
 }
 
 void Leaders::abort(const Failure& failure) noexcept {

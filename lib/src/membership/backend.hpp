@@ -176,6 +176,10 @@ class Leaders {
   void cancel() noexcept { backend_->cancel(); }
 
  private:
+  // `call`'s outcome, the backend held (mutex_); throws the job's failure if an earlier call
+  // failed, and keeps this one's if it throws.
+  template <class Call>
+  auto latched(const char* what, Call call);
   void abort_locked(const Failure& failure) noexcept;
 
   std::unique_ptr<Backend> backend_;

@@ -153,10 +153,10 @@ std::vector<int> pids_of(const SegmentHeader& header) {
 // segment is there (the sweep just removed it if its processes are gone). Each launch has a name
 // of its own, so they could not meet anyway; this says why the second cannot form.
 void refuse_other_launches(const NodeMember& member, const std::string& mine) {
+  // (Only this user's files are listed: another user's says nothing about this user's launches.)
   for (const auto& name : segments_of(member.identity, member.node_index)) {
-    struct stat st {};
-    if (name == mine || ::lstat(shm_path(name).c_str(), &st) != 0 || !made_by_us(st)) {
-      continue;  // another user's file says nothing about this user's launches
+    if (name == mine) {
+      continue;
     }
     const auto ranks = joined_ranks(name);
     throw_other_launch(

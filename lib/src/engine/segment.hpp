@@ -31,7 +31,8 @@ inline constexpr std::chrono::milliseconds kPollInterval{100};
 std::string segment_name(const std::string& identity, int node_index, std::uint64_t launch = 0);
 // What every segment name of `identity` begins with, whatever its launch.
 std::string segment_prefix(const std::string& identity);
-// The names in /dev/shm of `identity`'s segments for node `node_index`, of every launch.
+// The names in /dev/shm of `identity`'s segments for node `node_index`, of every launch: this
+// user's owner-only regular files only (user_segments' rule).
 std::vector<std::string> segments_of(const std::string& identity, int node_index);
 
 // Removes the segment `name` if no process that joined it still runs (a job that was killed):

@@ -524,7 +524,7 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
     return;
   }
   // Refused alike by every process of the machine, before any arrives: the job goes on.
-  if (region_size(segment_->num_slots()) < kEntryHead) {
+  if (!gathers_fit(segment_->num_slots())) {
     throw Error(std::string(what) + ": " + gather_refusal(segment_->num_slots()));
   }
   BusyGuard busy(busy_, what);

@@ -27,14 +27,17 @@ constexpr std::size_t region_size(int processes) {
   return processes <= 0 ? 0 : kMaxBroadcast / static_cast<std::size_t>(processes) / 8 * 8;
 }
 
-// The most processes a machine may have for a gather: each region must hold an entry's head.
+// Whether a machine of `processes` can gather: each region must hold an entry's head.
+constexpr bool gathers_fit(int processes) {
+  return processes >= 1 && region_size(processes) >= kEntryHead;
+}
+// The most processes a machine may have for a gather.
 inline constexpr int kMaxGatherProcesses = static_cast<int>(kMaxBroadcast / kEntryHead);
-static_assert(region_size(kMaxGatherProcesses) >= kEntryHead);
-static_assert(region_size(kMaxGatherProcesses + 1) < kEntryHead);
+static_assert(gathers_fit(kMaxGatherProcesses) && !gathers_fit(kMaxGatherProcesses + 1));
 
 // Why a machine of `processes` cannot gather (empty: it can), for `what`'s error.
 inline std::string gather_refusal(int processes) {
-  if (processes >= 1 && region_size(processes) >= kEntryHead) {
+  if (gathers_fit(processes)) {
     return {};
   }
   return "this machine has " + std::to_string(processes) +

@@ -134,7 +134,9 @@ PlacesDesk::PlacesDesk(int me, std::vector<int> links, std::function<std::string
     : me_(me),
       links_(std::move(links)),
       places_(std::move(places)),
-      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      allowance_(links_.size(), kQuestionBurst),
+      counted_(links_.size(), Clock::now()) {
   if (stop_ >= 0) {
     thread_ = std::thread([this] { run(); });
   }
@@ -322,10 +324,6 @@ void PlacesDesk::take(int node, std::vector<std::byte>& got) {
 
 bool PlacesDesk::may_answer(std::size_t node) {
   const auto now = Clock::now();
-  if (allowance_.size() != links_.size()) {
-    allowance_.assign(links_.size(), kQuestionBurst);
-    counted_.assign(links_.size(), now);
-  }
   const auto earned = (now - counted_[node]) / kQuestionEvery;
   if (earned > 0) {
     allowance_[node] = static_cast<int>(std::min<std::int64_t>(

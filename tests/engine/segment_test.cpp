@@ -20,6 +20,7 @@
 #include <lockstep/lockstep.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "membership/backend.hpp"
 #include "ranks.hpp"
@@ -420,6 +421,19 @@ TEST(NodeSegment, RemoveAbandonedLeavesALiveJobAlone) {
   EXPECT_EQ(running.finish(), "");
 }
 
+// Paths a test puts in /dev/shm, removed when it ends, whichever assertion ends it.
+struct RemovedAtEnd {
+  std::vector<std::string> paths;
+  explicit RemovedAtEnd(std::vector<std::string> these = {}) : paths(std::move(these)) {}
+  RemovedAtEnd(const RemovedAtEnd&) = delete;
+  RemovedAtEnd& operator=(const RemovedAtEnd&) = delete;
+  ~RemovedAtEnd() {
+    for (const auto& path : paths) {
+      ::unlink(path.c_str());
+    }
+  }
+};
+
 // /dev/shm is everyone's: another user's files (and links, and FIFOs) named with this user's
 // prefix, more than the listing's cap, hid this user's running jobs from --status and its
 // abandoned segments from the sweep. Only this user's owner-only regular files count.
@@ -437,10 +451,13 @@ TEST(StatusAndSweep, ForeignNamesWithTheUsersPrefixHideNothing) {
     state.wait_for_everyone();
     ::raise(SIGKILL);
   });
+  const RemovedAtEnd missed({segment_path(abandoned_id)});  // should the sweep miss it
   ASSERT_TRUE(path_exists(segment_path(abandoned_id)));
   // Planted after them (tmpfs lists the newest names first), more than any cap.
-  const std::string prefix = "/dev/shm/lockstep-u" + std::to_string(::geteuid()) + "-planted-";
-  std::vector<std::string> planted;
+  const std::string prefix =
+      "/dev/shm/lockstep-u" + std::to_string(::geteuid()) + "-" + unique_job_id("planted") + "-";
+  RemovedAtEnd planted_files;
+  std::vector<std::string>& planted = planted_files.paths;
   for (int i = 0; i < 300; ++i) {
     planted.push_back(prefix + std::to_string(i));
     const int fd = ::open(planted.back().c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -464,7 +481,6 @@ TEST(StatusAndSweep, ForeignNamesWithTheUsersPrefixHideNothing) {
   EXPECT_TRUE(path_exists(segment_path(running_id)));
   for (const auto& path : planted) {
     EXPECT_TRUE(path_exists(path)) << "another user's file was removed: " << path;
-    ::unlink(path.c_str());
   }
   EXPECT_EQ(running.finish(), "");
 }
@@ -475,6 +491,7 @@ TEST(StatusAndSweep, AMalformedSegmentIsNamedNotACrash) {
   const std::string path = "/dev/shm/lockstep-u" + std::to_string(::geteuid()) + "-" +
                            unique_job_id("malformed") + "-n0";
   for (const std::uint32_t slots : {0U, 5000U}) {
+    const RemovedAtEnd made({path});
     const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     ASSERT_GE(fd, 0);
     ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(lockstep::detail::segment_size(slots))), 0);
@@ -492,7 +509,6 @@ TEST(StatusAndSweep, AMalformedSegmentIsNamedNotACrash) {
       }
     }
     EXPECT_TRUE(named) << slots;
-    ::unlink(path.c_str());
   }
 }
 

@@ -3,15 +3,22 @@
 //
 //   lockstep-bench [--nproc 2,4,8] [--iterations 10000] [--warmup 1000]
 //                  [--families adaptive,block,spin,pthread,boost] [--format table|csv|json]
+//                  [--runs 1]
 //
 // For each N and family it forks N processes that loop on one barrier (bench/ranks.hpp, the
 // same ranks the Google Benchmark suite uses) and prints avg / min / p50 / p99 / max per episode,
-// how many episodes were timed, and the CPU time per episode. Installed beside lockstep-run;
-// tools/bench-report is the full comparison (MPI, gloo, the load matrix).
+// how many episodes were timed, and the CPU time per episode. Each run of the cells begins with
+// the cache-line round trip between two CPUs (the host may move a VM's vCPUs between separate
+// cores and SMT siblings from one run to the next, which moves every figure); with --runs K the
+// cells run K times, interleaved, and a cell whose slowest run took more than 1.5x its fastest
+// is flagged as bimodal, with each run and its round trip, rather than hidden in an average.
+// Installed beside lockstep-run; tools/bench-report is the full comparison (MPI, gloo, the load
+// matrix).
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -31,6 +38,7 @@ namespace {
 
 using lockstep::bench::BoostFamily;
 using lockstep::bench::LockstepFamily;
+using lockstep::bench::PingPongFamily;
 using lockstep::bench::PthreadFamily;
 using lockstep::bench::Report;
 
@@ -42,6 +50,7 @@ struct Options {
   std::string format = "table";
   bool spin_oversubscribed = false;
   bool pin = false;
+  int runs = 1;
 };
 
 // A family as the user names it, and as the table shows it.
@@ -55,6 +64,9 @@ constexpr FamilyName kFamilies[] = {
 };
 constexpr int kMaxProcesses = static_cast<int>(sizeof(Report::cpu) / sizeof(Report::cpu[0]));
 
+// A cell whose slowest run's avg is more than this times its fastest's is flagged as bimodal.
+constexpr double kBimodal = 1.5;
+
 // Below this many timed episodes p99 is the largest one, the max: it is left out (a table's "-",
 // CSV's empty field, JSON's null) rather than shown as a p99.
 constexpr std::size_t kSamplesForP99 = 100;
@@ -62,6 +74,8 @@ constexpr std::size_t kSamplesForP99 = 100;
 struct Row {
   int nproc = 0;
   FamilyName family{};
+  int run = 0;                 // which of --runs (0-based)
+  std::optional<double> trip;  // the run's cache-line round trip (us); none on one CPU
   double avg = 0, min = 0, p50 = 0, p99 = 0, max = 0, cpu = 0;
   std::size_t samples = 0;  // rank 0's timed episodes, which min, p50, p99 and max are of
   std::string skipped;      // why the cell was not measured (empty: measured)
@@ -153,6 +167,23 @@ std::optional<Row> run_cell(const FamilyName& name, int nproc, const Options& op
   return measure(family, nproc, options);
 }
 
+// The cache-line round trip between two CPUs now (us per round trip), the placement a run's
+// figures belong to; none where this process has one CPU.
+std::optional<double> round_trip_us(int cpus) {
+  if (cpus < 2) {
+    return std::nullopt;
+  }
+  PingPongFamily family(2);
+  Options options;
+  options.iterations = 20000;
+  options.warmup = 2000;
+  const std::optional<Row> row = measure(family, 2, options);
+  if (!row) {
+    return std::nullopt;
+  }
+  return row->avg;
+}
+
 std::string iso_date() {
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -219,8 +250,21 @@ void table_header(const Options& options, const Machine& machine) {
       static_cast<long long>(lockstep::bench::kSampleEvery), kSamplesForP99,
       static_cast<long long>(kSamplesForP99) *
           static_cast<long long>(lockstep::bench::kSampleEvery));
-  std::printf("# %5s  %-20s %11s %11s %11s %11s %11s %11s %8s\n", "nproc", "family", "avg", "min",
-              "p50", "p99", "max", "cpu", "samples");
+  std::printf(
+      "#   run = which of --runs; trip = that run's cache-line round trip between two CPUs (its "
+      "placement)\n");
+  std::printf("# %5s  %-20s %11s %11s %11s %11s %11s %11s %8s %4s %8s\n", "nproc", "family", "avg",
+              "min", "p50", "p99", "max", "cpu", "samples", "run", "trip");
+}
+
+// "0.254", or "-" where no round trip was measured (one CPU).
+std::string trip_text(const std::optional<double>& trip, const char* none) {
+  if (!trip) {
+    return none;
+  }
+  char text[32];
+  (void)std::snprintf(text, sizeof text, "%.4f", *trip);
+  return text;
 }
 
 void table_row(const Row& row) {
@@ -231,30 +275,101 @@ void table_row(const Row& row) {
     if (row.samples >= kSamplesForP99) {
       (void)std::snprintf(p99, sizeof p99, "%.3f", row.p99);
     }
-    std::printf("  %5d  %-20s %11.3f %11.3f %11.3f %11s %11.3f %11.3f %8zu\n", row.nproc,
-                row.family.label, row.avg, row.min, row.p50, p99, row.max, row.cpu, row.samples);
+    std::printf("  %5d  %-20s %11.3f %11.3f %11.3f %11s %11.3f %11.3f %8zu %4d %8s\n", row.nproc,
+                row.family.label, row.avg, row.min, row.p50, p99, row.max, row.cpu, row.samples,
+                row.run, trip_text(row.trip, "-").c_str());
+  }
+}
+
+// One cell's measured runs (skipped ones left out), in the order they ran.
+struct Cell {
+  int nproc = 0;
+  FamilyName family{};
+  std::vector<Row> runs;
+  [[nodiscard]] double fastest() const {
+    return std::min_element(runs.begin(), runs.end(), by_avg)->avg;
+  }
+  [[nodiscard]] double slowest() const {
+    return std::max_element(runs.begin(), runs.end(), by_avg)->avg;
+  }
+  [[nodiscard]] bool bimodal() const { return runs.size() > 1 && slowest() > kBimodal * fastest(); }
+  static bool by_avg(const Row& a, const Row& b) { return a.avg < b.avg; }
+};
+
+std::vector<Cell> cells_of(const std::vector<Row>& rows) {
+  std::vector<Cell> cells;
+  for (const Row& row : rows) {
+    if (!row.skipped.empty()) {
+      continue;
+    }
+    auto cell = std::find_if(cells.begin(), cells.end(), [&](const Cell& c) {
+      return c.nproc == row.nproc && std::string(c.family.key) == row.family.key;
+    });
+    if (cell == cells.end()) {
+      cells.push_back(Cell{row.nproc, row.family, {}});
+      cell = cells.end() - 1;
+    }
+    cell->runs.push_back(row);
+  }
+  return cells;
+}
+
+// "N=4 lockstep adaptive: avg 1.920-24.310 us over 5 runs, the slowest 12.66x the fastest: run 0
+// 1.920 us (trip 0.0660 us), run 1 24.310 us (trip 0.2540 us), ...".
+std::string runs_text(const Cell& cell) {
+  char head[160];
+  (void)std::snprintf(head, sizeof head,
+                      "N=%d %s: avg %.3f-%.3f us over %zu runs, the slowest %.2fx the fastest",
+                      cell.nproc, cell.family.label, cell.fastest(), cell.slowest(),
+                      cell.runs.size(), cell.slowest() / cell.fastest());
+  std::string text = head;
+  const char* separator = ": ";
+  for (const Row& row : cell.runs) {
+    char run[96];
+    (void)std::snprintf(run, sizeof run, "%srun %d %.3f us (trip %s us)", separator, row.run,
+                        row.avg, trip_text(row.trip, "-").c_str());
+    text += run;
+    separator = ", ";
+  }
+  return text;
+}
+
+// After the table, with --runs above 1: each cell's runs, bimodal ones flagged.
+void table_runs(const std::vector<Cell>& cells, const Options& options) {
+  if (options.runs < 2) {
+    return;
+  }
+  std::printf(
+      "#\n# each cell's runs (bimodal: the slowest run's avg more than %.1fx the "
+      "fastest's):\n",
+      kBimodal);
+  for (const Cell& cell : cells) {
+    std::printf("# %s %s\n", cell.bimodal() ? "BIMODAL" : "       ", runs_text(cell).c_str());
   }
 }
 
 constexpr const char* kCsvHeader =
-    "nproc,family,iterations,avg_us,min_us,p50_us,p99_us,max_us,cpu_us,samples,skipped";
+    "nproc,family,iterations,avg_us,min_us,p50_us,p99_us,max_us,cpu_us,samples,run,round_trip_us,"
+    "skipped";
 
 void csv_row(const Row& row, const Options& options) {
   if (!row.skipped.empty()) {
-    std::printf("%d,%s,%lld,,,,,,,,\"%s\"\n", row.nproc, row.family.key,
-                static_cast<long long>(options.iterations), row.skipped.c_str());
+    std::printf("%d,%s,%lld,,,,,,,,%d,%s,\"%s\"\n", row.nproc, row.family.key,
+                static_cast<long long>(options.iterations), row.run,
+                trip_text(row.trip, "").c_str(), row.skipped.c_str());
   } else {
     char p99[32] = "";
     if (row.samples >= kSamplesForP99) {
       (void)std::snprintf(p99, sizeof p99, "%.4f", row.p99);
     }
-    std::printf("%d,%s,%lld,%.4f,%.4f,%.4f,%s,%.4f,%.4f,%zu,\n", row.nproc, row.family.key,
+    std::printf("%d,%s,%lld,%.4f,%.4f,%.4f,%s,%.4f,%.4f,%zu,%d,%s,\n", row.nproc, row.family.key,
                 static_cast<long long>(options.iterations), row.avg, row.min, row.p50, p99, row.max,
-                row.cpu, row.samples);
+                row.cpu, row.samples, row.run, trip_text(row.trip, "").c_str());
   }
 }
 
-void print_json(const std::vector<Row>& rows, const Options& options, const Machine& machine) {
+void print_json(const std::vector<Row>& rows, const std::vector<Cell>& cells,
+                const Options& options, const Machine& machine) {
   std::printf("{\"tool\": \"lockstep-bench\", \"version\": %s, \"date\": %s,\n",
               lockstep::detail::json_string(LOCKSTEP_VERSION_STRING).c_str(),
               lockstep::detail::json_string(machine.date).c_str());
@@ -270,9 +385,10 @@ void print_json(const std::vector<Row>& rows, const Options& options, const Mach
   std::printf(" \"results\": [");
   const char* separator = "\n";
   for (const Row& row : rows) {
-    std::printf(R"(%s  {"nproc": %d, "family": %s, "label": %s)", separator, row.nproc,
-                lockstep::detail::json_string(row.family.key).c_str(),
-                lockstep::detail::json_string(row.family.label).c_str());
+    std::printf(R"(%s  {"nproc": %d, "family": %s, "label": %s, "run": %d, "round_trip_us": %s)",
+                separator, row.nproc, lockstep::detail::json_string(row.family.key).c_str(),
+                lockstep::detail::json_string(row.family.label).c_str(), row.run,
+                trip_text(row.trip, "null").c_str());
     if (row.skipped.empty()) {
       char p99[32] = "null";
       if (row.samples >= kSamplesForP99) {
@@ -285,6 +401,17 @@ void print_json(const std::vector<Row>& rows, const Options& options, const Mach
     } else {
       std::printf(", \"skipped\": %s}", lockstep::detail::json_string(row.skipped).c_str());
     }
+    separator = ",\n";
+  }
+  std::printf("\n ],\n \"runs\": %d, \"bimodal_above\": %.1f,\n \"cells\": [", options.runs,
+              kBimodal);
+  separator = "\n";
+  for (const Cell& cell : cells) {
+    std::printf(R"(%s  {"nproc": %d, "family": %s, "runs": %zu, "fastest_avg_us": %.4f, )"
+                R"("slowest_avg_us": %.4f, "bimodal": %s})",
+                separator, cell.nproc, lockstep::detail::json_string(cell.family.key).c_str(),
+                cell.runs.size(), cell.fastest(), cell.slowest(),
+                cell.bimodal() ? "true" : "false");
     separator = ",\n";
   }
   std::printf("\n]}\n");
@@ -302,35 +429,47 @@ bool run_all(const Options& options) {
     std::printf("%s\n", kCsvHeader);
   }
   (void)std::fflush(stdout);
-  for (int nproc : parse_nproc(options.nproc)) {
-    for (const FamilyName& family : parse_families(options.families)) {
-      Row row;
-      row.nproc = nproc;
-      row.family = family;
-      if (std::string(family.key) == "spin" && nproc > machine.cpus &&
-          !options.spin_oversubscribed) {
-        row.skipped = "more processes than the " + std::to_string(machine.cpus) +
-                      " CPUs this process may use (spinning then measures the scheduler; "
-                      "--spin-oversubscribed runs it)";
-      } else if (auto measured = run_cell(family, nproc, options)) {
-        measured->nproc = nproc;
-        measured->family = family;
-        row = *measured;
-      } else {
-        row.skipped = "a process failed (see above)";
-        ok = false;
+  for (int run = 0; run < options.runs; ++run) {
+    const std::optional<double> trip = round_trip_us(machine.cpus);
+    for (int nproc : parse_nproc(options.nproc)) {
+      for (const FamilyName& family : parse_families(options.families)) {
+        Row row;
+        if (std::string(family.key) == "spin" && nproc > machine.cpus &&
+            !options.spin_oversubscribed) {
+          row.skipped = "more processes than the " + std::to_string(machine.cpus) +
+                        " CPUs this process may use (spinning then measures the scheduler; "
+                        "--spin-oversubscribed runs it)";
+        } else if (auto measured = run_cell(family, nproc, options)) {
+          row = *measured;
+        } else {
+          row.skipped = "a process failed (see above)";
+          ok = false;
+        }
+        row.nproc = nproc;
+        row.family = family;
+        row.run = run;
+        row.trip = trip;
+        rows.push_back(row);
+        if (options.format == "table") {
+          table_row(row);
+        } else if (options.format == "csv") {
+          csv_row(row, options);
+        }
+        (void)std::fflush(stdout);
       }
-      rows.push_back(row);
-      if (options.format == "table") {
-        table_row(row);
-      } else if (options.format == "csv") {
-        csv_row(row, options);
-      }
-      (void)std::fflush(stdout);
     }
   }
+  const std::vector<Cell> cells = cells_of(rows);
   if (options.format == "json") {
-    print_json(rows, options, machine);
+    print_json(rows, cells, options, machine);
+  } else if (options.format == "table") {
+    table_runs(cells, options);
+  } else {
+    for (const Cell& cell : cells) {
+      if (cell.bimodal()) {
+        (void)std::fprintf(stderr, "lockstep-bench: bimodal: %s\n", runs_text(cell).c_str());
+      }
+    }
   }
   return ok;
 }
@@ -360,6 +499,11 @@ int main(int argc, char** argv) {
   app.add_flag("--spin-oversubscribed", options.spin_oversubscribed,
                "run the spin policy also where N exceeds the CPUs");
   app.add_flag("--pin", options.pin, "pin rank r to CPU r mod CPUs");
+  app.add_option("--runs,-r", options.runs,
+                 "run every cell this many times, interleaved, each run after a cache-line round "
+                 "trip; a cell whose runs differ by more than 1.5x is flagged as bimodal")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
     (void)parse_nproc(options.nproc);  // refuse bad input before any cell runs

@@ -74,9 +74,35 @@ long = json.loads(run("--nproc", "2", "--iterations", "1600", "--warmup", "20", 
 for r in long:  # 100 samples: the p99 is there
     check_cell({k: str(v) for k, v in r.items()}, r["nproc"], r["family"], iterations=1600)
 
+# --runs: every cell K times, interleaved, each run with its round trip; cells flagged bimodal
+# exactly when the slowest run's avg is more than 1.5x the fastest's.
+runs = json.loads(run("--nproc", "2,3", "--iterations", "200", "--warmup", "10", "--families",
+                      "adaptive,pthread", "--runs", "3", "--format", "json").stdout)
+order = [(r["run"], r["nproc"], r["family"]) for r in runs["results"]]
+if order != [(k, n, f) for k in range(3) for n in (2, 3) for f in ("adaptive", "pthread")]:
+    sys.exit(f"--runs 3: the runs are not interleaved: {order}")
+for r in runs["results"]:
+    trip = r["round_trip_us"]
+    if (trip is None) != (CPUS < 2) or (trip is not None and not 0 < trip < 1000):
+        sys.exit(f"--runs 3: implausible round trip on {CPUS} CPUs: {r}")
+for cell in runs["cells"]:
+    avgs = [r["avg_us"] for r in runs["results"]
+            if (r["nproc"], r["family"]) == (cell["nproc"], cell["family"])]
+    if cell["runs"] != 3 or cell["fastest_avg_us"] != min(avgs) or \
+            cell["slowest_avg_us"] != max(avgs) or cell["bimodal"] != (max(avgs) > 1.5 * min(avgs)):
+        sys.exit(f"--runs 3: cell {cell} against its runs {avgs}")
+csv_runs = run("--nproc", "2", "--iterations", "200", "--warmup", "10", "--families", "adaptive",
+               "--runs", "2", "--format", "csv")
+if [r["run"] for r in csv.DictReader(io.StringIO(csv_runs.stdout))] != ["0", "1"]:
+    sys.exit(f"--runs 2 --format csv:\n{csv_runs.stdout}")
+table_runs = run("--nproc", "2", "--iterations", "200", "--warmup", "10", "--families",
+                 "adaptive", "--runs", "2").stdout
+if "each cell's runs" not in table_runs or "N=2 lockstep adaptive: avg" not in table_runs:
+    sys.exit(f"--runs 2: the table lacks each cell's runs:\n{table_runs}")
+
 table = run("--nproc", "2", "--iterations", "200", "--warmup", "10").stdout
 for want in ("# lockstep-bench ", "avg", "min", "p50", "p99", "max", "cpu", "samples",
-             "p99 is shown from 100 samples on", "lockstep adaptive",
+             "p99 is shown from 100 samples on", "lockstep adaptive", "run", "trip",
              "pthread_barrier_t", "Boost.Interprocess"):
     if want not in table:
         sys.exit(f"the table lacks {want!r}:\n{table}")
@@ -89,6 +115,7 @@ for args, words in ((["--nproc", "0"], '"0" in "0" is not a process count'),
                     (["--families", "adaptive,mpi"], '"mpi" is not a family'),
                     (["--iterations", "0"], "--iterations"),
                     (["--format", "xml"], "--format"),
+                    (["--runs", "0"], "--runs"),
                     (["--no-such-flag"], "--no-such-flag")):
     done = run(*args, code=2)
     if words not in done.stderr + done.stdout:
@@ -100,4 +127,4 @@ left = shm() - before
 if left:
     sys.exit(f"left in /dev/shm: {sorted(left)}")
 print(f"lockstep-bench: {len(rows)} CSV cells, {len(results)} JSON cells, the table and "
-      f"{7} refusals checked on {CPUS} CPUs")
+      f"{8} refusals, --runs checked on {CPUS} CPUs")

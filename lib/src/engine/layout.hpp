@@ -74,8 +74,8 @@ struct alignas(kCacheLine) Slot {
   // The episode number + 1 of the barrier this process has arrived at (0: none yet), with
   // kWithdrawn set when it gave up on that episode (timed out) and took its arrival back.
   alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
-  // The CPU the owner ran on when it last arrived (-1: unknown). Oversubscribed waiters yield
-  // their CPU only to a late peer that was last seen on it.
+  // The CPU the owner ran on when it last arrived and waited (-1: unknown). On a loaded machine
+  // a waiter whose late peer was last seen on its CPU sleeps at once rather than spin.
   std::atomic<std::int32_t> cpu;
   // While the owner sleeps in a barrier wait: the arrival count it waits for (else 0). A hint
   // for the peers' load samples (lib/src/waiting/waiter.hpp), never needed for correctness.

@@ -77,9 +77,6 @@ inline constexpr microseconds kSpinLoaded{8};
 inline constexpr milliseconds kYieldIdle{2};
 // Across nodes with a CPU per process: yield this long, then sleep (see plan_wait).
 inline constexpr microseconds kYieldAcrossNodes{220};
-// An oversubscribed waiter spins instead of yielding, at most this long per wait, while no late
-// peer was last seen on its CPU (the site's hint): bounds the cost of a stale hint.
-inline constexpr microseconds kYieldlessSpin{50};
 // A gap this long between two clock reads of a spin loop means the waiter lost its CPU (a clock
 // read plus 64 pauses take about 1-3 us); one this long across a sched_yield means the CPU went
 // to a task for a good part of a scheduler slice (0.7-3 ms), longer than a peer of the job uses

@@ -96,10 +96,14 @@ class Waiter {
   // The mean count of runnable tasks that are not the job's in the last samples.
   [[nodiscard]] double foreign_load() const noexcept;
   // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
-  // hint, each process's CPU, is worth keeping): to yield to it when the job has more processes
-  // than CPUs, and, on a loaded machine, to sleep at once rather than spin in its way.
+  // hint, each process's CPU, is worth keeping): on a loaded machine, to sleep at once rather
+  // than spin in its way. (An oversubscribed wait on an idle machine yields, whoever is late: a
+  // spin instead of a yield where no late peer was last seen on this CPU, 50 us at most, put
+  // whole runs into a slow state when the hint was stale, the late peer queued behind the
+  // spinner: at N = 4 on 2 vCPUs 5 runs in 20 at 8.4-10.6 us, the others at 1.9-3.5; yielding,
+  // 10 runs of 10 at 1.8-2.7 us; tools/bench-ab, 2026-12-06.)
   [[nodiscard]] bool asks_where_peers_are() const noexcept {
-    return adaptive_ && !shape_.across_nodes && (shape_.processes > shape_.cpus || loaded_);
+    return adaptive_ && !shape_.across_nodes && loaded_;
   }
 
   // Adaptive only: takes a load sample unless one was taken less than a period ago
@@ -407,20 +411,10 @@ template <class Site>
   return std::nullopt;
 }
 
-// Yields only to a late peer that may need this CPU; while every late peer runs elsewhere, a
-// short spin steals nothing from them. A hint can be stale (the peer moved here since), so
-// spinning instead of yielding is bounded per wait.
+// Yields the CPU to whoever may need it (a late peer queued behind this waiter), then polls.
 template <class Site>
 [[gnu::always_inline]] inline std::optional<Waiter::End> Waiter::yield_step(Site& site,
                                                                             Course& course) {
-  if (!shape_.across_nodes && course.now - course.spin_end < wait_tuning::kYieldlessSpin &&
-      !site.late_peer_here()) {
-    if (poll_some(site)) {
-      return finish(course);
-    }
-    course.now = signals_.now();
-    return std::nullopt;
-  }
   signals_.yield();
   ++stats_.yields;
   if (site.done()) {

@@ -101,28 +101,6 @@ std::uint32_t CallRecorder::word(CallKind kind, const CallSite& site) noexcept {
   return call_word(kind, last_.index);
 }
 
-void CallRecorder::write(std::uint64_t number, std::uint32_t word, std::uint64_t episode) noexcept {
-  CallEntry& entry = log_.ring[number % kCallRing];
-  // A seqlock's writer (see CallEntry): relaxed stores between the odd mark and the even one;
-  // the release fence keeps them after the odd mark for a reader that reads them.
-  entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  began_ = coarse_clock_ns();
-  entry.episode.store(episode, std::memory_order_relaxed);
-  entry.call.store(word, std::memory_order_relaxed);
-  entry.began.store(began_, std::memory_order_relaxed);
-  entry.ended.store(0, std::memory_order_relaxed);
-  entry.sequence.store(2 * number + 2, std::memory_order_release);
-  open_ = true;
-}
-
-void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
-  write(calls_, word, episode);
-  calls_ += 1;
-  log_.calls.store(calls_, std::memory_order_release);  // release: the entry is whole
-  unmet_ = false;
-}
-
 void CallRecorder::begin_unmet(std::uint32_t word) noexcept {
   if (!unmet_ || open_ || calls_ == 0) {
     begin(word, kNoEpisode);
@@ -131,13 +109,6 @@ void CallRecorder::begin_unmet(std::uint32_t word) noexcept {
   }
   // The latest entry again (a reader sees the old call or this one, whole).
   write(calls_ - 1, word, kNoEpisode);
-}
-
-void CallRecorder::end(bool read_clock) noexcept {
-  // Relaxed: one word, read under the entry's sequence (a reader sees the call ended or not).
-  log_.ring[(calls_ - 1) % kCallRing].ended.store(read_clock ? coarse_clock_ns() : began_,
-                                                  std::memory_order_relaxed);
-  open_ = false;
 }
 
 void CallRecorder::end_as(CallEnd how) noexcept {

@@ -75,7 +75,7 @@ for r in long:  # 100 samples: the p99 is there
     check_cell({k: str(v) for k, v in r.items()}, r["nproc"], r["family"], iterations=1600)
 
 # --runs: every cell K times, interleaved, each run with its round trip; cells flagged bimodal
-# exactly when the slowest run's avg is more than 1.5x the fastest's.
+# exactly when a run's avg is more than 1.5x another's of the same placement.
 runs = json.loads(run("--nproc", "2,3", "--iterations", "200", "--warmup", "10", "--families",
                       "adaptive,pthread", "--runs", "3", "--format", "json").stdout)
 order = [(r["run"], r["nproc"], r["family"]) for r in runs["results"]]
@@ -83,14 +83,20 @@ if order != [(k, n, f) for k in range(3) for n in (2, 3) for f in ("adaptive", "
     sys.exit(f"--runs 3: the runs are not interleaved: {order}")
 for r in runs["results"]:
     trip = r["round_trip_us"]
-    if (trip is None) != (CPUS < 2) or (trip is not None and not 0 < trip < 1000):
+    # (Any positive time: on a busy machine the two ranks may share a CPU, a round trip then
+    # taking a context switch or a slice.)
+    if (trip is None) != (CPUS < 2) or (trip is not None and not trip > 0):
         sys.exit(f"--runs 3: implausible round trip on {CPUS} CPUs: {r}")
 for cell in runs["cells"]:
-    avgs = [r["avg_us"] for r in runs["results"]
-            if (r["nproc"], r["family"]) == (cell["nproc"], cell["family"])]
+    mine = [r for r in runs["results"] if (r["nproc"], r["family"]) == (cell["nproc"], cell["family"])]
+    avgs = [r["avg_us"] for r in mine]
+    # Within one placement: SMT siblings (a round trip under 0.1 us) or separate cores.
+    groups = [[r["avg_us"] for r in mine if ((r["round_trip_us"] or 1.0) < 0.1) == smt]
+              for smt in (True, False)]
+    bimodal = any(g and max(g) > 1.5 * min(g) for g in groups)
     if cell["runs"] != 3 or cell["fastest_avg_us"] != min(avgs) or \
-            cell["slowest_avg_us"] != max(avgs) or cell["bimodal"] != (max(avgs) > 1.5 * min(avgs)):
-        sys.exit(f"--runs 3: cell {cell} against its runs {avgs}")
+            cell["slowest_avg_us"] != max(avgs) or cell["bimodal"] != bimodal:
+        sys.exit(f"--runs 3: cell {cell} against its runs {mine}")
 csv_runs = run("--nproc", "2", "--iterations", "200", "--warmup", "10", "--families", "adaptive",
                "--runs", "2", "--format", "csv")
 if [r["run"] for r in csv.DictReader(io.StringIO(csv_runs.stdout))] != ["0", "1"]:

@@ -100,8 +100,8 @@ class Waiter {
   // than spin in its way. (An oversubscribed wait on an idle machine yields, whoever is late: a
   // spin instead of a yield where no late peer was last seen on this CPU, 50 us at most, put
   // whole runs into a slow state when the hint was stale, the late peer queued behind the
-  // spinner: at N = 4 on 2 vCPUs 5 runs in 20 at 8.4-10.6 us, the others at 1.9-3.5; yielding,
-  // 10 runs of 10 at 1.8-2.7 us; tools/bench-ab, 2026-12-06.)
+  // spinner: at N = 4 on 2 vCPUs 8 runs in 20 at 7.9-10.6 us, the others at 1.9-3.5; yielding,
+  // 20 of 20 at 1.8-2.7 us. docs/performance-history.md, "The barrier's speed, third pass".)
   [[nodiscard]] bool asks_where_peers_are() const noexcept {
     return adaptive_ && !shape_.across_nodes && loaded_;
   }

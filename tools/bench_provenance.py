@@ -1,6 +1,7 @@
-"""Where a published figure comes from, for tools/bench-report and tools/bench-crossnode: the
-date, the commit, whether the tree was dirty, the command and the machine; a folder per run and
-its line in bench/results/INDEX.md; a published run's raw files packed in one archive."""
+"""Where a published figure comes from, for tools/bench-report, tools/bench-crossnode and
+tools/bench-ab: the date, the commit, whether the tree was dirty, the command and the machine (and
+the placement of two vCPUs, told by their cache-line round trip); a folder per run and its line in
+bench/results/INDEX.md; a published run's raw files packed in one archive."""
 import datetime
 import os
 import platform
@@ -16,6 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 # A published run's raw/, packed (pack_raw).
 RAW_ARCHIVE = "raw.tar.xz"
+# A cache-line round trip between two vCPUs below this (us): they were SMT siblings of one core
+# (about 0.05 us); above, separate cores (0.13-0.3 us). The host moves a VM's vCPUs between the
+# two, which moves every figure: the tools compare rounds within one placement.
+SMT_ROUND_TRIP_US = 0.1
 
 
 def machine():

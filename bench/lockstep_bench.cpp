@@ -65,10 +65,12 @@ constexpr FamilyName kFamilies[] = {
 };
 constexpr int kMaxProcesses = static_cast<int>(sizeof(Report::cpu) / sizeof(Report::cpu[0]));
 
-// A cell whose slowest run's avg is more than this times its fastest's is flagged as bimodal.
+// A cell with a run whose avg is more than this times another's of the same placement is flagged
+// as bimodal.
 constexpr double kBimodal = 1.5;
 // A run whose cache-line round trip was below this had its two vCPUs on SMT siblings of one core
-// (about 0.05 us), above on separate cores (0.13-0.3 us): placements, compared apart.
+// (about 0.05 us), above on separate cores (0.13-0.3 us): placements, compared apart (the split
+// of tools/bench_provenance.py's SMT_ROUND_TRIP_US).
 constexpr double kSmtRoundTripUs = 0.1;
 
 // Below this many timed episodes p99 is the largest one, the max: it is left out (a table's "-",

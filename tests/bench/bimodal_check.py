@@ -1,6 +1,7 @@
 """tools/bench-report shows placements and states apart: each round's round trip, a cell whose
-rounds of one placement differ by more than 1.5x flagged as bimodal with its rounds listed, and the N=2 target
-judged per placement (1.25x the round trip on SMT siblings, 0.55x on separate cores).
+rounds of one placement differ by more than 1.5x flagged as bimodal with its rounds listed, and
+the N=2 target judged per placement (1.25x the round trip on SMT siblings, 0.55x on separate
+cores).
 
     python3 bimodal_check.py SOURCE_ROOT
 """

@@ -88,7 +88,8 @@ for r in runs["results"]:
     if (trip is None) != (CPUS < 2) or (trip is not None and not trip > 0):
         sys.exit(f"--runs 3: implausible round trip on {CPUS} CPUs: {r}")
 for cell in runs["cells"]:
-    mine = [r for r in runs["results"] if (r["nproc"], r["family"]) == (cell["nproc"], cell["family"])]
+    mine = [r for r in runs["results"]
+            if (r["nproc"], r["family"]) == (cell["nproc"], cell["family"])]
     avgs = [r["avg_us"] for r in mine]
     # Within one placement: SMT siblings (a round trip under 0.1 us) or separate cores.
     groups = [[r["avg_us"] for r in mine if ((r["round_trip_us"] or 1.0) < 0.1) == smt]

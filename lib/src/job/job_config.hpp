@@ -65,7 +65,7 @@ struct JobConfig : NodeMember {
   std::chrono::milliseconds link_timeout{5'000};
   // LOCKSTEP_GPU_BARRIER: "events" (the default) or "flags" (see gpu/stream_barrier.hpp); 0.2's
   // "memops" is read as "flags". Flags becomes the default once tools/gpu-check has passed on a
-  // GPU: how a stream barrier meets (LOCKSTEP_GPU_BARRIER).
+  // GPU.
   std::string gpu_barrier = "events";
   // LOCKSTEP_LOG (or LOCKSTEP_DEBUG=1): what the process says about itself (base/log.hpp).
   LogLevel log_level = LogLevel::off;

@@ -29,11 +29,16 @@ std::vector<std::byte> bytes_of(const char* text) {
   return out;
 }
 
+constexpr lockstep::detail::ProcessMark kMark{
+    {0x36143b52b96d4ffdULL, 0xa44c6e09656cba55ULL}, 4026531836, 4242, 123456};
+
 void write_seeds(const std::string& dir) {
   const wire::Message samples[] = {
-      wire::Hello{"job=run7@10.0.0.1:29500", 2, 8, 1, {4, 5, 6, 7}, bytes_of("worker-address")},
-      wire::Welcome{0x1234'5678'9abc'def1ULL,
-                    {{0, {0, 1}, bytes_of("address-0")}, {1, {2, 3}, bytes_of("address-1")}}},
+      wire::Hello{
+          "job=run7@10.0.0.1:29500", 2, 8, 1, {4, 5, 6, 7}, bytes_of("worker-address"), kMark},
+      wire::Welcome{
+          0x1234'5678'9abc'def1ULL,
+          {{0, {0, 1}, bytes_of("address-0"), kMark}, {1, {2, 3}, bytes_of("address-1"), {}}}},
       wire::Refuse{"node 1: it belongs to another job"},
       wire::Arrive{0x1234'5678'9abc'def1ULL, 1, 42, 0, {0x3}},
       wire::Abort{0x1234'5678'9abc'def1ULL, 1, 2, 3, {2, 3}, "process 3 died"},

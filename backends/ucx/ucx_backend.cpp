@@ -576,14 +576,28 @@ void UcxBackend::check_members(const char* what) {
       const Failure failure{FailureKind::peer_lost,
                             leader,
                             {},
-                            "node " + std::to_string(node) + "'s main process (process " +
-                                std::to_string(leader) + ") is gone or unreachable from node " +
-                                std::to_string(me_) + ": their connection failed (" +
-                                ucx_api().status_string(member->error) + ")"};
+                            lost_leader_text(node, ucx_api().status_string(member->error))};
       abort(failure);
       fail(failure, what);
     }
   }
+}
+
+std::string UcxBackend::lost_leader_text(int node, const std::string& why) const {
+  const std::string whom = "node " + std::to_string(node) + "'s main process (process " +
+                           std::to_string(nodes_[static_cast<std::size_t>(node)].ranks.front()) +
+                           ")";
+  const ProcessMark& mark = marks_[static_cast<std::size_t>(node)];
+  // UCX sees the connection end as the kernel closes a dying process's sockets, a moment before
+  // the process is gone.
+  const Fate fate = fate_of(mark, std::chrono::milliseconds(100));
+  const std::string pid = "pid " + std::to_string(mark.pid) + ", on this host";
+  if (fate == Fate::dead) {
+    return whom + " died (" + pid + ")";
+  }
+  return whom + " is gone or unreachable from node " + std::to_string(me_) +
+         ": their connection failed (" + why + ")" +
+         (fate == Fate::alive ? "; it still runs (" + pid + ")" : "");
 }
 
 void UcxBackend::fail(const Failure& failure, const char* what) {

@@ -163,6 +163,10 @@ class UcxBackend final : public Backend, public Bootstrap {
   void check_links(const char* what);
   // Gives UCX's TCP connections that are new since the last look the links' watch (paths.hpp).
   void watch_new_paths();
+  // "node 1's main process (process 2) died (pid 1234, on this host)" where it ran beside this
+  // one and is gone; else "... is gone or unreachable from node 0: their connection failed
+  // (`why`)", with its pid where it still runs beside this one.
+  [[nodiscard]] std::string lost_leader_text(int node, const std::string& why) const;
   [[noreturn]] void fail(const Failure& failure, const char* what);
   [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
 
@@ -180,14 +184,14 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::vector<Endpoint*> members_;                    // by node index (nullptr: this node)
   // A send in flight, with what it sends from (an encoded message; a chunk's head and part).
   struct Sending {
-    void* request;
+    void* request = nullptr;
     std::vector<std::byte> bytes;
     std::shared_ptr<const std::vector<std::byte>> part;
   };
   std::vector<Sending> sending_;
   // A chunk that UCX receives by rendezvous into part_inbox_'s place for it.
   struct Receiving {
-    void* request;
+    void* request = nullptr;
     wire::Chunk head;
   };
   std::vector<Receiving> receiving_;
@@ -195,6 +199,7 @@ class UcxBackend final : public Backend, public Bootstrap {
   // Joining.
   std::vector<NodeInfo> nodes_;
   std::vector<std::vector<std::byte>> addresses_;  // by node index
+  std::vector<ProcessMark> marks_;                 // by node index: its main process
   std::vector<int> joiners_;             // node 0: rendezvous connection by node (-1: none)
   std::map<int, std::string> refusals_;  // node 0: why a node's last connection was refused
   std::optional<std::string>

@@ -160,6 +160,8 @@ void UcxBackend::serve() {
   joiners_.assign(static_cast<std::size_t>(num_nodes_), -1);
   addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
   addresses_[0] = address_;
+  marks_.assign(static_cast<std::size_t>(num_nodes_), {});
+  marks_[0] = this_process_mark();
   nodes_.push_back(NodeInfo{0, config_.ranks});
   const auto on_hello = [this](int id, std::span<const std::byte> bytes, const std::string& from) {
     return take_hello(id, bytes, from);
@@ -184,7 +186,8 @@ void UcxBackend::serve() {
   for (const auto& node : nodes_) {
     welcome.nodes.push_back(wire::NodeEntry{static_cast<std::uint32_t>(node.node),
                                             {node.ranks.begin(), node.ranks.end()},
-                                            addresses_[static_cast<std::size_t>(node.node)]});
+                                            addresses_[static_cast<std::size_t>(node.node)],
+                                            marks_[static_cast<std::size_t>(node.node)]});
   }
   const auto bytes = wire::encode(welcome);
   links_.assign(static_cast<std::size_t>(num_nodes_), -1);
@@ -223,6 +226,7 @@ rendezvous::Verdict UcxBackend::take_hello(int id, std::span<const std::byte> by
     std::sort(info.ranks.begin(), info.ranks.end());
     nodes_.push_back(std::move(info));
     addresses_[hello->node] = hello->address;
+    marks_[hello->node] = hello->process;
     refusals_.erase(static_cast<int>(hello->node));
     return rendezvous::Verdict{true, {}};
   }
@@ -381,6 +385,7 @@ void UcxBackend::connect() {
   hello.node = static_cast<std::uint32_t>(me_);
   hello.ranks.assign(config_.ranks.begin(), config_.ranks.end());
   hello.address = address_;
+  hello.process = this_process_mark();
 
   std::string last_error = "no answer";
   std::optional<wire::Message> answer;
@@ -438,6 +443,7 @@ void UcxBackend::check_welcome() {
   }
   std::vector<bool> seen(static_cast<std::size_t>(job.world_size), false);
   addresses_.assign(static_cast<std::size_t>(num_nodes_), {});
+  marks_.assign(static_cast<std::size_t>(num_nodes_), {});
   for (std::size_t i = 0; i < welcome.nodes.size(); ++i) {
     const auto& entry = welcome.nodes[i];
     if (entry.node != i || entry.ranks.empty()) {
@@ -451,6 +457,7 @@ void UcxBackend::check_welcome() {
       seen[static_cast<std::size_t>(rank)] = true;
     }
     addresses_[i] = entry.address;
+    marks_[i] = entry.process;
     nodes_.push_back(std::move(info));
   }
   if (std::find(seen.begin(), seen.end(), false) != seen.end()) {

@@ -25,6 +25,13 @@ class Writer {
       i32(v);
     }
   }
+  void process(const ProcessMark& mark) {
+    u64(mark.boot[0]);
+    u64(mark.boot[1]);
+    u64(mark.pid_namespace);
+    u32(mark.pid);
+    u64(mark.start_time);
+  }
   std::vector<std::byte> take() { return std::move(out_); }
 
  private:
@@ -74,6 +81,14 @@ class Reader {
       v = i32();
     }
     return out;
+  }
+  ProcessMark process() {
+    ProcessMark mark;
+    mark.boot = {u64(), u64()};
+    mark.pid_namespace = u64();
+    mark.pid = u32();
+    mark.start_time = u64();
+    return mark;
   }
   void finish() const {
     if (at_ != in_.size()) {
@@ -136,6 +151,7 @@ std::vector<std::byte> encode(const Message& message) {
                    w.u32(m.node);
                    w.ranks(m.ranks);
                    w.bytes(m.address);
+                   w.process(m.process);
                  },
                  [&](const Welcome& m) {
                    w.u16(static_cast<std::uint16_t>(Kind::welcome));
@@ -145,6 +161,7 @@ std::vector<std::byte> encode(const Message& message) {
                      w.u32(node.node);
                      w.ranks(node.ranks);
                      w.bytes(node.address);
+                     w.process(node.process);
                    }
                  },
                  [&](const Refuse& m) {
@@ -211,18 +228,21 @@ Message decode(std::span<const std::byte> bytes) {
       m.node = r.u32();
       m.ranks = r.ranks("ranks");
       m.address = r.bytes(kMaxAddress, "address");
+      m.process = r.process();
       out = std::move(m);
       break;
     }
     case Kind::welcome: {
       Welcome m;
       m.token = r.u64();
-      std::size_t n = r.count(kMaxNodes, 12, "nodes");  // each at least 3 words
+      // Each at least 3 words and a process mark.
+      std::size_t n = r.count(kMaxNodes, 12 + kProcessMarkBytes, "nodes");
       m.nodes.resize(n);
       for (auto& node : m.nodes) {
         node.node = r.u32();
         node.ranks = r.ranks("ranks");
         node.address = r.bytes(kMaxAddress, "address");
+        node.process = r.process();
       }
       out = std::move(m);
       break;

@@ -15,10 +15,12 @@
 #include <variant>
 #include <vector>
 
+#include "base/proc.hpp"
+
 namespace lockstep::detail::wire {
 
 inline constexpr std::uint32_t kMagic = 0x3153'4b4c;  // "LKS1"
-inline constexpr std::uint16_t kVersion = 3;
+inline constexpr std::uint16_t kVersion = 4;
 
 // Limits on what a message may carry (decoding refuses more).
 inline constexpr std::size_t kMaxText = 4096;         // identities, reasons, messages
@@ -40,6 +42,11 @@ enum class Kind : std::uint16_t {
   chunk = 8  // (7, a gather's part in pieces, is no longer sent)
 };
 
+// A node's main process's ProcessMark (base/proc.hpp) on the wire: boot, namespace, pid, start
+// time. With it a leader beside that process can tell that it died, where UCX says only that
+// their connection failed.
+inline constexpr std::size_t kProcessMarkBytes = 36;
+
 // A leader asks node 0's leader to join (over the client-server connection).
 struct Hello {
   std::string identity;
@@ -48,12 +55,14 @@ struct Hello {
   std::uint32_t node = 0;
   std::vector<std::int32_t> ranks;
   std::vector<std::byte> address;  // the sender's UCX worker address
+  ProcessMark process;             // the sender's
 };
 
 struct NodeEntry {
   std::uint32_t node = 0;
   std::vector<std::int32_t> ranks;
   std::vector<std::byte> address;
+  ProcessMark process;  // the node's main process
 };
 
 // Node 0's answer once every node has joined: the job's token and every leader's address.

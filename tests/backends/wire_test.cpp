@@ -64,30 +64,37 @@ std::string hex(const std::vector<std::byte>& data) {
 }
 
 constexpr std::uint64_t kToken = 0x0123'4567'89ab'cdefULL;
+// Two processes of one boot and pid namespace.
+constexpr ProcessMark kMark{
+    {0x0123'4567'89ab'cdefULL, 0xfedc'ba98'7654'3210ULL}, 4026531836, 1234, 98765};
+constexpr ProcessMark kOtherMark{
+    {0x0123'4567'89ab'cdefULL, 0xfedc'ba98'7654'3210ULL}, 4026531836, 1300, 98800};
 
 struct Golden {
   Message message;
-  const char* bytes;  // "LKS1", version 3, kind, then the fields, little-endian
+  const char* bytes;  // "LKS1", version 4, kind, then the fields, little-endian
 };
 
 // NOLINTNEXTLINE(cert-err58-cpp): a test's fixed data
 const Golden kGolden[] = {
-    {Hello{"job=a@h:1", 2, 4, 1, {2, 3}, bytes("addr")},
-     "4c4b533103000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
-     "00000061646472"},
-    {Welcome{kToken, {{0, {0, 1}, bytes("A")}, {1, {2, 3}, bytes("B")}}},
-     "4c4b533103000200efcdab89674523010200000000000000020000000000000001000000010000004101000000020"
-     "0000002000000030000000100000042"},
-    {Refuse{"no"}, "4c4b533103000300020000006e6f"},
+    {Hello{"job=a@h:1", 2, 4, 1, {2, 3}, bytes("addr"), kMark},
+     "4c4b533104000100090000006a6f623d6140683a3102000000040000000100000002000000020000000300000004"
+     "00000061646472efcdab89674523011032547698badcfefcffffef00000000d2040000cd81010000000000"},
+    {Welcome{kToken, {{0, {0, 1}, bytes("A"), kMark}, {1, {2, 3}, bytes("B"), kOtherMark}}},
+     "4c4b533104000200efcdab896745230102000000000000000200000000000000010000000100000041efcdab8967"
+     "4523011032547698badcfefcffffef00000000d2040000cd810100000000000100000002000000020000000300000"
+     "0"
+     "0100000042efcdab89674523011032547698badcfefcffffef0000000014050000f081010000000000"},
+    {Refuse{"no"}, "4c4b533104000300020000006e6f"},
     {Arrive{kToken, 1, 42, 3, {0x5}},
-     "4c4b533103000400efcdab8967452301010000002a0000000000000003000000010000000500000000000000"},
+     "4c4b533104000400efcdab8967452301010000002a0000000000000003000000010000000500000000000000"},
     {Abort{kToken, 1, 2, -1, {2, 3}, "gone"},
-     "4c4b533103000500efcdab89674523010100000002000000ffffffff020000000200000003000000040000006"
+     "4c4b533104000500efcdab89674523010100000002000000ffffffff020000000200000003000000040000006"
      "76f6e65"},
     {Blob{kToken, 0, 7, bytes("id")},
-     "4c4b533103000600efcdab8967452301000000000700000000000000020000006964"},
+     "4c4b533104000600efcdab8967452301000000000700000000000000020000006964"},
     {Chunk{kToken, 2, 7, 3000000, 1048576, 1048576},
-     "4c4b533103000800efcdab8967452301020000000700000000000000c0c62d00000000000000100000000000"
+     "4c4b533104000800efcdab8967452301020000000700000000000000c0c62d00000000000000100000000000"
      "0000100000000000"},
 };
 
@@ -106,6 +113,9 @@ TEST(Wire, ThePinnedBytesDecodeToTheSameMessage) {
   const auto hello = std::get<Hello>(decode(unhex(kGolden[0].bytes)));
   EXPECT_EQ(hello.identity, "job=a@h:1");
   EXPECT_EQ(hello.ranks, (std::vector<std::int32_t>{2, 3}));
+  EXPECT_EQ(hello.process, kMark);
+  const auto welcome = std::get<Welcome>(decode(unhex(kGolden[1].bytes)));
+  EXPECT_EQ(welcome.nodes.at(1).process, kOtherMark);
 }
 
 TEST(Wire, TruncatedForeignAndOverLimitMessagesAreRefused) {
@@ -117,14 +127,16 @@ TEST(Wire, TruncatedForeignAndOverLimitMessagesAreRefused) {
   trailing.push_back(std::byte{0});
   EXPECT_THROW((void)decode(trailing), WireError);
   auto other_version = hello;
-  other_version[4] = std::byte{2};  // 0.4's gathers in pieces: no chunks
+  other_version[4] = std::byte{3};  // the hello without its process mark
+  EXPECT_THROW((void)decode(other_version), WireError);
+  other_version[4] = std::byte{2};  // gathers in pieces: no chunks
   EXPECT_THROW((void)decode(other_version), WireError);
   auto unknown_kind = hello;
   unknown_kind[6] = std::byte{7};  // the pieces of a gather, no longer sent
   EXPECT_THROW((void)decode(unknown_kind), WireError);
   // An identity length of 2^32 - 1: over the limit, never allocated.
   auto huge = unhex(
-      "4c4b53310300010"
+      "4c4b53310400010"
       "0ffffffff");
   EXPECT_THROW((void)decode(huge), WireError);
 }

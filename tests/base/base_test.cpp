@@ -71,6 +71,39 @@ TEST(Proc, LivenessTellsTheLivingFromZombiesReapedAndReusedPids) {
   EXPECT_EQ(process_liveness(child, *started), Liveness::dead);
 }
 
+// A process of another machine, as its mark names it: alive or dead where it ran on this boot in
+// this pid namespace, unknown anywhere else (another host, container, or an unknown mark).
+TEST(Proc, AProcessMarkTellsFateOnlyBesideThisProcess) {
+  const ProcessMark mine = this_process_mark();
+  EXPECT_NE(mine.boot, (std::array<std::uint64_t, 2>{}));
+  EXPECT_EQ(mine.pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(fate_of(mine, std::chrono::milliseconds(0)), Fate::alive);
+
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(child, 0);
+  ProcessMark theirs = mine;
+  theirs.pid = static_cast<std::uint32_t>(child);
+  theirs.start_time = process_start_time(child).value_or(0);
+  EXPECT_EQ(fate_of(theirs, std::chrono::milliseconds(0)), Fate::alive);
+  ::kill(child, SIGKILL);
+  // A zombie is dead; the grace covers the moment between the kill and the exit.
+  EXPECT_EQ(fate_of(theirs, std::chrono::seconds(10)), Fate::dead);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(fate_of(theirs, std::chrono::milliseconds(0)), Fate::dead);
+
+  ProcessMark elsewhere = mine;
+  elsewhere.boot[1] ^= 1;  // another host, or this one booted again
+  EXPECT_EQ(fate_of(elsewhere, std::chrono::milliseconds(0)), Fate::unknown);
+  ProcessMark contained = theirs;
+  contained.pid_namespace ^= 1;  // the pid means another process there
+  EXPECT_EQ(fate_of(contained, std::chrono::milliseconds(0)), Fate::unknown);
+  EXPECT_EQ(fate_of(ProcessMark{}, std::chrono::milliseconds(0)), Fate::unknown);
+}
+
 TEST(Proc, FindsWhoHoldsALockAndWhoMapsAFile) {
   char path[] = "/tmp/lockstep-base-test-XXXXXX";
   const int fd = ::mkstemp(path);

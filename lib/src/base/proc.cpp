@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "lockstep/error.hpp"
@@ -152,6 +153,58 @@ std::uint64_t pid_namespace() {
     return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
   }();
   return inode;
+}
+
+std::array<std::uint64_t, 2> boot_id() {
+  static const std::array<std::uint64_t, 2> id = [] {
+    std::array<std::uint64_t, 2> words{};
+    std::ifstream file("/proc/sys/kernel/random/boot_id");
+    std::string text;
+    if (!std::getline(file, text)) {
+      return words;
+    }
+    int digits = 0;
+    for (char c : text) {
+      const int value = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+      if (value < 0) {
+        continue;  // the dashes
+      }
+      if (digits == 32) {
+        return std::array<std::uint64_t, 2>{};  // not a boot id
+      }
+      auto& word = words[static_cast<std::size_t>(digits / 16)];
+      word = word << 4 | static_cast<std::uint64_t>(value);
+      ++digits;
+    }
+    return digits == 32 ? words : std::array<std::uint64_t, 2>{};
+  }();
+  return id;
+}
+
+ProcessMark this_process_mark() {
+  const pid_t pid = ::getpid();
+  return ProcessMark{boot_id(), pid_namespace(), static_cast<std::uint32_t>(pid),
+                     process_start_time(pid).value_or(0)};
+}
+
+Fate fate_of(const ProcessMark& mark, std::chrono::milliseconds grace) {
+  const std::array<std::uint64_t, 2> unknown{};
+  if (mark.pid == 0 || mark.boot == unknown || mark.boot != boot_id() || mark.pid_namespace == 0 ||
+      mark.pid_namespace != pid_namespace()) {
+    return Fate::unknown;
+  }
+  const auto until = std::chrono::steady_clock::now() + grace;
+  const auto pid = static_cast<pid_t>(mark.pid);
+  while (process_liveness(pid, mark.start_time) == Liveness::alive) {
+    if (std::chrono::steady_clock::now() >= until) {
+      return Fate::alive;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return Fate::dead;
 }
 
 int usable_cpus() noexcept {

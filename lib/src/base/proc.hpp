@@ -3,6 +3,8 @@
 
 #include <sys/types.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -31,6 +33,29 @@ std::optional<pid_t> flock_holder(ino_t inode);
 // The inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown: pids and start
 // times mean something only within one namespace.
 std::uint64_t pid_namespace();
+
+// This boot of this host (/proc/sys/kernel/random/boot_id, its 32 hex digits as two words),
+// {0, 0} if unknown: with pid_namespace(), whether a process of another machine runs beside this
+// one, where its pid and start time can be looked up.
+std::array<std::uint64_t, 2> boot_id();
+
+// A process as another machine's process sees it: its host's boot, its pid namespace, its pid
+// and start time. Zeros: not known.
+struct ProcessMark {
+  std::array<std::uint64_t, 2> boot{};
+  std::uint64_t pid_namespace = 0;
+  std::uint32_t pid = 0;
+  std::uint64_t start_time = 0;
+  bool operator==(const ProcessMark&) const = default;
+};
+ProcessMark this_process_mark();
+
+enum class Fate { unknown, alive, dead };
+
+// What became of the process `mark` names, as far as this process can tell: unknown unless it
+// ran on this boot of this host, in this pid namespace. A process whose connection was seen to
+// end may take a moment more to be gone: a live one is looked at again for up to `grace`.
+Fate fate_of(const ProcessMark& mark, std::chrono::milliseconds grace);
 
 // CPUs this process may run on (its affinity mask), at least 1.
 int usable_cpus() noexcept;

@@ -1,5 +1,5 @@
-// libFuzzer target: what node 0 reads from a node that has proved the job's secret (issue 21:
-// "fuzz the authenticated hello too"). Node 0's real rendezvous server listens on loopback; each
+// libFuzzer target: what node 0 reads from a node that has proved the job's secret (the
+// authenticated hello). Node 0's real rendezvous server listens on loopback; each
 // input is the hello that a joining node sends through the real client after the whole
 // challenge-response, sealed as it should be, so that the input reaches what only an
 // authenticated node can reach: the wire decoder and node 0's checks of a hello

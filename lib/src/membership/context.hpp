@@ -50,7 +50,7 @@ class Context {
   // its sleep returns once, from this function, to State::wait_for_everyone's caller (it jumps
   // here). Each return after a sleep's context switch is mispredicted (the kernel refills the
   // return stack), and with one frame fewer here block / pthread_barrier_t went from 1.06-1.07x
-  // to 1.04x beside 1+burst2@2 at N = 4 on 2 vCPUs (bench/sleep-ab, 2026-12-03). What is rare
+  // to 1.04x beside 1+burst2@2 at N = 4 on 2 vCPUs (bench/sleep-ab). What is rare
   // (a multi-node leader's part, timeouts, lost peers, the errors) stays out of line
   // (gnu::noinline in NodeBarrier and here), so that this function stays a few kilobytes.
   [[gnu::flatten]] void wait(std::optional<std::chrono::milliseconds> timeout, const char* what,

@@ -21,7 +21,7 @@ WaitOptions plan_wait(WaitPolicy policy, const WaitShape& shape, bool loaded,
   if (shape.across_nodes) {
     // Yield between polls from the start (as MPI does), so that on a crowded node the process
     // waited for gets the CPU; with a CPU per process, only as long as a node's spin and yield
-    // (bench/barrier_bench's BM_LockstepCrossNode, 2x2 nodes on 2 vCPUs, 2026-11-30: 2 ms of
+    // (bench/barrier_bench's BM_LockstepCrossNode, 2x2 nodes on 2 vCPUs: 2 ms of
     // yielding cost 30-40% more per episode than 220 us).
     const nanoseconds yield = own_cpu ? nanoseconds(kYieldAcrossNodes) : nanoseconds(kYieldIdle);
     return WaitOptions{nanoseconds{0}, loaded ? nanoseconds{0} : yield, true};

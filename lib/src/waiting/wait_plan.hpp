@@ -39,14 +39,14 @@ inline constexpr int kQuickSpins = 64;
 inline constexpr int kSpinsPerClockRead = 64;
 // The spin phase of a process that has a CPU to itself on an idle machine, between these bounds,
 // sized from the waits it has seen (see Waiter::learn). 20 us is where it starts: the anchor
-// measurements (docs/performance.md; 2-core EPYC VM, 2026-11-29) found a centralized barrier that
+// measurements (docs/performance.md; a 2-core EPYC VM) found a centralized barrier that
 // spins ~20 us before its futex at 0.26 us for N=2, while a ~2 us spin falls through to the 10-15
 // us futex wake often enough to average ~1 us. Up to 200 us: a training-like loop (compute of 0-100
 // us, then a barrier) has waits of that order, and a wake-up costs 10-15 us each time the spin
 // falls short. On a loaded machine the spin is kSpinLoaded, sized to catch the peer that this
 // process has just woken (a CPU each): a rank that completes an episode and wakes its peer comes
 // back to the next one first, and the woken peer returns 5-6.5 us after it (bench/sleep-ab
-// --wakes, N=2 beside one busy loop, 2 vCPUs, 2026-12-02). A spin that covers that catches the
+// --wakes, N=2 beside one busy loop, 2 vCPUs). A spin that covers that catches the
 // peer, and both ranks then run on while the competitors wait (a median episode of 0.1-0.5 us
 // beside two or four busy loops); one that falls short sleeps, and the two keep waking each
 // other (12-15 us). With 6 us against 1 us, `lockstep-bench -n 2 -f adaptive -i 300000` beside one,
@@ -58,9 +58,9 @@ inline constexpr int kSpinsPerClockRead = 64;
 // busy loops at N=2, BM_LockstepAdaptive/ranks:2 at 6 us against 8 us, 16 runs alternating, had
 // medians 4.71 and 3.42 us (8 us faster in 12 of 16), beside one busy loop 11.9 and 11.2, beside
 // one busy loop and two bursty processes 20.5 and 19.7; the training-like loop (sleep-ab --compute
-// 50) did not move (2026-12-02). Longer costs more where it misses: in the training-like loop with
+// 50) did not move. Longer costs more where it misses: in the training-like loop with
 // two busy processes beside N=2, a 20 us spin cost 240 us of overhead per episode and the quick
-// spins alone 48 (2026-11-30): a waiter that spins spends the lag that would let it preempt the
+// spins alone 48: a waiter that spins spends the lag that would let it preempt the
 // competitor when woken.
 inline constexpr microseconds kSpinStart{20};
 inline constexpr microseconds kSpinMin{2};
@@ -69,9 +69,9 @@ inline constexpr microseconds kSpinLoaded{8};
 // After the spin (or at once, with more processes than CPUs), on an idle machine only: poll with
 // sched_yield this long before sleeping. On an idle machine nobody else wants the CPU, and a
 // sleep is dear: waking a halted vCPU costs 10-15 us, and sometimes milliseconds when the host
-// has given the core away (bench/barrier_bench's training loop, N=2, 2026-11-30: with 200 us of
+// has given the core away (bench/barrier_bench's training loop, N=2: with 200 us of
 // yielding, 1-2 sleeps per 1,400 episodes raised the overhead per episode from 0.6 to 3 us in
-// one run in four). More processes than CPUs, 2026-11-29: a 1 us spin before yielding cost
+// one run in four). More processes than CPUs: a 1 us spin before yielding cost
 // 5.3 us per episode at N=4 and 14.8 us at N=8, yielding at once 2.1 and 5.0 us. The 2 ms bound
 // keeps a 1 s wait at 0.2% of a core (the node barrier then wakes once per check_interval, 100 ms).
 inline constexpr milliseconds kYieldIdle{2};
@@ -85,7 +85,7 @@ inline constexpr microseconds kDescheduledGap{50};
 inline constexpr microseconds kYieldedAwayGap{500};
 // Regular load samples are at most this frequent (one scheduler tick here): a pread of
 // /proc/loadavg costs 1.5-5 us, and at one per millisecond per process the samples cost 8
-// simulated nodes on 2 vCPUs about 10% per barrier (BM_LockstepCrossNode, 2026-11-30). A yield
+// simulated nodes on 2 vCPUs about 10% per barrier (BM_LockstepCrossNode). A yield
 // or spin that lost the CPU for long takes one at once, whatever the period. Until a process
 // has kLoadWindow samples it takes them every kFirstSamplesPeriod, so that a job that starts on
 // a loaded machine sees it within its first milliseconds (each slice a yield loses there costs
@@ -96,7 +96,7 @@ inline constexpr microseconds kFirstSamplesPeriod{250};
 // While loaded, a sample serves only to see the load go, and each read still holds a CPU that a
 // late peer may wait for: at one per 4 ms per node, the reads put `adaptive`'s p99 at 1.03-1.06x
 // `block`'s beside 1+burst2@2 at N = 4 on 2 vCPUs, and without them at 0.94-1.00x (eight sets of
-// six `sleep-ab 4 60 200` runs each, 2026-12-02). At one per 16 ms, idle again takes 256 ms.
+// six `sleep-ab 4 60 200` runs each). At one per 16 ms, idle again takes 256 ms.
 inline constexpr milliseconds kLoadedSamplePeriod{16};
 // Samples that must agree before the machine counts as loaded, and as idle again (see
 // Waiter::sample_load). Idle takes more: a sample is taken as a wait begins, just after the
@@ -104,7 +104,7 @@ inline constexpr milliseconds kLoadedSamplePeriod{16};
 // vCPU waits for its interrupt) is neither asleep nor runnable, so a sample then can miss the
 // competitor; beside one busy loop at N=4 on 2 vCPUs, 10-20% of samples read no foreign task,
 // in runs of four often enough to turn the job idle a few times per second of barriers, each
-// time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts, 2026-12-02).
+// time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts).
 inline constexpr std::size_t kLoadWindow = 4;
 inline constexpr std::size_t kIdleWindow = 16;
 static_assert(kIdleWindow >= kLoadWindow, "the samples kept serve both windows");

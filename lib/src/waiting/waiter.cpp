@@ -30,7 +30,7 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
 // preempted is runnable; a process in a wait's futex is not). It counts only while those tasks
 // and all of the job's processes here would be more than the machine's CPUs: a busy process
 // elsewhere on a large machine competes with nobody here, and one that fits beside the job only
-// while a peer sleeps competes as soon as the barrier wakes it (until 2026-12-02 the gate was
+// while a peer sleeps competes as soon as the barrier wakes it (before, the gate was
 // the runnable tasks alone, and N=2 beside one busy process on 2 CPUs, sampling while its peer
 // slept, saw the machine idle again and yielded its CPU to the busy one thousands of times).
 // The machine is taken as loaded once the last kLoadWindow samples all saw a foreign task, and

@@ -2,18 +2,16 @@
 #include "ucx/places.hpp"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <iterator>
 #include <span>
 #include <string_view>
 
-#include "base/little_endian.hpp"
+#include "base/bytes.hpp"
 #include "base/text.hpp"  // printable
 #include "ucx/rendezvous.hpp"
 
@@ -31,25 +29,31 @@ constexpr std::size_t kHead = 9;  // the type, the id, and a length or a count
 constexpr std::size_t kEntryHead = 8;
 constexpr auto kSendBound = std::chrono::seconds(1);
 
-void append_le(std::vector<std::byte>& frame, std::size_t value) {
-  frame.resize(frame.size() + 4);
-  put_le(&frame[frame.size() - 4], value, 4);
+// A frame's start: its type and id (the question's whole frame).
+ByteWriter head(std::byte type, std::uint32_t id) {
+  ByteWriter w;
+  w.u8(std::to_integer<std::uint8_t>(type));
+  w.u32(id);
+  return w;
 }
 
-void append_text(std::vector<std::byte>& frame, std::string_view text) {
-  append_le(frame, text.size());
-  std::transform(text.begin(), text.end(), std::back_inserter(frame),
-                 [](char c) { return static_cast<std::byte>(c); });
-}
-
-std::vector<std::byte> head(std::byte type, std::uint32_t id) {
-  std::vector<std::byte> frame{type};
-  append_le(frame, id);
-  return frame;
-}
-
-std::size_t le_at(const std::vector<std::byte>& bytes, std::size_t at) {
-  return static_cast<std::size_t>(get_le(&bytes[at], 4));
+// The head of a frame that `got` begins with, if it holds that much: its id, and (but for a
+// question) its length or count.
+struct FrameHead {
+  std::uint32_t id = 0;
+  std::size_t length = 0;
+};
+std::optional<FrameHead> frame_head(const std::vector<std::byte>& got, bool question) {
+  ByteReader r(got);
+  if (r.left() < (question ? kQuestionSize : kHead)) {
+    return std::nullopt;
+  }
+  (void)r.u8();
+  FrameHead head{r.u32(), 0};
+  if (!question) {
+    head.length = r.u32();
+  }
+  return head;
 }
 
 // What poll() waits for: `relays` ms (-1: for ever), or less, until the first held frame's bound.
@@ -81,20 +85,16 @@ std::optional<DeskFrame> next_frame(std::vector<std::byte>& got, int me, std::si
       got.erase(got.begin());  // not a frame's start: nothing else is sent on a link
       continue;
     }
+    const auto head = frame_head(got, type == kQuestion);
+    if (!head) {
+      return std::nullopt;
+    }
     if (type == kQuestion) {
-      if (got.size() < kQuestionSize) {
-        return std::nullopt;
-      }
-      DeskFrame frame{type,
-                      static_cast<std::uint32_t>(le_at(got, 1)),
-                      {got.begin(), got.begin() + kQuestionSize}};
+      DeskFrame frame{type, head->id, {got.begin(), got.begin() + kQuestionSize}};
       got.erase(got.begin(), got.begin() + kQuestionSize);
       return frame;
     }
-    if (got.size() < kHead) {
-      return std::nullopt;
-    }
-    const std::size_t length = le_at(got, 5);
+    const std::size_t length = head->length;
     const std::size_t limit = type == kAsk      ? nodes
                               : type == kAnswer ? kMaxPlaces
                                                 : kMaxRelayed + nodes * kEntryHead;
@@ -106,9 +106,7 @@ std::optional<DeskFrame> next_frame(std::vector<std::byte>& got, int me, std::si
     if (got.size() < size) {
       return std::nullopt;
     }
-    DeskFrame frame{type,
-                    static_cast<std::uint32_t>(le_at(got, 1)),
-                    {got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size)}};
+    DeskFrame frame{type, head->id, {got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size)}};
     got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(size));
     return frame;
   }
@@ -117,15 +115,18 @@ std::optional<DeskFrame> next_frame(std::vector<std::byte>& got, int me, std::si
 
 std::map<int, std::string> relayed_entries(const std::vector<std::byte>& frame, std::size_t nodes) {
   std::map<int, std::string> answers;
-  std::size_t at = kHead;
-  while (at + kEntryHead <= frame.size()) {
-    const std::size_t node = le_at(frame, at);
-    const std::size_t length = le_at(frame, at + 4);
-    if (node >= nodes || length > kMaxPlaces || length > frame.size() - at - kEntryHead) {
+  ByteReader r(frame);
+  if (r.left() < kHead) {
+    return answers;
+  }
+  (void)r.raw(kHead, "the head");
+  while (r.left() >= kEntryHead) {
+    const std::size_t node = r.u32();
+    const std::size_t length = r.u32();
+    if (node >= nodes || length > kMaxPlaces || length > r.left()) {
       break;  // not what node 0 sends: the rest is dropped
     }
-    answers[static_cast<int>(node)] = peer_text(std::span(frame).subspan(at + kEntryHead, length));
-    at += kEntryHead + length;
+    answers[static_cast<int>(node)] = peer_text(r.raw(length, "an entry"));
   }
   return answers;
 }
@@ -134,23 +135,18 @@ PlacesDesk::PlacesDesk(int me, std::vector<int> links, std::function<std::string
     : me_(me),
       links_(std::move(links)),
       places_(std::move(places)),
-      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       allowance_(links_.size(), kQuestionBurst),
       counted_(links_.size(), Clock::now()) {
-  if (stop_ >= 0) {
-    thread_ = std::thread([this] { run(); });
+  try {
+    thread_.start(
+        "lockstep-desk", [this] { run(); }, "lockstep: the places desk");
+  } catch (const std::exception&) {
+    // No desk: questions to this node go unanswered, and its own ask() says "not known".
   }
 }
 
 PlacesDesk::~PlacesDesk() {
-  if (thread_.joinable()) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t written = ::write(stop_, &one, sizeof one);  // cannot fail
-    thread_.join();
-  }
-  if (stop_ >= 0) {
-    ::close(stop_);
-  }
+  thread_.stop();
 }
 
 std::string PlacesDesk::own() {
@@ -219,16 +215,14 @@ std::uint32_t PlacesDesk::question(const std::vector<int>& nodes, Asked asked) {
     id = ++last_id_;
     asked_.emplace(id, std::move(asked));
   }
-  std::vector<std::byte> frame;
-  if (me_ == 0) {
-    frame = head(kQuestion, id);
-  } else {
-    frame = head(kAsk, id);
-    append_le(frame, nodes.size());
+  ByteWriter w = head(me_ == 0 ? kQuestion : kAsk, id);
+  if (me_ != 0) {
+    w.u32(static_cast<std::uint32_t>(nodes.size()));
     for (const int node : nodes) {
-      append_le(frame, static_cast<std::size_t>(node));
+      w.u32(static_cast<std::uint32_t>(node));
     }
   }
+  const std::vector<std::byte> frame = w.take();
   for (const int node : to) {
     if (!send(node, frame)) {
       const std::scoped_lock lock(mutex_);
@@ -248,7 +242,7 @@ void PlacesDesk::run() noexcept {
   }
   try {
     for (;;) {
-      std::vector<pollfd> fds{{stop_, POLLIN, 0}};
+      std::vector<pollfd> fds{{thread_.wake_fd(), POLLIN, 0}};
       std::vector<int> nodes;
       for (std::size_t node = 0; node < links_.size(); ++node) {
         if (reading[node]) {
@@ -339,9 +333,9 @@ bool PlacesDesk::may_answer(std::size_t node) {
 
 std::vector<std::byte> PlacesDesk::answer_frame(std::uint32_t id) {
   const std::string text = own();
-  std::vector<std::byte> frame = head(kAnswer, id);
-  append_text(frame, text);
-  return frame;
+  ByteWriter w = head(kAnswer, id);
+  w.text(text);
+  return w.take();
 }
 
 void PlacesDesk::took(int from, std::uint32_t id, std::map<int, std::string> answers) {
@@ -365,8 +359,13 @@ void PlacesDesk::gone(std::size_t node) {
 
 void PlacesDesk::relay(int from, std::uint32_t id, const std::vector<std::byte>& frame) {
   std::vector<int> nodes;
-  for (std::size_t at = kHead; at + 4 <= frame.size(); at += 4) {
-    const std::size_t node = le_at(frame, at);
+  ByteReader r(frame);
+  if (r.left() < kHead) {
+    return;  // (next_frame gives whole frames)
+  }
+  (void)r.raw(kHead, "the head");
+  while (r.left() >= 4) {
+    const std::size_t node = r.u32();
     if (node >= links_.size()) {
       return;  // not what another node asks: not answered
     }
@@ -403,17 +402,17 @@ void PlacesDesk::send_relays_due() {
         ++it;
         continue;
       }
-      std::vector<std::byte> body;
+      ByteWriter body;
       for (const auto& [node, text] : asked.answers) {
         if (body.size() + kEntryHead + text.size() <= kMaxRelayed) {
-          append_le(body, static_cast<std::size_t>(node));
-          append_text(body, text);
+          body.u32(static_cast<std::uint32_t>(node));
+          body.text(text);
         }
       }
-      std::vector<std::byte> frame = head(kRelayed, asked.reply_id);
-      append_le(frame, body.size());
-      frame.insert(frame.end(), body.begin(), body.end());
-      due.emplace_back(asked.reply_to, std::move(frame));
+      const std::vector<std::byte> entries = body.take();
+      ByteWriter frame = head(kRelayed, asked.reply_id);
+      frame.sized(entries);
+      due.emplace_back(asked.reply_to, frame.take());
       it = asked_.erase(it);
     }
   }

@@ -27,8 +27,9 @@
 #include <set>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "base/service_thread.hpp"
 
 namespace lockstep::detail::ucx {
 
@@ -74,7 +75,7 @@ class PlacesDesk {
   // from a link that reports an error or its end (the owner sees that there, as before:
   // rendezvous::look_at_link).
   PlacesDesk(int me, std::vector<int> links, std::function<std::string()> places);
-  ~PlacesDesk();  // stops the thread, and waits for it
+  ~PlacesDesk();  // stops the thread ("lockstep-desk"), and waits for it
   PlacesDesk(const PlacesDesk&) = delete;
   PlacesDesk& operator=(const PlacesDesk&) = delete;
 
@@ -120,7 +121,6 @@ class PlacesDesk {
   int me_;
   std::vector<int> links_;
   std::function<std::string()> places_;
-  int stop_;               // an eventfd: the destructor's word
   std::mutex send_mutex_;  // one frame at a time on a link
   std::mutex mutex_;       // what follows
   std::condition_variable answered_;
@@ -130,7 +130,7 @@ class PlacesDesk {
   // counted them.
   std::vector<int> allowance_;
   std::vector<std::chrono::steady_clock::time_point> counted_;
-  std::thread thread_;
+  ServiceThread thread_;  // last: it stops before the rest goes
 };
 
 }  // namespace lockstep::detail::ucx

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <thread>
 
+#include "base/bytes.hpp"
 #include "base/proc.hpp"
 #include "lockstep/error.hpp"
 #include "ucx/wire.hpp"
@@ -130,13 +131,9 @@ bool write_all(int fd, std::span<const std::byte> bytes, Clock::time_point deadl
 }  // namespace
 
 std::vector<std::byte> frame(std::span<const std::byte> message) {
-  std::vector<std::byte> out(4 + message.size());
-  const auto length = static_cast<std::uint32_t>(message.size());
-  for (int i = 0; i < 4; ++i) {
-    out[static_cast<std::size_t>(i)] = static_cast<std::byte>(length >> (8 * i));
-  }
-  std::copy(message.begin(), message.end(), out.begin() + 4);
-  return out;
+  ByteWriter w;
+  w.sized(message);
+  return w.take();
 }
 
 std::size_t FrameReader::feed(std::span<const std::byte> input) {
@@ -144,11 +141,7 @@ std::size_t FrameReader::feed(std::span<const std::byte> input) {
   while (have_ < 4 && used < input.size()) {
     prefix_[have_++] = input[used++];
     if (have_ == 4) {
-      length_ = 0;
-      for (int i = 3; i >= 0; --i) {
-        length_ =
-            (length_ << 8) | std::to_integer<std::size_t>(prefix_[static_cast<std::size_t>(i)]);
-      }
+      length_ = ByteReader(prefix_).u32();
       if (length_ == 0 || length_ > limit_) {
         throw wire::WireError("a frame of " + std::to_string(length_) + " bytes (1 to " +
                               std::to_string(limit_) + " allowed)");
@@ -168,19 +161,18 @@ std::size_t FrameReader::feed(std::span<const std::byte> input) {
 Server::Server(const sockaddr_storage& address, socklen_t length, const std::string& where,
                std::string secret)
     : secret_(std::move(secret)) {
-  fd_ = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) {
+  fd_.reset(::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd_) {
     throw_errno("lockstep: node 0 listening on " + where, "socket");
   }
   // Node 0 may close its connections first, which leaves them in TIME_WAIT on the port: the next
   // job must be able to listen there at once.
   const int one = 1;
-  (void)::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd_, reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
-      ::listen(fd_, 128) != 0) {
+  (void)::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+      ::listen(fd_.get(), 128) != 0) {
     const int error = errno;
-    ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
     if (error == EADDRINUSE) {
       throw ConfigError("lockstep: node 0 cannot listen on " + where +
                         ": the port is in use (another job, or another service of this one: set "
@@ -191,14 +183,7 @@ Server::Server(const sockaddr_storage& address, socklen_t length, const std::str
   }
 }
 
-Server::~Server() {
-  for (auto& [id, peer] : peers_) {
-    ::close(peer.fd);
-  }
-  if (fd_ >= 0) {
-    ::close(fd_);
-  }
-}
+Server::~Server() = default;
 
 void Server::drop(int id, const std::string& why) {
   auto found = peers_.find(id);
@@ -208,16 +193,15 @@ void Server::drop(int id, const std::string& why) {
   if (dropped_.size() < kMaxDropped) {
     dropped_.push_back(found->second.from + ": " + why);
   }
-  ::close(found->second.fd);
-  peers_.erase(found);
+  peers_.erase(found);  // closes its connection
 }
 
 void Server::step(std::chrono::milliseconds limit, const OnHello& on_hello,
                   const std::function<void(int)>& on_lost) {
-  std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+  std::vector<pollfd> fds{{fd_.get(), POLLIN, 0}};
   std::vector<int> ids{-1};
   for (const auto& [id, peer] : peers_) {
-    fds.push_back({peer.fd, POLLIN, 0});
+    fds.push_back({peer.fd.get(), POLLIN, 0});
     ids.push_back(id);
   }
   if (::poll(fds.data(), fds.size(), static_cast<int>(limit.count())) < 0 && errno != EINTR) {
@@ -239,7 +223,7 @@ void Server::read_peer(int id, const OnHello& on_hello, const std::function<void
   std::array<std::byte, 65536> buffer{};
   for (;;) {
     Peer& peer = peers_.at(id);
-    const ssize_t got = ::recv(peer.fd, buffer.data(), buffer.size(), 0);
+    const ssize_t got = ::recv(peer.fd.get(), buffer.data(), buffer.size(), 0);
     if (got < 0 && errno == EINTR) {
       continue;
     }
@@ -248,8 +232,7 @@ void Server::read_peer(int id, const OnHello& on_hello, const std::function<void
     }
     if (got <= 0) {
       if (peer.kept()) {
-        ::close(peer.fd);
-        peers_.erase(id);
+        peers_.erase(id);  // closes its connection
         on_lost(id);
       } else {
         drop(id, peer.stage == Stage::nonce ? "closed before it sent a hello"
@@ -275,9 +258,10 @@ void Server::read_peer(int id, const OnHello& on_hello, const std::function<void
         if (current.stage == Stage::nonce) {
           // Anyone may learn this much: what node 0 speaks (a node of lockstep 0.2 sends its
           // hello first, larger than an opening may be).
-          (void)send_once(current.fd, wire::encode(wire::Refuse{
-                                          "node 0 expects lockstep's authenticated join first "
-                                          "(lockstep 0.3 or later on every node)"}));
+          (void)send_once(
+              current.fd.get(),
+              wire::encode(wire::Refuse{"node 0 expects lockstep's authenticated join first "
+                                        "(lockstep 0.3 or later on every node)"}));
         }
         drop(id, std::string("malformed: ") + error.what());
         return;
@@ -298,7 +282,7 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
   const std::vector<std::byte> body(peer.reader.message().begin(), peer.reader.message().end());
   // A refusal before the peer proved the secret: unsealed (it says nothing about the job).
   auto refuse = [&](const std::string& reason) {
-    (void)send_once(peer.fd, wire::encode(wire::Refuse{reason}));
+    (void)send_once(peer.fd.get(), wire::encode(wire::Refuse{reason}));
     drop(id, reason);
     return false;
   };
@@ -316,7 +300,7 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
       std::vector<std::byte> answer(kAuthMagic.begin(), kAuthMagic.end());
       answer.insert(answer.end(), peer.server.begin(), peer.server.end());
       answer.insert(answer.end(), proof.begin(), proof.end());
-      if (!send_once(peer.fd, answer)) {
+      if (!send_once(peer.fd.get(), answer)) {
         drop(id, "could not take node 0's 72-byte challenge");
         return false;
       }
@@ -346,9 +330,8 @@ bool Server::take_frame(int id, Peer& peer, const OnHello& on_hello) {
         kept.reader = FrameReader{};
         return true;
       }
-      (void)send_once(peer.fd, sealed(session(peer), kAnswerSeal, verdict.reply));
-      ::close(peer.fd);
-      peers_.erase(id);
+      (void)send_once(peer.fd.get(), sealed(session(peer), kAnswerSeal, verdict.reply));
+      peers_.erase(id);  // closes its connection
       return false;
     }
     case Stage::kept:
@@ -374,13 +357,13 @@ void Server::accept_new(Clock::time_point now) {
   for (;;) {
     sockaddr_storage from{};
     socklen_t from_length = sizeof from;
-    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&from), &from_length,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
+    UniqueFd fd(::accept4(fd_.get(), reinterpret_cast<sockaddr*>(&from), &from_length,
+                          SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) {
       return;  // none left (or a connection that went away meanwhile)
     }
     Peer peer;
-    peer.fd = fd;
+    peer.fd = std::move(fd);
     peer.from = describe(from, from_length);
     peer.since = now;
     peers_.emplace(next_id_++, std::move(peer));
@@ -400,14 +383,14 @@ void Server::accept_new(Clock::time_point now) {
   }
 }
 
-int Server::take_link(int id, std::chrono::milliseconds timeout) {
+UniqueFd Server::take_link(int id, std::chrono::milliseconds timeout) {
   auto found = peers_.find(id);
   if (found == peers_.end() || !found->second.kept()) {
-    return -1;
+    return {};
   }
-  const int fd = found->second.fd;
+  UniqueFd fd = std::move(found->second.fd);
   peers_.erase(found);
-  make_link(fd, timeout);
+  make_link(fd.get(), timeout);
   return fd;
 }
 
@@ -452,8 +435,8 @@ LinkState look_at_link(int fd, int* error) {
 bool Server::send(int id, std::span<const std::byte> message, Clock::time_point deadline) {
   auto found = peers_.find(id);
   return found != peers_.end() &&
-         write_all(found->second.fd, frame(sealed(session(found->second), kAnswerSeal, message)),
-                   deadline);
+         write_all(found->second.fd.get(),
+                   frame(sealed(session(found->second), kAnswerSeal, message)), deadline);
 }
 
 namespace {
@@ -558,14 +541,16 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
                                                std::span<const std::byte> hello,
                                                const Credentials& credentials,
                                                Clock::time_point deadline, std::string& last_error,
-                                               int* link, std::chrono::milliseconds link_timeout) {
+                                               UniqueFd* link,
+                                               std::chrono::milliseconds link_timeout) {
   while (Clock::now() < deadline) {
     check_interrupt("lockstep: joining the job (connecting to node 0)");
     const auto retry_at = Clock::now() + kRetryDelay;
-    const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    UniqueFd owned(::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!owned) {
       throw_errno("lockstep: connecting to node 0", "socket");
     }
+    const int fd = owned.get();
     bool connected = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) == 0;
     if (!connected && errno == EINPROGRESS && await(fd, POLLOUT, deadline)) {
       int error = 0;
@@ -577,29 +562,17 @@ std::optional<std::vector<std::byte>> exchange(const sockaddr_storage& address, 
     if (!connected) {
       last_error = errno != 0 ? error_text(errno) : "no answer";
     } else {
-      std::optional<std::vector<std::byte>> answer;
-      try {
-        answer = join_over(fd, hello, credentials, deadline, last_error);
-      } catch (...) {
-        ::close(fd);
-        throw;
-      }
-      if (answer && link != nullptr) {
-        try {
-          make_link(fd, link_timeout);
-        } catch (...) {
-          ::close(fd);
-          throw;
-        }
-        *link = fd;
-        return answer;
-      }
+      std::optional<std::vector<std::byte>> answer =
+          join_over(fd, hello, credentials, deadline, last_error);
       if (answer) {
-        ::close(fd);
+        if (link != nullptr) {
+          make_link(fd, link_timeout);
+          *link = std::move(owned);
+        }
         return answer;
       }
     }
-    ::close(fd);
+    owned.reset();  // before the wait: a refused connection holds nothing
     std::this_thread::sleep_until(std::min(retry_at, deadline));
   }
   return std::nullopt;

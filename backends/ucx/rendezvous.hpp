@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.hpp"
 #include "ucx/auth.hpp"
 
 namespace lockstep::detail::rendezvous {
@@ -92,14 +93,14 @@ class Server {
   bool send(int id, std::span<const std::byte> message, Clock::time_point deadline);
   // Hands kept connection `id` to the caller as a link (make_link with `timeout`), or -1 if it
   // is gone.
-  int take_link(int id, std::chrono::milliseconds timeout);
+  UniqueFd take_link(int id, std::chrono::milliseconds timeout);
   // The connections that were closed for breaking a bound (malformed, idle, too many), with why.
   [[nodiscard]] const std::vector<std::string>& dropped() const noexcept { return dropped_; }
 
  private:
   enum class Stage { nonce, proof, hello, kept };
   struct Peer {
-    int fd = -1;
+    UniqueFd fd;
     std::string from;
     FrameReader reader{kMaxUnauthenticatedFrame};
     Clock::time_point since;
@@ -118,7 +119,7 @@ class Server {
   void drop_idle(Clock::time_point now);
   void accept_new(Clock::time_point now);
 
-  int fd_ = -1;
+  UniqueFd fd_;
   std::string secret_;
   int next_id_ = 0;
   std::map<int, Peer> peers_;
@@ -174,6 +175,6 @@ struct Credentials {
 std::optional<std::vector<std::byte>> exchange(
     const sockaddr_storage& address, socklen_t length, std::span<const std::byte> hello,
     const Credentials& credentials, Clock::time_point deadline, std::string& last_error,
-    int* link = nullptr, std::chrono::milliseconds link_timeout = std::chrono::seconds(5));
+    UniqueFd* link = nullptr, std::chrono::milliseconds link_timeout = std::chrono::seconds(5));
 
 }  // namespace lockstep::detail::rendezvous

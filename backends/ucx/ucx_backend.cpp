@@ -132,11 +132,8 @@ void UcxBackend::start_ucx() {
 
 void UcxBackend::shutdown() noexcept {
   desk_.reset();  // before its links close
-  for (int& link : links_) {
-    if (link >= 0) {
-      ::close(link);
-      link = -1;
-    }
+  for (UniqueFd& link : links_) {
+    link.reset();
   }
   if (worker_ == nullptr) {
     if (context_ != nullptr) {
@@ -531,16 +528,15 @@ void UcxBackend::check_links(const char* what) {
     watch_new_paths();  // connections UCX made since (a peer's, accepted)
   }
   for (int node = 0; node < num_nodes_; ++node) {
-    int& link = links_[static_cast<std::size_t>(node)];
+    UniqueFd& link = links_[static_cast<std::size_t>(node)];
     int error = 0;
     const auto state =
-        link < 0 ? rendezvous::LinkState::fine : rendezvous::look_at_link(link, &error);
+        !link ? rendezvous::LinkState::fine : rendezvous::look_at_link(link.get(), &error);
     if (state == rendezvous::LinkState::fine) {
       continue;
     }
     desk_.reset();  // before its link closes
-    ::close(link);
-    link = -1;
+    link.reset();
     open_desk();  // node 0's, on the links left
     if (state == rendezvous::LinkState::ended) {
       continue;  // closed in order: its process exited (UCX reports a death as it happens)
@@ -711,9 +707,17 @@ std::vector<int> UcxBackend::nodes_of(const std::vector<std::int32_t>& ranks, in
 void UcxBackend::open_desk() {
   // Questions and answers come on the links from now on (nothing else does after the join). A
   // node other than 0 that lost its link to node 0 has nobody to ask or answer.
-  if (config_.places && (me_ == 0 || (!links_.empty() && links_[0] >= 0))) {
-    desk_ = std::make_unique<PlacesDesk>(me_, links_, config_.places);
+  if (config_.places && (me_ == 0 || (!links_.empty() && links_[0]))) {
+    desk_ = std::make_unique<PlacesDesk>(me_, link_fds(), config_.places);
   }
+}
+
+std::vector<int> UcxBackend::link_fds() const {
+  std::vector<int> fds;
+  for (const UniqueFd& link : links_) {
+    fds.push_back(link.get());
+  }
+  return fds;
 }
 
 std::string UcxBackend::places_text(const std::vector<int>& nodes) const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/function_ref.hpp"
+#include "base/unique_fd.hpp"
 #include "membership/backend.hpp"
 #include "ucx/part_inbox.hpp"
 #include "ucx/paths.hpp"
@@ -152,7 +153,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   // "; on node 1, process 3 is not in a lockstep call: ...; process 2 waits in ...", as
   // `nodes`' answers say (places.hpp: node 0 asks them, another node asks node 0).
   [[nodiscard]] std::string places_text(const std::vector<int>& nodes) const;
-  void open_desk();  // desk_ on the links there are, once joined
+  void open_desk();                                 // desk_ on the links there are, once joined
+  [[nodiscard]] std::vector<int> link_fds() const;  // links_' descriptors (-1: none)
   // The nodes, other than this one and `except`, of any of `ranks`, ascending.
   [[nodiscard]] std::vector<int> nodes_of(const std::vector<std::int32_t>& ranks, int except) const;
   // Throws (and keeps) the job's failure, if a leader aborted or disconnected (or its link says
@@ -205,7 +207,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   std::optional<std::string>
       shape_refusal_;  // node 0: a node of this job that disagrees on its shape
   std::optional<wire::Welcome> welcome_;
-  std::vector<int> links_;  // by node index: node 0 has one to each node, the others to node 0
+  // By node index: node 0 has one to each node, the others to node 0.
+  std::vector<UniqueFd> links_;
   Clock::time_point links_checked_{};
   std::unique_ptr<PlacesDesk> desk_;  // answers and asks on links_ (places.hpp)
   std::vector<PathSocket> paths_;     // UCX's TCP connections that have the links' watch

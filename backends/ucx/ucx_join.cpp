@@ -11,8 +11,8 @@
 #include <cstring>
 #include <random>
 
+#include "base/bytes.hpp"
 #include "base/fault_points.hpp"
-#include "base/little_endian.hpp"
 #include "base/proc.hpp"
 #include "base/text.hpp"
 #include "job/job_secret.hpp"
@@ -190,7 +190,7 @@ void UcxBackend::serve() {
                                             marks_[static_cast<std::size_t>(node.node)]});
   }
   const auto bytes = wire::encode(welcome);
-  links_.assign(static_cast<std::size_t>(num_nodes_), -1);
+  links_ = std::vector<UniqueFd>(static_cast<std::size_t>(num_nodes_));
   for (int node = 1; node < num_nodes_; ++node) {
     // A node that cannot take the welcome fails its own join; the others find it gone.
     const int joiner = joiners_[static_cast<std::size_t>(node)];
@@ -260,7 +260,7 @@ void UcxBackend::forget_joiner(int id) {
 
 void UcxBackend::await_welcome_taken() {
   for (int node = 1; node < num_nodes_; ++node) {
-    const int link = links_[static_cast<std::size_t>(node)];
+    const int link = links_[static_cast<std::size_t>(node)].get();
     int error = 0;
     std::byte mark{};
     Mark got = link < 0 ? Mark::closed
@@ -277,7 +277,7 @@ void UcxBackend::await_welcome_taken() {
     }
   }
   for (int node = 1; node < num_nodes_; ++node) {
-    if (!send_link(links_[static_cast<std::size_t>(node)], {&kWireUp, 1})) {
+    if (!send_link(links_[static_cast<std::size_t>(node)].get(), {&kWireUp, 1})) {
       give_up_join(node, false, errno);
     }
   }
@@ -286,11 +286,13 @@ void UcxBackend::await_welcome_taken() {
 void UcxBackend::give_up_join(int node, bool timed_out, int error) {
   const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
   // The other nodes wait for node 0's word: they learn which node could not join.
-  std::array<std::byte, 5> word{kGaveUp};
-  put_le(&word[1], static_cast<std::uint32_t>(leader), 4);
+  ByteWriter w;
+  w.u8(std::to_integer<std::uint8_t>(kGaveUp));
+  w.u32(static_cast<std::uint32_t>(leader));
+  const std::vector<std::byte> word = w.take();
   for (int other = 1; other < num_nodes_; ++other) {
     if (other != node) {
-      (void)send_link(links_[static_cast<std::size_t>(other)], word);
+      (void)send_link(links_[static_cast<std::size_t>(other)].get(), word);
     }
   }
   const std::string whom =
@@ -309,9 +311,9 @@ void UcxBackend::await_wire_up() {
   const std::string from = "node 0's main process at " + where(config_.job);
   int error = 0;
   std::byte mark{};
-  Mark got = send_link(links_[0], {&kTookWelcome, 1}) ? Mark::got : Mark::closed;
+  Mark got = send_link(links_[0].get(), {&kTookWelcome, 1}) ? Mark::got : Mark::closed;
   if (got == Mark::got) {
-    got = read_link(links_[0], {&mark, 1}, config_.deadline,
+    got = read_link(links_[0].get(), {&mark, 1}, config_.deadline,
                     "lockstep: joining the job (node " + std::to_string(me_) +
                         ", waiting for node 0's word that every node took its welcome)",
                     error);
@@ -323,9 +325,9 @@ void UcxBackend::await_wire_up() {
   }
   std::array<std::byte, 4> lost{};
   if (got == Mark::got && mark == kGaveUp &&
-      read_link(links_[0], lost, config_.deadline, "lockstep: joining the job", error) ==
+      read_link(links_[0].get(), lost, config_.deadline, "lockstep: joining the job", error) ==
           Mark::got) {
-    const auto leader = static_cast<std::uint32_t>(get_le(lost.data(), 4));
+    const auto leader = ByteReader(lost).u32();
     const auto node = std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& info) {
       return !info.ranks.empty() && info.ranks.front() == static_cast<int>(leader);
     });
@@ -391,7 +393,7 @@ void UcxBackend::connect() {
   std::optional<wire::Message> answer;
   try {
     const JobSecret secret = load_job_secret(process_environment());
-    links_.assign(static_cast<std::size_t>(num_nodes_), -1);
+    links_ = std::vector<UniqueFd>(static_cast<std::size_t>(num_nodes_));
     auto bytes = rendezvous::exchange(server, server_length, wire::encode(hello),
                                       {secret.bytes, secret.source}, config_.deadline, last_error,
                                       &links_[0], config_.job.link_timeout);

@@ -3,122 +3,57 @@
 #include <array>
 #include <cstring>
 
-#include "base/little_endian.hpp"
-
 namespace lockstep::detail::wire {
 namespace {
 
-class Writer {
- public:
-  void u16(std::uint16_t v) { put(v, 2); }
-  void u32(std::uint32_t v) { put(v, 4); }
-  void i32(std::int32_t v) { put(static_cast<std::uint32_t>(v), 4); }
-  void u64(std::uint64_t v) { put(v, 8); }
-  void bytes(std::span<const std::byte> data) {
-    u32(static_cast<std::uint32_t>(data.size()));
-    out_.insert(out_.end(), data.begin(), data.end());
+// The format's compound fields, on base's writer and reader.
+void put_ranks(ByteWriter& w, const std::vector<std::int32_t>& values) {
+  w.u32(static_cast<std::uint32_t>(values.size()));
+  for (auto v : values) {
+    w.i32(v);
   }
-  void text(const std::string& s) { bytes(std::as_bytes(std::span(s.data(), s.size()))); }
-  void ranks(const std::vector<std::int32_t>& values) {
-    u32(static_cast<std::uint32_t>(values.size()));
-    for (auto v : values) {
-      i32(v);
-    }
-  }
-  void process(const ProcessMark& mark) {
-    u64(mark.boot[0]);
-    u64(mark.boot[1]);
-    u64(mark.pid_namespace);
-    u32(mark.pid);
-    u64(mark.start_time);
-  }
-  std::vector<std::byte> take() { return std::move(out_); }
+}
 
- private:
-  void put(std::uint64_t v, std::size_t size) {
-    std::array<std::byte, 8> bytes{};
-    put_le(bytes.data(), v, size);
-    out_.insert(out_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(size));
-  }
-  std::vector<std::byte> out_;
-};
+void put_process(ByteWriter& w, const ProcessMark& mark) {
+  w.u64(mark.boot[0]);
+  w.u64(mark.boot[1]);
+  w.u64(mark.pid_namespace);
+  w.u32(mark.pid);
+  w.u64(mark.start_time);
+}
 
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> in) : in_(in) {}
-  std::uint16_t u16() { return static_cast<std::uint16_t>(get(2)); }
-  std::uint32_t u32() { return static_cast<std::uint32_t>(get(4)); }
-  std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
-  std::uint64_t u64() { return get(8); }
-  // A count of items of `item_size` bytes each, checked against `limit` and the bytes left.
-  std::size_t count(std::size_t limit, std::size_t item_size, const char* what) {
-    std::size_t n = u32();
-    if (n > limit) {
-      throw WireError(std::string(what) + ": " + std::to_string(n) + " is over the limit of " +
-                      std::to_string(limit));
-    }
-    if (n * item_size > in_.size() - at_) {
-      throw WireError(std::string(what) + ": " + std::to_string(n) + " items do not fit in the " +
-                      std::to_string(in_.size() - at_) + " bytes left");
-    }
-    return n;
+std::vector<std::int32_t> read_ranks(ByteReader& r, const char* what) {
+  std::vector<std::int32_t> out(r.count(kMaxRanks, 4, what));
+  for (auto& v : out) {
+    v = r.i32();
   }
-  std::vector<std::byte> bytes(std::size_t limit, const char* what) {
-    std::size_t n = count(limit, 1, what);
-    std::vector<std::byte> out(in_.begin() + static_cast<std::ptrdiff_t>(at_),
-                               in_.begin() + static_cast<std::ptrdiff_t>(at_ + n));
-    at_ += n;
-    return out;
-  }
-  std::string text(const char* what) {
-    auto raw = bytes(kMaxText, what);
-    return {reinterpret_cast<const char*>(raw.data()), raw.size()};
-  }
-  std::vector<std::int32_t> ranks(const char* what) {
-    std::size_t n = count(kMaxRanks, 4, what);
-    std::vector<std::int32_t> out(n);
-    for (auto& v : out) {
-      v = i32();
-    }
-    return out;
-  }
-  ProcessMark process() {
-    ProcessMark mark;
-    mark.boot = {u64(), u64()};
-    mark.pid_namespace = u64();
-    mark.pid = u32();
-    mark.start_time = u64();
-    return mark;
-  }
-  void finish() const {
-    if (at_ != in_.size()) {
-      throw WireError(std::to_string(in_.size() - at_) + " bytes after the end of the message");
-    }
-  }
+  return out;
+}
 
- private:
-  std::uint64_t get(std::size_t size) {
-    if (in_.size() - at_ < size) {
-      throw WireError("truncated message (" + std::to_string(in_.size()) + " bytes)");
-    }
-    const std::uint64_t v = get_le(in_.data() + at_, size);
-    at_ += size;
-    return v;
-  }
-  std::span<const std::byte> in_;
-  std::size_t at_ = 0;
-};
+std::vector<std::byte> read_bytes(ByteReader& r, std::size_t limit, const char* what) {
+  const auto bytes = r.sized(limit, what);
+  return {bytes.begin(), bytes.end()};
+}
 
-Blob read_blob(Reader& r) {
+ProcessMark read_process(ByteReader& r) {
+  ProcessMark mark;
+  mark.boot = {r.u64(), r.u64()};
+  mark.pid_namespace = r.u64();
+  mark.pid = r.u32();
+  mark.start_time = r.u64();
+  return mark;
+}
+
+Blob read_blob(ByteReader& r) {
   Blob m;
   m.token = r.u64();
   m.from = r.u32();
   m.sequence = r.u64();
-  m.data = r.bytes(kMaxBlob, "blob");
+  m.data = read_bytes(r, kMaxBlob, "blob");
   return m;
 }
 
-Chunk read_chunk(Reader& r) {
+Chunk read_chunk(ByteReader& r) {
   Chunk m;
   m.token = r.u64();
   m.from = r.u32();
@@ -139,7 +74,7 @@ Overload(F...) -> Overload<F...>;
 }  // namespace
 
 std::vector<std::byte> encode(const Message& message) {
-  Writer w;
+  ByteWriter w;
   w.u32(kMagic);
   w.u16(kVersion);
   std::visit(Overload{
@@ -149,9 +84,9 @@ std::vector<std::byte> encode(const Message& message) {
                    w.u32(m.num_nodes);
                    w.u32(m.world_size);
                    w.u32(m.node);
-                   w.ranks(m.ranks);
-                   w.bytes(m.address);
-                   w.process(m.process);
+                   put_ranks(w, m.ranks);
+                   w.sized(m.address);
+                   put_process(w, m.process);
                  },
                  [&](const Welcome& m) {
                    w.u16(static_cast<std::uint16_t>(Kind::welcome));
@@ -159,9 +94,9 @@ std::vector<std::byte> encode(const Message& message) {
                    w.u32(static_cast<std::uint32_t>(m.nodes.size()));
                    for (const auto& node : m.nodes) {
                      w.u32(node.node);
-                     w.ranks(node.ranks);
-                     w.bytes(node.address);
-                     w.process(node.process);
+                     put_ranks(w, node.ranks);
+                     w.sized(node.address);
+                     put_process(w, node.process);
                    }
                  },
                  [&](const Refuse& m) {
@@ -185,7 +120,7 @@ std::vector<std::byte> encode(const Message& message) {
                    w.u32(m.from);
                    w.u32(m.kind);
                    w.i32(m.rank);
-                   w.ranks(m.missing);
+                   put_ranks(w, m.missing);
                    w.text(m.message);
                  },
                  [&](const Blob& m) {
@@ -193,7 +128,7 @@ std::vector<std::byte> encode(const Message& message) {
                    w.u64(m.token);
                    w.u32(m.from);
                    w.u64(m.sequence);
-                   w.bytes(m.data);
+                   w.sized(m.data);
                  },
                  [&](const Chunk& m) {
                    w.u16(static_cast<std::uint16_t>(Kind::chunk));
@@ -210,7 +145,7 @@ std::vector<std::byte> encode(const Message& message) {
 }
 
 Message decode(std::span<const std::byte> bytes) {
-  Reader r(bytes);
+  ByteReader r(bytes);
   if (r.u32() != kMagic) {
     throw WireError("not a lockstep message (bad magic)");
   }
@@ -222,13 +157,13 @@ Message decode(std::span<const std::byte> bytes) {
   switch (static_cast<Kind>(r.u16())) {
     case Kind::hello: {
       Hello m;
-      m.identity = r.text("identity");
+      m.identity = r.text(kMaxText, "identity");
       m.num_nodes = r.u32();
       m.world_size = r.u32();
       m.node = r.u32();
-      m.ranks = r.ranks("ranks");
-      m.address = r.bytes(kMaxAddress, "address");
-      m.process = r.process();
+      m.ranks = read_ranks(r, "ranks");
+      m.address = read_bytes(r, kMaxAddress, "address");
+      m.process = read_process(r);
       out = std::move(m);
       break;
     }
@@ -240,15 +175,15 @@ Message decode(std::span<const std::byte> bytes) {
       m.nodes.resize(n);
       for (auto& node : m.nodes) {
         node.node = r.u32();
-        node.ranks = r.ranks("ranks");
-        node.address = r.bytes(kMaxAddress, "address");
-        node.process = r.process();
+        node.ranks = read_ranks(r, "ranks");
+        node.address = read_bytes(r, kMaxAddress, "address");
+        node.process = read_process(r);
       }
       out = std::move(m);
       break;
     }
     case Kind::refuse:
-      out = Refuse{r.text("reason")};
+      out = Refuse{r.text(kMaxText, "reason")};
       break;
     case Kind::arrive: {
       Arrive m;
@@ -269,8 +204,8 @@ Message decode(std::span<const std::byte> bytes) {
       m.from = r.u32();
       m.kind = r.u32();
       m.rank = r.i32();
-      m.missing = r.ranks("missing");
-      m.message = r.text("message");
+      m.missing = read_ranks(r, "missing");
+      m.message = r.text(kMaxText, "message");
       out = std::move(m);
       break;
     }

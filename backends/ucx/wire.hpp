@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/bytes.hpp"
 #include "base/proc.hpp"
 
 namespace lockstep::detail::wire {
@@ -121,10 +122,7 @@ using Message = std::variant<Hello, Welcome, Refuse, Arrive, Abort, Blob, Chunk>
 
 // What decode() throws for a message that is truncated, too long, over a limit, of another
 // protocol version or of no known kind. what() says which.
-class WireError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using WireError = BytesError;
 
 std::vector<std::byte> encode(const Message& message);
 Message decode(std::span<const std::byte> bytes);

@@ -537,6 +537,27 @@ TEST_F(Places, AnotherNodeAsksNodeZeroWhichAsksForIt) {
   EXPECT_TRUE(read_some(two_[1], ucx::kPlacesWait + ucx::kRelayMargin).empty());
 }
 
+// The question and the answer, byte for byte as each side writes them ('Q' id; 'P' id length
+// text), each against the hand-made other side.
+TEST_F(Places, QuestionsAndAnswersArePinnedByteForByte) {
+  {
+    const auto one = node(1, [] { return std::string("hi"); });
+    const std::vector<std::byte> question = unhex("5107000000");
+    ASSERT_EQ(::write(one_[0], question.data(), question.size()), 5);
+    EXPECT_EQ(hex(read_some(one_[0], kBound)),
+              "500700000002000000"
+              "6869");
+  }
+  const auto zero = node0();
+  std::map<int, std::string> answers;
+  std::thread asker([&] { answers = zero->ask({1}); });
+  EXPECT_EQ(hex(read_some(one_[1], kBound)), "5101000000");
+  const std::vector<std::byte> answer = unhex("5001000000020000006f6b");
+  ASSERT_EQ(::write(one_[1], answer.data(), answer.size()), static_cast<ssize_t>(answer.size()));
+  asker.join();
+  EXPECT_EQ(answers, (std::map<int, std::string>{{1, "ok"}}));
+}
+
 // A frame that a peer begins and never finishes costs its own answer only: after kFrameBound the
 // link's bytes are dropped, and the peer's next answers are taken (8 later answers were all
 // swallowed, each "not known").

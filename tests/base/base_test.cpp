@@ -1,6 +1,9 @@
-// The base room on its own (lib/src/base): text, /proc and errno, failure records.
+// The base room on its own (lib/src/base): text, /proc and errno, failure records, descriptors
+// and service threads.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,16 +11,21 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/bytes.hpp"
 #include "base/failure_record.hpp"
 #include "base/proc.hpp"
+#include "base/service_thread.hpp"
 #include "base/text.hpp"
+#include "base/unique_fd.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -102,6 +110,154 @@ TEST(Proc, AProcessMarkTellsFateOnlyBesideThisProcess) {
   contained.pid_namespace ^= 1;  // the pid means another process there
   EXPECT_EQ(fate_of(contained, std::chrono::milliseconds(0)), Fate::unknown);
   EXPECT_EQ(fate_of(ProcessMark{}, std::chrono::milliseconds(0)), Fate::unknown);
+}
+
+std::string hex_of(const std::vector<std::byte>& bytes) {
+  std::string out;
+  for (std::byte b : bytes) {
+    const char* digits = "0123456789abcdef";
+    out += digits[std::to_integer<int>(b) >> 4];
+    out += digits[std::to_integer<int>(b) & 15];
+  }
+  return out;
+}
+
+// The byte kit: little-endian whatever the machine, lengths before sized bytes, every read
+// checked against what is left and every count against its limit.
+TEST(Bytes, WritesPinnedBytesAndReadsThemBackWithinBounds) {
+  ByteWriter w;
+  w.u8(0xab);
+  w.u16(0x0102);
+  w.u32(0x03040506);
+  w.i32(-2);
+  w.u64(0x0708090a0b0c0d0eULL);
+  w.text("hi");
+  const std::vector<std::byte> bytes = w.take();
+  EXPECT_EQ(hex_of(bytes),
+            "ab"
+            "0201"
+            "06050403"
+            "feffffff"
+            "0e0d0c0b0a090807"
+            "02000000"
+            "6869");
+
+  ByteReader r(bytes);
+  EXPECT_EQ(r.u8(), 0xab);
+  EXPECT_EQ(r.u16(), 0x0102);
+  EXPECT_EQ(r.u32(), 0x03040506U);
+  EXPECT_EQ(r.i32(), -2);
+  EXPECT_EQ(r.u64(), 0x0708090a0b0c0d0eULL);
+  EXPECT_EQ(r.text(2, "text"), "hi");
+  r.finish();
+  EXPECT_THROW((void)r.u8(), BytesError);  // nothing left
+
+  ByteReader limited(bytes);
+  (void)limited.raw(19, "the numbers");
+  EXPECT_THROW((void)limited.text(1, "text"), BytesError);  // 2 bytes: over the limit of 1
+  const std::span<const std::byte> all(bytes);
+  ByteReader short_text(all.first(bytes.size() - 1));
+  (void)short_text.raw(19, "the numbers");
+  EXPECT_THROW((void)short_text.text(16, "text"), BytesError);  // 2 claimed, 1 left
+  EXPECT_THROW((void)ByteReader(bytes).raw(bytes.size() + 1, "all"), BytesError);
+  ByteReader unfinished(bytes);
+  (void)unfinished.u8();
+  EXPECT_THROW(unfinished.finish(), BytesError);
+
+  ByteWriter more(std::vector<std::byte>{std::byte{1}});
+  more.u8(2);
+  EXPECT_EQ(hex_of(more.take()), "0102");
+}
+
+bool is_open(int fd) {
+  return ::fcntl(fd, F_GETFD) != -1;
+}
+
+// One owner: closed when it goes or takes another, moved not copied, given up by release();
+// errno survives the close (a caller reports the call that failed, not the close).
+TEST(UniqueFd, OwnsOneDescriptor) {
+  int raw = -1;
+  {
+    UniqueFd fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(fd);
+    raw = fd.get();
+    UniqueFd moved = std::move(fd);
+    EXPECT_FALSE(fd);  // NOLINT(bugprone-use-after-move): the point of the test
+    EXPECT_EQ(moved.get(), raw);
+    EXPECT_TRUE(is_open(raw));
+  }
+  EXPECT_FALSE(is_open(raw));
+
+  UniqueFd fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  raw = fd.get();
+  errno = ENOSPC;
+  fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  EXPECT_EQ(errno, ENOSPC);
+  EXPECT_FALSE(is_open(raw) && raw != fd.get());
+  const int given = fd.release();
+  EXPECT_FALSE(fd);
+  EXPECT_TRUE(is_open(given));
+  UniqueFd again(given);
+  again = UniqueFd();
+  EXPECT_FALSE(is_open(given));
+  EXPECT_FALSE(UniqueFd(-5));  // a failed call's result: none
+}
+
+// A service thread is named, takes no signal, wakes on wake() and ends on stop(); a forked
+// child's stop() leaves the parent's thread running.
+TEST(ServiceThread, NamedSignalFreeWokenStoppedAndForkSafe) {
+  ServiceThread thread;
+  std::atomic<int> wakes{0};
+  std::atomic<bool> signals_blocked{false};
+  std::atomic<bool> ended{false};
+  char name[16] = {};
+  thread.start(
+      "lockstep-test",
+      [&] {
+        sigset_t mask;
+        pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+        signals_blocked = sigismember(&mask, SIGINT) == 1 && sigismember(&mask, SIGTERM) == 1;
+        while (!thread.stopping()) {
+          pollfd entry{thread.wake_fd(), POLLIN, 0};
+          if (::poll(&entry, 1, 10000) > 0) {
+            thread.drain();
+            (void)pthread_getname_np(pthread_self(), name,
+                                     sizeof name);  // named before start returned
+            ++wakes;
+          }
+        }
+        ended = true;
+      },
+      "test");
+  ASSERT_TRUE(thread.running());
+  const auto wait_for = [](auto done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return done();
+  };
+  thread.wake();
+  ASSERT_TRUE(wait_for([&] { return wakes.load() >= 1; }));
+  EXPECT_STREQ(name, "lockstep-test");
+  EXPECT_TRUE(signals_blocked);
+
+  const pid_t child = ::fork();
+  if (child == 0) {
+    thread.stop();  // the parent's thread: forgotten here, never stopped
+    ::_exit(thread.running() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const int before = wakes.load();
+  thread.wake();
+  EXPECT_TRUE(wait_for([&] { return wakes.load() > before; })) << "the child stopped it";
+  EXPECT_FALSE(ended);
+
+  thread.stop();
+  EXPECT_TRUE(ended);
+  EXPECT_FALSE(thread.running());
 }
 
 TEST(Proc, FindsWhoHoldsALockAndWhoMapsAFile) {

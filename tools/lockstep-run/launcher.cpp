@@ -246,7 +246,7 @@ int Launcher::dry_run() {
 void Launcher::start(int local_rank, const sigset_t& old_mask) {
   Child& child = children_[static_cast<std::size_t>(local_rank)];
   child.rank = options_.node_rank * options_.nproc_per_node + local_rank;
-  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  lockstep::detail::UniqueFd pipes[2][2];
   const bool relay = route_streams(child, local_rank, pipes);
   const auto env = environment_of(local_rank);
   const pid_t launcher = ::getpid();
@@ -266,13 +266,14 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
       ::_exit(128 + SIGTERM);  // the launcher died before the line above
     }
     ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    int null = ::open("/dev/null", O_RDONLY);
+    // O_CLOEXEC: the program gets it as its stdin only (dup2 clears the flag there).
+    const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null >= 0) {
       ::dup2(null, STDIN_FILENO);
     }
     if (relay) {
-      ::dup2(pipes[0][1], STDOUT_FILENO);
-      ::dup2(pipes[1][1], STDERR_FILENO);
+      ::dup2(pipes[0][1].get(), STDOUT_FILENO);
+      ::dup2(pipes[1][1].get(), STDERR_FILENO);
     }
     for (const auto& name : cleared_) {
       ::unsetenv(name.c_str());  // NOLINT(concurrency-mt-unsafe): one thread
@@ -304,8 +305,8 @@ void Launcher::start(int local_rank, const sigset_t& old_mask) {
   child.running = true;
   if (relay) {
     for (int i = 0; i < 2; ++i) {
-      ::close(pipes[i][1]);
-      child.streams[i].fd = pipes[i][0];
+      pipes[i][1].reset();  // the child's end
+      child.streams[i].fd = std::move(pipes[i][0]);
       child.streams[i].out = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
     }
   }
@@ -434,7 +435,7 @@ void Launcher::supervise(int signals) {
   auto streams_open = [&] {
     for (const Child& child : children_) {
       for (const Stream& stream : child.streams) {
-        if (stream.fd >= 0) {
+        if (stream.fd) {
           return true;
         }
       }
@@ -449,8 +450,8 @@ void Launcher::supervise(int signals) {
     const bool console_full = console_backlog() > kMaxConsoleBacklog;
     for (Child& child : children_) {
       for (Stream& stream : child.streams) {
-        if (stream.fd >= 0) {
-          fds.push_back({stream.fd, static_cast<short>(console_full ? 0 : POLLIN), 0});
+        if (stream.fd) {
+          fds.push_back({stream.fd.get(), static_cast<short>(console_full ? 0 : POLLIN), 0});
           owners.emplace_back(&child, &stream);
         }
       }
@@ -459,7 +460,7 @@ void Launcher::supervise(int signals) {
     std::optional<Clock::time_point> held_until;  // when a held line's start is due (pump)
     for (const Child& child : children_) {
       for (const Stream& stream : child.streams) {
-        if (stream.fd >= 0 && !stream.pending.empty()) {
+        if (stream.fd && !stream.pending.empty()) {
           const auto due = stream.held_since + kMaxHeldTime;
           held_until = held_until ? std::min(*held_until, due) : due;
         }
@@ -505,7 +506,7 @@ void Launcher::supervise(int signals) {
   }
   for (Child& child : children_) {
     for (Stream& stream : child.streams) {
-      if (stream.fd >= 0) {
+      if (stream.fd) {
         pump(stream, child.rank, true);
       }
     }

@@ -53,7 +53,7 @@ class Launcher {
   void pump(Stream& stream, int rank, bool flush_all) const;
   // Decides where `child`'s streams go (the console, a log file, both, neither); creates the
   // pipes into `pipes` and returns true when the launcher relays them.
-  bool route_streams(Child& child, int local_rank, int (&pipes)[2][2]);
+  bool route_streams(Child& child, int local_rank, lockstep::detail::UniqueFd (&pipes)[2][2]);
   // A failed process's last lines, from the streams that went to a file only.
   void report_tail(Child& child);
   [[nodiscard]] std::string log_path(int rank, int stream) const;

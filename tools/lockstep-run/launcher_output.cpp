@@ -16,7 +16,8 @@
 
 namespace lockstep::run {
 
-bool Launcher::route_streams(Child& child, int local_rank, int (&pipes)[2][2]) {
+bool Launcher::route_streams(Child& child, int local_rank,
+                             lockstep::detail::UniqueFd (&pipes)[2][2]) {
   // Each stream: to the console unless redirected or filtered out; to a file when redirected or
   // teed. The launcher relays it when it tags, writes a file or hides it, and when several
   // Python processes that it runs unbuffered share the console: print() writes a line in
@@ -31,20 +32,23 @@ bool Launcher::route_streams(Child& child, int local_rank, int (&pipes)[2][2]) {
     const bool teed = !options_.tee.empty() && (options_.tee[at] & bit) != 0;
     stream.console = !redirected && (options_.shown.empty() || options_.shown[at]);
     if (!log_dir_.empty() && (redirected || teed)) {
-      stream.file =
-          ::open(log_path(child.rank, i).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (stream.file < 0) {
+      stream.file.reset(
+          ::open(log_path(child.rank, i).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      if (!stream.file) {
         lockstep::detail::throw_errno("lockstep-run: " + log_path(child.rank, i), "open");
       }
     }
-    relay = relay || stream.file >= 0 || !stream.console;
+    relay = relay || stream.file || !stream.console;
   }
   if (relay) {
-    for (auto& p : pipes) {
+    for (auto& ends : pipes) {
+      int p[2] = {-1, -1};
       if (::pipe2(p, O_CLOEXEC) != 0) {
         lockstep::detail::throw_errno("lockstep-run: starting rank " + std::to_string(child.rank),
                                       "pipe2");
       }
+      ends[0].reset(p[0]);
+      ends[1].reset(p[1]);
       (void)::fcntl(p[0], F_SETFL, O_NONBLOCK);
     }
   }
@@ -58,7 +62,7 @@ namespace {
 bool drain(Stream& stream) {
   char buffer[4096];
   for (;;) {
-    const ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+    const ssize_t n = ::read(stream.fd.get(), buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -66,8 +70,7 @@ bool drain(Stream& stream) {
       return true;  // nothing more now
     }
     if (n <= 0) {
-      ::close(stream.fd);
-      stream.fd = -1;
+      stream.fd.reset();
       return false;
     }
     if (stream.pending.empty()) {
@@ -140,15 +143,14 @@ void Launcher::pump(Stream& stream, int rank, bool flush_all) const {
   if (stream.console && !out.empty()) {
     to_console(stream.out, out);
   }
-  if (stream.file >= 0) {
-    if (const int error = write_all(stream.file, raw); error != 0) {
+  if (stream.file) {
+    if (const int error = write_all(stream.file.get(), raw); error != 0) {
       // Said once: the file is given up, and its output goes on to the terminal.
       say("cannot write " + log_path(rank, stream.out == STDOUT_FILENO ? 0 : 1) + ": " +
           lockstep::detail::error_text(error) + "; rank " + std::to_string(rank) + "'s " +
           (stream.out == STDOUT_FILENO ? "stdout" : "stderr") + " goes on to the terminal " +
           (stream.console ? "only" : "instead") + " from here");
-      ::close(stream.file);
-      stream.file = -1;
+      stream.file.reset();
       if (!stream.console) {
         stream.console = true;
         to_console(stream.out, out);
@@ -161,7 +163,7 @@ void Launcher::report_tail(Child& child) {
   static const char* const names[] = {"stdout", "stderr"};
   for (int i = 0; i < 2; ++i) {
     Stream& stream = child.streams[i];
-    if (stream.fd >= 0) {
+    if (stream.fd) {
       pump(stream, child.rank, false);  // what it wrote before it ended
     }
     if (stream.console || stream.recent.empty()) {

@@ -9,6 +9,8 @@
 #include <deque>
 #include <string>
 
+#include "base/unique_fd.hpp"
+
 namespace lockstep::run {
 
 // How many of a failed process's last lines the launcher repeats when they went to a file only.
@@ -21,10 +23,10 @@ constexpr auto kMaxHeldTime = std::chrono::seconds(1);
 // A child's stdout or stderr, when the launcher relays it (tagging, logs, filtering) rather than
 // letting the child write to the launcher's own.
 struct Stream {
-  int fd = -1;
-  int out = STDOUT_FILENO;  // the console stream it goes to, when `console`
+  lockstep::detail::UniqueFd fd;  // the pipe's read end
+  int out = STDOUT_FILENO;        // the console stream it goes to, when `console`
   bool console = true;
-  int file = -1;  // its log file, or -1
+  lockstep::detail::UniqueFd file;  // its log file, if any
   std::string pending;
   std::chrono::steady_clock::time_point held_since;  // when `pending` began (when not empty)
   bool mid_line = false;           // the last piece relayed ended inside a line (see kMaxHeldLine)

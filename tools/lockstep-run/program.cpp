@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.hpp"
+
 #include "base/proc.hpp"  // error_text
 #include "options.hpp"    // split
 
@@ -129,16 +131,16 @@ std::optional<std::string> linked_mpi(const std::string& program) {
   if (path.empty()) {
     return std::nullopt;
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+  const lockstep::detail::UniqueFd owned(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!owned) {
     return std::nullopt;
   }
+  const int fd = owned.get();
   struct stat info {};
   std::vector<std::string> names;
   if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) {
     names = needed_libraries(fd, info.st_size);
   }
-  ::close(fd);
   for (const auto& name : names) {
     if (name.starts_with("libmpi.so") || name.starts_with("libmpich.so")) {
       return name;

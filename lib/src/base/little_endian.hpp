@@ -1,5 +1,5 @@
-// Little-endian integers in byte buffers (internal): the cross-node messages' encoding
-// (backends/ucx/wire.cpp), Leaders::share's length and Context::broadcast's head.
+// Little-endian integers in byte buffers (internal): what base/bytes.hpp's writer and reader
+// are made of. Formats use those, not these.
 #pragma once
 
 #include <cstddef>

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/unique_fd.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -29,13 +30,12 @@ struct StatFields {
 
 std::optional<StatFields> read_stat(pid_t pid) {
   std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
     return std::nullopt;
   }
   char buffer[1024];
-  ssize_t length = ::read(fd, buffer, sizeof buffer - 1);
-  ::close(fd);
+  const ssize_t length = ::read(fd.get(), buffer, sizeof buffer - 1);
   if (length <= 0) {
     return std::nullopt;
   }

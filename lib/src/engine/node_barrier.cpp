@@ -10,6 +10,7 @@
 #include "engine/segment_file.hpp"  // status_of, joined_and
 #include "lockstep/error.hpp"
 #include "waiting/futex.hpp"
+#include "waiting/poll_backoff.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -529,7 +530,7 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     // Each process writes its call just after its arrival: a moment's wait at most, unless it
     // is descheduled or died there (then it is left out of the check).
-    for (;;) {
+    for (PollBackoff backoff;; backoff.pause()) {
       if (const auto word = episode_call(segment_.call_log(slot), episode)) {
         met.push_back(Met{slot, *word});
         break;
@@ -537,7 +538,6 @@ void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
       if (Clock::now() > give_up) {
         break;
       }
-      ::sched_yield();
     }
   }
   std::vector<CallKind> kinds;

@@ -1,14 +1,11 @@
 #include "engine/peer_watch.hpp"
 
 #include <poll.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 
 #include "base/proc.hpp"
 #include "waiting/futex.hpp"
@@ -18,12 +15,6 @@ namespace lockstep::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void close_all(const std::vector<int>& fds) noexcept {
-  for (int fd : fds) {
-    ::close(fd);
-  }
-}
 
 std::int64_t ticks(Clock::time_point when) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
@@ -35,7 +26,7 @@ std::unique_ptr<PeerWatch> PeerWatch::start(NodeSegment& segment) noexcept {
   if (segment.num_slots() < 2) {
     return nullptr;
   }
-  std::vector<int> pidfds;
+  std::vector<UniqueFd> pidfds;
   bool gone = false;  // a peer exited before it could be watched
   try {
     pidfds.reserve(static_cast<std::size_t>(segment.num_slots()) - 1);
@@ -49,13 +40,12 @@ std::unique_ptr<PeerWatch> PeerWatch::start(NodeSegment& segment) noexcept {
     // Relaxed: the slot's fields were published by its status, which the rendezvous read.
     const Slot& peer = segment.slot(slot);
     const auto pid = static_cast<pid_t>(peer.pid.load(std::memory_order_relaxed));
-    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (fd < 0) {
+    UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!fd) {
       if (errno == ESRCH) {
         gone = true;  // exited already: the waits poll, and find it
         continue;
       }
-      close_all(pidfds);
       return nullptr;  // no pidfds here (ENOSYS, EPERM): the waits poll
     }
     // The descriptor names the process that had the pid when it was opened; if the slot's
@@ -68,14 +58,9 @@ std::unique_ptr<PeerWatch> PeerWatch::start(NodeSegment& segment) noexcept {
     } catch (...) {
       gone = true;
     }
-    pidfds.push_back(fd);
+    pidfds.push_back(std::move(fd));  // reserved: cannot throw
   }
-  const int stop = ::eventfd(0, EFD_CLOEXEC);
-  if (stop < 0) {
-    close_all(pidfds);
-    return nullptr;
-  }
-  std::unique_ptr<PeerWatch> watch(new (std::nothrow) PeerWatch(segment, std::move(pidfds), stop));
+  std::unique_ptr<PeerWatch> watch(new (std::nothrow) PeerWatch(segment, std::move(pidfds)));
   if (!watch) {
     return nullptr;
   }
@@ -83,51 +68,25 @@ std::unique_ptr<PeerWatch> PeerWatch::start(NodeSegment& segment) noexcept {
     watch->alarm_.store(true, std::memory_order_seq_cst);
     return watch;  // no thread: the waits poll from the start
   }
-  // The thread takes no signal: a Ctrl-C must reach the threads that wait, not this one.
-  sigset_t all;
-  sigset_t before;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &before);
   try {
-    watch->thread_ = std::thread([raw = watch.get()] { raw->run(); });
-    pthread_setname_np(watch->thread_.native_handle(), "lockstep-watch");
+    watch->thread_.start(
+        "lockstep-watch", [raw = watch.get()] { raw->run(); },
+        "lockstep: watching the node's processes");
   } catch (...) {
     watch->alarm_.store(true, std::memory_order_seq_cst);  // no thread: the waits poll
   }
-  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   return watch;
 }
 
-PeerWatch::PeerWatch(NodeSegment& segment, std::vector<int> pidfds, int stop) noexcept
-    : segment_(segment), pidfds_(std::move(pidfds)), stop_(stop), owner_(::getpid()) {}
+PeerWatch::PeerWatch(NodeSegment& segment, std::vector<UniqueFd> pidfds) noexcept
+    : segment_(segment), pidfds_(std::move(pidfds)) {}
 
 void PeerWatch::stop() noexcept {
-  if (thread_.joinable() && ::getpid() == owner_) {
-    const std::uint64_t one = 1;
-    // An eventfd write of 1 cannot fail short of a full counter (2^64 - 2 stops).
-    [[maybe_unused]] const ssize_t written = ::write(stop_, &one, sizeof one);
-    try {
-      thread_.join();
-    } catch (...) {
-      // (a join that fails: the thread is this one, or gone) nothing to wait for
-    }
-  }
+  thread_.stop();
 }
 
 PeerWatch::~PeerWatch() {
   stop();
-  if (thread_.joinable()) {
-    // A forked child's copy names its parent's thread: forgotten, never joined. Kept where a
-    // leak checker sees it reachable.
-    static auto* kept = new std::vector<std::thread>();  // NOLINT: never freed
-    try {
-      kept->push_back(std::move(thread_));
-    } catch (...) {
-      (void)new std::thread(std::move(thread_));  // NOLINT: never freed
-    }
-  }
-  close_all(pidfds_);
-  ::close(stop_);
 }
 
 void PeerWatch::wake_me_at(Clock::time_point when) noexcept {
@@ -145,9 +104,9 @@ void PeerWatch::raise(bool exited) noexcept {
 void PeerWatch::run() noexcept {
   std::vector<pollfd> entries;
   try {
-    entries.push_back(pollfd{stop_, POLLIN, 0});
-    for (int fd : pidfds_) {
-      entries.push_back(pollfd{fd, POLLIN, 0});
+    entries.push_back(pollfd{thread_.wake_fd(), POLLIN, 0});
+    for (const UniqueFd& fd : pidfds_) {
+      entries.push_back(pollfd{fd.get(), POLLIN, 0});
     }
   } catch (...) {
     raise();  // cannot watch: the waits poll

@@ -20,9 +20,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <thread>
 #include <vector>
 
+#include "base/service_thread.hpp"
+#include "base/unique_fd.hpp"
 #include "engine/segment.hpp"
 
 namespace lockstep::detail {
@@ -34,10 +35,9 @@ class PeerWatch {
   static std::unique_ptr<PeerWatch> start(NodeSegment& segment) noexcept;
 
   // Stops and joins the thread (once; its process leaves, or exits while another of its threads
-  // waits); in a forked child, which has no such thread, does nothing.
+  // waits); in a forked child, which has no such thread, forgets it (never joined).
   void stop() noexcept;
-  // stop(); in a forked child, forgets the thread (never joined).
-  ~PeerWatch();
+  ~PeerWatch();  // stop()
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
@@ -57,20 +57,18 @@ class PeerWatch {
   void clear_wake() noexcept { wake_at_.store(0, std::memory_order_relaxed); }
 
  private:
-  PeerWatch(NodeSegment& segment, std::vector<int> pidfds, int stop) noexcept;
+  PeerWatch(NodeSegment& segment, std::vector<UniqueFd> pidfds) noexcept;
   void run() noexcept;
   // Raises the alarm (`exited`: a watched process exited, not a failure of the watch) and wakes
   // the node's sleepers.
   void raise(bool exited = false) noexcept;
 
   NodeSegment& segment_;
-  std::vector<int> pidfds_;  // the node's other processes
-  int stop_;                 // an eventfd: readable when the watch must end
-  pid_t owner_;
+  std::vector<UniqueFd> pidfds_;  // the node's other processes
   std::atomic<bool> alarm_{false};
   std::atomic<bool> exited_{false};       // see saw_an_exit
   std::atomic<std::int64_t> wake_at_{0};  // steady clock ns; 0: no sleeper to wake
-  std::thread thread_;
+  ServiceThread thread_;                  // last: it stops before the rest goes
 };
 
 }  // namespace lockstep::detail

@@ -15,6 +15,7 @@
 
 #include "base/proc.hpp"
 #include "base/text.hpp"
+#include "base/unique_fd.hpp"
 #include "engine/segment.hpp"
 #include "engine/segment_file.hpp"
 #include "engine/spill.hpp"
@@ -125,10 +126,12 @@ bool remove_abandoned_segment(const std::string& name, bool other_versions) {
 
 std::optional<std::vector<int>> joined_ranks(const std::string& name) {
   // O_NONBLOCK: a FIFO that another user put at the name must not block the launcher.
-  const int fd = ::open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
+  const UniqueFd owned(
+      ::open(shm_path(name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!owned) {
     return std::nullopt;
   }
+  const int fd = owned.get();
   struct stat st {};
   Prefix prefix;
   std::optional<std::vector<int>> ranks;
@@ -150,7 +153,6 @@ std::optional<std::vector<int>> joined_ranks(const std::string& name) {
       }
     }
   }
-  ::close(fd);
   return ranks;
 }
 

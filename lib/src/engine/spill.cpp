@@ -11,6 +11,7 @@
 
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
+#include "base/unique_fd.hpp"
 #include "engine/segment_file.hpp"
 #include "lockstep/error.hpp"
 
@@ -18,23 +19,6 @@ namespace lockstep::detail {
 namespace {
 
 constexpr std::string_view kMark = "-x";
-
-// A descriptor closed when it goes (the spills' reads and writes are their only users).
-class Fd {
- public:
-  explicit Fd(int fd) noexcept : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) {
-      (void)::close(fd_);
-    }
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -81,8 +65,9 @@ Spill::Spill(std::string name, std::span<const std::byte> data, const char* what
   // A spill of this name is a dead writer's (this slot's, of an exchange that failed): ours to
   // replace. Another user's stays (/dev/shm is sticky), and O_EXCL then refuses to share it.
   (void)::unlink(path.c_str());
-  const Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (fd.get() < 0) {
+  const UniqueFd fd(
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) {
     throw_errno(context, "open");
   }
   try {
@@ -118,8 +103,8 @@ Spill::~Spill() {
 SpillView::SpillView(const std::string& name, std::uint64_t size, const char* what) {
   const std::string path = shm_path(name);
   // O_NONBLOCK: a FIFO put at the name must not block the reader.
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) {
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
     throw_errno(std::string(what) + ": another process's bytes at " + path, "open");
   }
   struct stat st {};

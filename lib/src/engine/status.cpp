@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/proc.hpp"
+#include "base/unique_fd.hpp"
 #include "engine/call_log.hpp"
 #include "engine/segment.hpp"  // user_segments
 #include "engine/segment_file.hpp"
@@ -71,20 +72,19 @@ std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
   JobStatus job;
   job.path = "/dev/shm/" + name;
   // O_NONBLOCK: a FIFO put where a segment should be must not hang the reader.
-  const int fd = ::open(job.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+  UniqueFd owned(::open(job.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!owned) {
     return std::nullopt;
   }
+  const int fd = owned.get();
   struct stat st {};
   Prefix prefix;
   const bool ours = ::fstat(fd, &st) == 0 && made_by_us(st);
   const Peek peeked = ours ? peek(fd, static_cast<std::size_t>(st.st_size), prefix) : Peek::torn;
   if (!ours) {
-    ::close(fd);
     return std::nullopt;
   }
   if (peeked != Peek::ours) {
-    ::close(fd);
     job.note = peeked == Peek::other_version
                    ? "laid out by another lockstep version (layout " +
                          std::to_string(prefix.layout_version) + "): its processes are not read"
@@ -92,14 +92,13 @@ std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
     return job;
   }
   if (prefix.num_slots == 0 || prefix.num_slots > static_cast<std::uint32_t>(kMaxLocalProcesses)) {
-    ::close(fd);
     job.note = "malformed: its header says " + std::to_string(prefix.num_slots) +
                " processes (a segment holds 1 to " + std::to_string(kMaxLocalProcesses) + ")";
     return job;
   }
   const std::size_t size = segment_size(prefix.num_slots);
   void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
+  owned.reset();  // the mapping stays (errno stays mmap's)
   if (base == MAP_FAILED) {
     job.note = "could not be mapped: " + error_text(errno);
     return job;

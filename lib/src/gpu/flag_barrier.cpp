@@ -1,15 +1,14 @@
 #include "gpu/flag_barrier.hpp"
 
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "base/fault_points.hpp"
@@ -17,6 +16,7 @@
 #include "base/text.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
+#include "waiting/poll_backoff.hpp"
 #include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail {
@@ -96,12 +96,12 @@ FlagBarrier::~FlagBarrier() {
 }
 
 void FlagBarrier::stop_relay() noexcept {
-  if (!relay_.joinable()) {
+  if (!relay_.running()) {
     return;
   }
   // seq_cst, with the relay's `relay_meeting_` store and its read of the stop: either it sees the
   // stop before it meets, or this sees it meeting and cancels the meet.
-  relay_stop_.store(true, std::memory_order_seq_cst);
+  relay_.request_stop();
   if (relay_meeting_.load(std::memory_order_seq_cst)) {
     relay_link_.cancel();  // the process leaves: the other nodes see its leader gone
   }
@@ -109,36 +109,20 @@ void FlagBarrier::stop_relay() noexcept {
     std::lock_guard lock(relay_mutex_);  // the relay reads the stop under it before it sleeps
   }
   relay_changed_.notify_all();
-  relay_.join();
+  relay_.stop();
 }
 
 void FlagBarrier::stop_watchdog() noexcept {
-  if (watchdog_.joinable()) {
-    stop_.store(true, std::memory_order_seq_cst);
-    const std::uint64_t one = 1;
-    if (::write(wake_fd_, &one, sizeof one) < 0) {
-      // Cannot happen with an eventfd far from its limit; the watchdog still stops within its
-      // next poll timeout.
-    }
-    watchdog_.join();
-  }
-  if (wake_fd_ >= 0) {
-    ::close(wake_fd_);
-    wake_fd_ = -1;
-  }
+  watchdog_.stop();
 }
 
 void FlagBarrier::abandon() noexcept {
   // A forked child: the watchdog is a thread of the parent, and the stream operations may hold
   // the parent's threads or CUDA objects. Neither may be joined, destroyed or used here.
   // Kept where a leak checker sees them reachable (a forked child exits with them).
-  static auto* threads = new std::vector<std::unique_ptr<std::thread>>();  // NOLINT: never freed
-  static auto* ops = new std::vector<std::unique_ptr<StreamOps>>();        // NOLINT: never freed
-  for (std::thread* thread : {&watchdog_, &relay_}) {
-    if (thread->joinable()) {
-      threads->push_back(std::make_unique<std::thread>(std::move(*thread)));
-    }
-  }
+  static auto* ops = new std::vector<std::unique_ptr<StreamOps>>();  // NOLINT: never freed
+  watchdog_.forget();
+  relay_.forget();
   ops->push_back(std::move(stream_ops_));
 }
 
@@ -173,8 +157,7 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
       deadlines_.push_back({episode, *timeout, Clock::time_point::max()});
     }
     // The watchdog looks more often until this process's stream arrives (deadline_poll_ms).
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t written = ::write(wake_fd_, &one, sizeof one);
+    watchdog_.wake();
   }
   try {
     stream_ops_->enqueue(stream, new_stream ? std::span(ops_) : std::span(ops_).subspan(1), what);
@@ -193,7 +176,7 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
   if (segment_.header().lost.value.load(std::memory_order_seq_cst) != 0) {
     release_streams();
   }
-  if (relay_.joinable()) {
+  if (relay_.running()) {
     {
       std::lock_guard lock(relay_mutex_);
       posted_.push_back(timeout);
@@ -203,7 +186,7 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
 }
 
 void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* what) {
-  if (!relay_.joinable()) {
+  if (!relay_.running()) {
     return;
   }
   std::unique_lock lock(relay_mutex_);
@@ -268,37 +251,18 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
     }
   }
   ops_.push_back({MemOp::Kind::write, &flag.passed, 0});
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) {
-    throw_errno(what, "eventfd");
-  }
-  watchdog_ = start_thread([this] { watch(); }, "lockstep-gpu");
+  watchdog_.start(
+      "lockstep-gpu", [this] { watch(); }, what);
   if (relay_link_.given()) {
     try {
-      relay_ = start_thread([this] { relay(); }, "lockstep-relay");
+      relay_.start(
+          "lockstep-relay", [this] { relay(); }, what);
     } catch (...) {
       stop_watchdog();
       throw;
     }
   }
   set_up_ = true;
-}
-
-std::thread FlagBarrier::start_thread(std::function<void()> body, const char* name) {
-  sigset_t all;
-  sigset_t before;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &before);
-  std::thread thread;
-  try {
-    thread = std::thread(std::move(body));
-  } catch (...) {
-    pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    throw;
-  }
-  pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  pthread_setname_np(thread.native_handle(), name);
-  return thread;
 }
 
 void FlagBarrier::relay() noexcept {
@@ -309,7 +273,7 @@ void FlagBarrier::relay() noexcept {
     std::optional<std::chrono::milliseconds> timeout;
     {
       std::unique_lock lock(relay_mutex_);
-      while (posted_.empty() && !relay_stop_.load(std::memory_order_seq_cst)) {
+      while (posted_.empty() && !relay_.stopping()) {
         relay_changed_.wait_for(lock, std::chrono::milliseconds(kWatchMs));
         // Idle, a loss on this node: the other nodes' relays would wait for this one for ever.
         // Acquire: the mark's writer recorded the loss before it.
@@ -319,7 +283,7 @@ void FlagBarrier::relay() noexcept {
           lock.lock();
         }
       }
-      if (relay_stop_.load(std::memory_order_seq_cst)) {
+      if (relay_.stopping()) {
         break;
       }
       timeout = posted_.front();
@@ -336,13 +300,13 @@ void FlagBarrier::relay() noexcept {
     }
     relay_meeting_.store(true, std::memory_order_seq_cst);  // see stop_relay
     try {
-      if (relay_stop_.load(std::memory_order_seq_cst)) {
+      if (relay_.stopping()) {
         break;
       }
       relay_link_.meet(deadline, kRelayWhat);
     } catch (const std::exception& error) {
       relay_meeting_.store(false, std::memory_order_seq_cst);
-      if (!relay_stop_.load(std::memory_order_seq_cst)) {
+      if (!relay_.stopping()) {
         // Every process of the node throws it; every watchdog releases the streams (this one
         // at once). A loss already recorded here (a local death) stays the node's, and is told.
         segment_.record_failure(failure_of(error, kRelayWhat));
@@ -369,13 +333,15 @@ void FlagBarrier::relay() noexcept {
 }
 
 bool FlagBarrier::node_arrived(std::uint64_t episode) noexcept {
-  const auto start = Clock::now();
-  for (int looks = 0;; ++looks) {
+  // Streams raise their flags with no futex to wake on: a few yields for streams that are
+  // almost there, then naps that grow once the wait is long.
+  PollBackoff backoff(PollBackoff::Plan{kRelayYields, kRelayNap, kRelayLongNap, kRelayLongAfter});
+  for (;; backoff.pause()) {
     // seq_cst, as the watchdogs' mark and `released`: a released flag is not an arrival.
     const auto broken = [this] {
       return segment_.header().lost.value.load(std::memory_order_seq_cst) != 0 || released();
     };
-    if (relay_stop_.load(std::memory_order_relaxed) || broken()) {
+    if (relay_.stopping() || broken()) {
       return false;
     }
     bool all = true;
@@ -387,12 +353,6 @@ bool FlagBarrier::node_arrived(std::uint64_t episode) noexcept {
     }
     if (all) {
       return !broken();
-    }
-    if (looks < kRelayYields) {
-      ::sched_yield();
-    } else {
-      std::this_thread::sleep_for(Clock::now() - start < kRelayLongAfter ? kRelayNap
-                                                                         : kRelayLongNap);
     }
   }
 }
@@ -429,7 +389,8 @@ void FlagBarrier::watch() noexcept {
   // and a leak checker there must still find what they hold.
   std::vector<pollfd>& fds = watch_fds_;
   std::vector<bool>& gone = gone_;
-  fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+  fds.assign(1, pollfd{watchdog_.wake_fd(), POLLIN, 0});
+  watch_pids_.clear();
   // A pidfd names whichever process had the pid when it was opened: a peer that had already
   // died, its pid reused, would be watched through a stranger. Checked once by start time.
   bool stale_pidfd = false;
@@ -437,8 +398,9 @@ void FlagBarrier::watch() noexcept {
     // Relaxed: written before the slot's owner joined, which this process saw complete.
     const pid_t pid = segment_.slot(slot).pid.load(std::memory_order_relaxed);
     if (slot != me) {
-      if (int fd = open_pidfd(pid); fd >= 0) {
-        fds.push_back({fd, POLLIN, 0});
+      if (UniqueFd fd(open_pidfd(pid)); fd) {
+        fds.push_back({fd.get(), POLLIN, 0});
+        watch_pids_.push_back(std::move(fd));
         stale_pidfd =
             stale_pidfd ||
             !still_runs(pid, segment_.slot(slot).start_time.load(std::memory_order_relaxed));
@@ -449,23 +411,22 @@ void FlagBarrier::watch() noexcept {
   gone.assign(static_cast<std::size_t>(segment_.num_slots()), false);
   bool failed = false;
   auto last_full_check = Clock::now();
-  while (!stop_.load(std::memory_order_seq_cst)) {
+  while (!watchdog_.stopping()) {
     const int wait_ms = !failed ? deadline_poll_ms() : (drained(gone) ? kDrainedMs : kReleaseMs);
     bool fired = std::exchange(stale_pidfd, false);
     if (::poll(fds.data(), fds.size(), wait_ms) > 0) {
       if (fds[0].revents != 0) {
-        std::uint64_t count = 0;  // a timed call's nudge (or the stop): read, so poll sleeps again
-        [[maybe_unused]] const ssize_t got = ::read(wake_fd_, &count, sizeof count);
+        watchdog_.drain();  // a timed call's nudge (or the stop): read, so poll sleeps again
       }
       for (std::size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].fd >= 0 && fds[i].revents != 0) {
           fired = true;  // that peer ended: check_peer below says how
-          ::close(fds[i].fd);
+          watch_pids_[i - 1].reset();
           fds[i].fd = -1;  // poll ignores it from now on
         }
       }
     }
-    if (stop_.load(std::memory_order_seq_cst)) {
+    if (watchdog_.stopping()) {
       break;
     }
     const auto now = Clock::now();
@@ -487,11 +448,7 @@ void FlagBarrier::watch() noexcept {
       }
     }
   }
-  for (std::size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i].fd >= 0) {
-      ::close(fds[i].fd);
-    }
-  }
+  watch_pids_.clear();
 }
 
 bool FlagBarrier::broken(std::vector<bool>& gone, bool full_check) noexcept {

@@ -13,9 +13,10 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 #include <vector>
 
+#include "base/service_thread.hpp"
+#include "base/unique_fd.hpp"
 #include "gpu/stream_barrier.hpp"
 
 namespace lockstep::detail {
@@ -146,9 +147,6 @@ class FlagBarrier final : public StreamBarrier {
   [[nodiscard]] std::vector<int> late_streams(std::uint64_t episode) const;
   [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
   void stop_watchdog() noexcept;
-  // Starts `body` on a thread named `name` that takes no signal (a Ctrl-C must reach the
-  // threads that wait, not this one).
-  static std::thread start_thread(std::function<void()> body, const char* name);
   // The relay thread (see the class): meets the other nodes for each episode this process
   // posted, in order, until stopped or the job breaks.
   void relay() noexcept;
@@ -170,22 +168,20 @@ class FlagBarrier final : public StreamBarrier {
   std::mutex deadlines_mutex_;
   std::deque<Deadline> deadlines_;  // this process's timed calls not yet passed, oldest first
   // The watchdog thread's own state (see watch()).
-  std::vector<pollfd> watch_fds_;
+  std::vector<pollfd> watch_fds_;     // its wake descriptor, then the pidfds
+  std::vector<UniqueFd> watch_pids_;  // the pidfds watch_fds_[1...] polls (closed: -1 there)
   std::vector<bool> gone_;
-  std::thread watchdog_;
-  int wake_fd_ = -1;  // eventfd: stops the watchdog
-  std::atomic<bool> stop_{false};
+  ServiceThread watchdog_;  // "lockstep-gpu": woken by a timed call, and to stop
   // Across nodes (see the class).
   bool across_nodes_;
   StreamRelay relay_link_;  // the leader's; empty elsewhere
-  std::thread relay_;
+  ServiceThread relay_;     // "lockstep-relay", the leader's across nodes
   std::mutex relay_mutex_;
   std::condition_variable relay_changed_;
   // Under relay_mutex_: the timeouts of the episodes posted and not yet met, oldest first.
   std::deque<std::optional<std::chrono::milliseconds>> posted_;
   std::uint64_t met_ = 0;     // the last episode met (relay_mutex_)
   bool relay_ended_ = false;  // it stopped or the job broke: nothing more is met (relay_mutex_)
-  std::atomic<bool> relay_stop_{false};
   std::atomic<bool> relay_meeting_{false};  // in StreamRelay::meet now
   bool told_ = false;                       // the relay thread's: tell_other_nodes ran
 };

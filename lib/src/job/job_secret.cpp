@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "base/proc.hpp"
+#include "base/unique_fd.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -37,7 +38,8 @@ std::string key_file(const EnvLookup& env) {
 // Reads a secret file: a regular file of this user, readable by nobody else. nullopt if it does
 // not exist.
 std::optional<std::string> read_secret_file(const std::string& path, const std::string& source) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  UniqueFd owned(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  const int fd = owned.get();
   if (fd < 0) {
     if (errno == ENOENT) {
       return std::nullopt;
@@ -71,7 +73,7 @@ std::optional<std::string> read_secret_file(const std::string& path, const std::
       problem = "cannot be read: " + error_text(errno);
     }
   }
-  ::close(fd);
+  owned.reset();
   if (!problem.empty()) {
     refuse(source, problem);
   }
@@ -109,14 +111,15 @@ void create_key_file(const std::string& path) {
   }
   hex += '\n';
   const std::string temporary = path + ".new-" + std::to_string(::getpid());
-  const int fd =
-      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
+  UniqueFd fd(
+      ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) {
     refuse(path, "cannot be created: " + error_text(errno));
   }
   const bool written =
-      ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) && ::fsync(fd) == 0;
-  ::close(fd);
+      ::write(fd.get(), hex.data(), hex.size()) == static_cast<ssize_t>(hex.size()) &&
+      ::fsync(fd.get()) == 0;
+  fd.reset();  // errno stays the write's or fsync's
   if (!written || (::link(temporary.c_str(), path.c_str()) != 0 && errno != EEXIST)) {
     const int error = errno;
     ::unlink(temporary.c_str());

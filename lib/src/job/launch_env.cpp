@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "base/unique_fd.hpp"
 #include "job/launcher_families.hpp"
 
 namespace lockstep::detail {
@@ -88,10 +89,11 @@ namespace {
 
 // Binds 127.0.0.1:port (0: any) and returns the bound port, or 0; the socket is closed again.
 int bind_loopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
+  const UniqueFd owned(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!owned) {
     return 0;
   }
+  const int fd = owned.get();
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -102,7 +104,6 @@ int bind_loopback(int port) {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
     bound = ntohs(addr.sin_port);
   }
-  ::close(fd);
   return bound;
 }
 

@@ -15,44 +15,17 @@
 #include <vector>
 
 #include "base/fault_points.hpp"
-#include "base/little_endian.hpp"
 #include "base/proc.hpp"  // pid_namespace
 #include "engine/call_log.hpp"
 #include "engine/spill.hpp"
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
 #include "membership/context.hpp"
+#include "membership/exchange_format.hpp"
 #include "membership/exchange_regions.hpp"
 
 namespace lockstep::detail {
 namespace {
-
-// How an area, an entry or a record holds its bytes.
-enum class Held : std::uint32_t {
-  inline_bytes = 0,    // right after its head
-  spilled = 1,         // in a spill (its writer's slot's, or the node's)
-  failed = 2,          // nothing: the bytes after its head are why (a one-line message)
-  main_elsewhere = 3,  // a broadcast across machines whose main process does not lead node 0
-  in_memory = 4,       // a gather's entry on one machine: in its writer's memory (kInMemory)
-};
-
-// A broadcast as it travels between machines: how it is held (4 bytes: inline_bytes, failed or
-// main_elsewhere), its size (8), then that many bytes (the data, or the message).
-constexpr std::size_t kBroadcastHead = 12;
-
-void put_head(std::byte* at, int rank, Held held, std::uint64_t size) {
-  put_le(at, static_cast<std::uint32_t>(rank), 4);
-  put_le(at + 4, static_cast<std::uint32_t>(held), 4);
-  put_le(at + 8, size, 8);
-}
-
-void append_record(std::vector<std::byte>& out, int rank, Held held,
-                   std::span<const std::byte> bytes) {
-  const std::size_t at = out.size();
-  out.resize(at + kEntryHead + bytes.size());
-  put_head(out.data() + at, rank, held, bytes.size());
-  std::copy(bytes.begin(), bytes.end(), out.begin() + static_cast<std::ptrdiff_t>(at + kEntryHead));
-}
 
 std::span<const std::byte> as_bytes(const std::string& text) {
   return std::as_bytes(std::span(text.data(), text.size()));
@@ -63,36 +36,6 @@ Error could_not_give(const char* what, int rank, std::span<const std::byte> why)
   return Error{"lockstep: " + std::string(what) + ": process " + std::to_string(rank) +
                " could not give its bytes: " +
                std::string(reinterpret_cast<const char*>(why.data()), why.size())};
-}
-
-struct Record {
-  int rank = -1;
-  Held held = Held::inline_bytes;
-  std::span<const std::byte> bytes;  // the data, or why it failed
-};
-
-// The records that `bytes` are a run of; nullopt when they are not (a torn or foreign part).
-std::optional<std::vector<Record>> read_records(std::span<const std::byte> bytes) {
-  std::vector<Record> records;
-  while (!bytes.empty()) {
-    if (bytes.size() < kEntryHead) {
-      return std::nullopt;
-    }
-    Record record;
-    record.rank = static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(bytes.data(), 4)));
-    const auto held = static_cast<std::uint32_t>(get_le(bytes.data() + 4, 4));
-    const std::uint64_t size = get_le(bytes.data() + 8, 8);
-    if ((held != static_cast<std::uint32_t>(Held::inline_bytes) &&
-         held != static_cast<std::uint32_t>(Held::failed)) ||
-        size > bytes.size() - kEntryHead) {
-      return std::nullopt;
-    }
-    record.held = static_cast<Held>(held);
-    record.bytes = bytes.subspan(kEntryHead, size);
-    records.push_back(record);
-    bytes = bytes.subspan(kEntryHead + size);
-  }
-  return records;
 }
 
 // Every process's bytes, by rank, from the job's records, to `sink`; throws a process's failure
@@ -168,14 +111,6 @@ auto across_machines(CallRecorder& log, std::uint32_t call, Exchange exchange) {
   }
 }
 
-std::vector<std::byte> encode_broadcast(Held held, std::span<const std::byte> bytes) {
-  std::vector<std::byte> out(kBroadcastHead + bytes.size());
-  put_le(out.data(), static_cast<std::uint32_t>(held), 4);
-  put_le(out.data() + 4, bytes.size(), 8);
-  std::copy(bytes.begin(), bytes.end(), out.begin() + kBroadcastHead);
-  return out;
-}
-
 // The node's copy of what every process of the node reads (a broadcast, the job's records of a
 // gather across machines): in the area where it fits, else in the node's spill, else (the spill
 // refused) the reason, which every process of the node throws. The spill is kept until `spill`
@@ -242,26 +177,30 @@ void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::b
   const std::size_t region = region_size(segment.num_slots());
   std::byte* const at =
       reinterpret_cast<std::byte*>(area.data) + static_cast<std::size_t>(local) * region;
+  const auto put_head = [at, rank](Held held, std::uint64_t size) {
+    const auto head = encode_head(EntryHead{rank, held, size});
+    std::copy(head.begin(), head.end(), at);
+  };
   if (kEntryHead + data.size() <= region) {
-    put_head(at, rank, Held::inline_bytes, data.size());
+    put_head(Held::inline_bytes, data.size());
     std::copy(data.begin(), data.end(), at + kEntryHead);
     return;
   }
   if (in_memory && kInMemory <= region) {
-    put_head(at, rank, Held::in_memory, data.size());
-    put_le(at + kEntryHead, static_cast<std::uint32_t>(::getpid()), 4);
-    put_le(at + kEntryHead + 4, 0, 4);
-    put_le(at + kEntryHead + 8, pid_namespace(), 8);
-    put_le(at + kEntryHead + 16, reinterpret_cast<std::uintptr_t>(data.data()), 8);
+    put_head(Held::in_memory, data.size());
+    const auto where =
+        encode_in_memory(InMemory{static_cast<std::uint32_t>(::getpid()), pid_namespace(),
+                                  reinterpret_cast<std::uintptr_t>(data.data())});
+    std::copy(where.begin(), where.end(), at + kEntryHead);
     return;
   }
   try {
     spill.emplace(spill_name(segment.name(), local), data, what);
-    put_head(at, rank, Held::spilled, data.size());
+    put_head(Held::spilled, data.size());
   } catch (const std::exception& error) {
     const std::string why = error.what();
     const std::size_t n = std::min(why.size(), region - kEntryHead);
-    put_head(at, rank, Held::failed, n);
+    put_head(Held::failed, n);
     std::memcpy(at + kEntryHead, why.data(), n);
   }
 }
@@ -280,12 +219,8 @@ Entry entry_at(const NodeSegment& segment, int local) {
   const std::size_t region = region_size(segment.num_slots());
   const auto* at = reinterpret_cast<const std::byte*>(segment.broadcast_area().data) +
                    static_cast<std::size_t>(local) * region;
-  Entry entry{static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(at, 4))),
-              static_cast<Held>(static_cast<std::uint32_t>(get_le(at + 4, 4))),
-              get_le(at + 8, 8),
-              {},
-              at,
-              local};
+  const EntryHead head = decode_head(std::span<const std::byte, kEntryHead>(at, kEntryHead));
+  Entry entry{head.rank, head.held, head.size, {}, at, local};
   const bool elsewhere = entry.held == Held::spilled || entry.held == Held::in_memory;
   entry.bytes = std::span(at + kEntryHead,
                           elsewhere ? 0 : std::min<std::uint64_t>(entry.size, region - kEntryHead));
@@ -380,10 +315,10 @@ bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
       sink.put(rank, mine);
     } else if (entry.held == Held::in_memory) {
       in_memory = true;
-      const auto pid = static_cast<pid_t>(get_le(entry.at + kEntryHead, 4));
-      const bool here = get_le(entry.at + kEntryHead + 8, 8) == my_namespace;
-      if (!here ||
-          !read_other(pid, get_le(entry.at + kEntryHead + 16, 8), sink.place(rank), entry.size)) {
+      const InMemory where = decode_in_memory(
+          std::span<const std::byte, kInMemoryTail>(entry.at + kEntryHead, kInMemoryTail));
+      if (where.pid_namespace != my_namespace ||
+          !read_other(static_cast<pid_t>(where.pid), where.address, sink.place(rank), entry.size)) {
         missing.push_back(rank);
       }
     } else if (entry.held == Held::spilled) {
@@ -478,17 +413,12 @@ void Context::broadcast_into(std::span<const std::byte> data,
     }
     sent = across_machines(barrier_->recorder(), call,
                            [&] { return backend_->share(sent, std::nullopt, what); });
-    const std::uint64_t size = sent.size() < kBroadcastHead ? 0 : get_le(sent.data() + 4, 8);
-    const auto held = sent.size() < kBroadcastHead
-                          ? Held::failed
-                          : static_cast<Held>(static_cast<std::uint32_t>(get_le(sent.data(), 4)));
-    if ((held != Held::inline_bytes && held != Held::failed && held != Held::main_elsewhere) ||
-        size != sent.size() - kBroadcastHead) {
+    if (const auto broadcast = read_broadcast(sent); !broadcast) {
       const std::string why =
           "node 0's broadcast is not lockstep's (" + std::to_string(sent.size()) + " bytes)";
       hold_node_copy(*segment_, as_bytes(why), Held::failed, spill, what);
     } else {
-      hold_node_copy(*segment_, std::span(sent).subspan(kBroadcastHead), held, spill, what);
+      hold_node_copy(*segment_, broadcast->bytes, broadcast->held, spill, what);
     }
   }
   arrive(std::nullopt, what, call);
@@ -633,7 +563,7 @@ void Context::spill_in_memory(std::span<const std::byte> data, std::optional<Spi
   const std::size_t region = region_size(segment_->num_slots());
   auto* const at = reinterpret_cast<std::byte*>(segment_->broadcast_area().data) +
                    static_cast<std::size_t>(local_index_) * region;
-  if (static_cast<Held>(static_cast<std::uint32_t>(get_le(at + 4, 4))) == Held::in_memory) {
+  if (decode_head(std::span<const std::byte, kEntryHead>(at, kEntryHead)).held == Held::in_memory) {
     put_entry(*segment_, local_index_, config_.rank, data, false, spill, what);
   }
   arrive(std::nullopt, what, call);

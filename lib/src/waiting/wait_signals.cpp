@@ -9,6 +9,8 @@
 #include <ctime>
 #include <new>
 
+#include "base/unique_fd.hpp"
+
 namespace lockstep::detail {
 
 namespace {
@@ -40,11 +42,11 @@ class SystemSignals final : public WaitSignals {
   // kernel write the line anew, so the file is opened once (a fork inherits it: pread keeps no
   // offset to share).
   int runnable_tasks() noexcept override {
-    if (loadavg_ < 0) {
+    if (!loadavg_) {
       return -1;
     }
     char text[128];
-    const ssize_t length = ::pread(loadavg_, text, sizeof text - 1, 0);
+    const ssize_t length = ::pread(loadavg_.get(), text, sizeof text - 1, 0);
     if (length <= 0) {
       return -1;
     }
@@ -66,7 +68,7 @@ class SystemSignals final : public WaitSignals {
   void yield() noexcept override { ::sched_yield(); }
 
  private:
-  int loadavg_;
+  UniqueFd loadavg_;
   int online_;
 };
 

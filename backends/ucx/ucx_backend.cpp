@@ -1,6 +1,7 @@
 // The UCX backend: the leaders' dissemination barrier, node 0's broadcast, the allgather of any
-// size, the failure reports, over UCP active messages (the class: ucx_backend.hpp; joining:
-// ucx_join.cpp).
+// size, over UCP active messages (the class: ucx_backend.hpp; joining: ucx_join.cpp; what the
+// leaders know of each other, their losses and the job's abort: ucx_members.cpp; the
+// exchanges, broadcast, allgather and share: ucx_exchange.cpp).
 #include <poll.h>
 
 #include <algorithm>
@@ -34,19 +35,11 @@ constexpr auto kEventSlice = 2ms;
 constexpr auto kSendNap = 50us;
 // How long the worker must have had nothing to do before it is destroyed.
 constexpr auto kQuiet = 20ms;
-// How long abort() keeps progressing so that its messages leave.
-constexpr auto kAbortFlush = 200ms;
 // Messages kept from other nodes before node 0's welcome names the job's token.
 constexpr std::size_t kMaxEarly = 4096;
-// How often a waiting leader asks the kernel about its links (a poll(2) each).
-constexpr auto kLinkLook = 20ms;
 
 // What the wire decodes is what the interface promises to carry (Bootstrap's limits).
 static_assert(wire::kMaxBlob == Bootstrap::kMaxBlob);
-
-std::string ranks_text(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks);
-}
 
 }  // namespace
 
@@ -513,102 +506,6 @@ void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_
   }
 }
 
-void UcxBackend::watch_new_paths() {
-  paths_checked_ = Clock::now();
-  watch_paths(tcp_sockets_under(event_fd_), paths_, config_.job.link_timeout);
-}
-
-void UcxBackend::check_links(const char* what) {
-  const auto now = Clock::now();
-  if (links_.empty() || now - links_checked_ < kLinkLook) {
-    return;
-  }
-  links_checked_ = now;
-  if (now - paths_checked_ >= rendezvous::kLinkProbe) {
-    watch_new_paths();  // connections UCX made since (a peer's, accepted)
-  }
-  for (int node = 0; node < num_nodes_; ++node) {
-    UniqueFd& link = links_[static_cast<std::size_t>(node)];
-    int error = 0;
-    const auto state =
-        !link ? rendezvous::LinkState::fine : rendezvous::look_at_link(link.get(), &error);
-    if (state == rendezvous::LinkState::fine) {
-      continue;
-    }
-    desk_.reset();  // before its link closes
-    link.reset();
-    open_desk();  // node 0's, on the links left
-    if (state == rendezvous::LinkState::ended) {
-      continue;  // closed in order: its process exited (UCX reports a death as it happens)
-    }
-    const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
-    const Failure failure{
-        FailureKind::peer_lost,
-        leader,
-        {},
-        "node " + std::to_string(node) + "'s main process (process " + std::to_string(leader) +
-            ") is unreachable: its machine has not answered for " +
-            seconds_text(std::chrono::duration<double>(config_.job.link_timeout).count()) +
-            " s (LOCKSTEP_LINK_TIMEOUT; " + error_text(error) + ")"};
-    abort(failure);
-    fail(failure, what);
-  }
-}
-
-void UcxBackend::check_members(const char* what) {
-  check_aborted(what);
-  check_cancelled(what);
-  // The links first: a node that the network cut off from every other sees its link to node 0
-  // and its UCX connections fail alike (the same bound, paths.hpp), and says so naming node 0,
-  // the job's hub, rather than whichever connection UCX reported first.
-  check_links(what);
-  for (int node = 0; node < num_nodes_; ++node) {
-    const Endpoint* member = members_[static_cast<std::size_t>(node)];
-    if (member != nullptr && member->error != UCS_OK) {
-      // Its process ended, or the network between the two machines no longer carries their
-      // connection (the kernel gave up on it: paths.hpp). The others are told: a machine that
-      // still reaches this one but not that one (a partition) must not wait for either.
-      const int leader = nodes_[static_cast<std::size_t>(node)].ranks.front();
-      const Failure failure{FailureKind::peer_lost,
-                            leader,
-                            {},
-                            lost_leader_text(node, ucx_api().status_string(member->error))};
-      abort(failure);
-      fail(failure, what);
-    }
-  }
-}
-
-std::string UcxBackend::lost_leader_text(int node, const std::string& why) const {
-  const std::string whom = "node " + std::to_string(node) + "'s main process (process " +
-                           std::to_string(nodes_[static_cast<std::size_t>(node)].ranks.front()) +
-                           ")";
-  const ProcessMark& mark = marks_[static_cast<std::size_t>(node)];
-  // UCX sees the connection end as the kernel closes a dying process's sockets, a moment before
-  // the process is gone.
-  const Fate fate = fate_of(mark, std::chrono::milliseconds(100));
-  const std::string pid = "pid " + std::to_string(mark.pid) + ", on this host";
-  if (fate == Fate::dead) {
-    return whom + " died (" + pid + ")";
-  }
-  return whom + " is gone or unreachable from node " + std::to_string(me_) +
-         ": their connection failed (" + why + ")" +
-         (fate == Fate::alive ? "; it still runs (" + pid + ")" : "");
-}
-
-void UcxBackend::fail(const Failure& failure, const char* what) {
-  throw_failure(failure, std::string(what) + ": ");
-}
-
-std::vector<int> UcxBackend::ranks_of_nodes(const std::vector<int>& nodes) const {
-  std::vector<int> ranks;
-  for (int node : nodes) {
-    const auto& list = nodes_[static_cast<std::size_t>(node)].ranks;
-    ranks.insert(ranks.end(), list.begin(), list.end());
-  }
-  return ranks;
-}
-
 void UcxBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
   if (aborted_) {
     fail(*aborted_, what);
@@ -670,205 +567,6 @@ void UcxBackend::flush(std::optional<Clock::time_point> deadline, const char* wh
                fail(failure, what);
              },
              [] { return std::string("its message to the other machines to leave"); });
-}
-
-std::vector<int> UcxBackend::unheard_nodes(std::uint64_t episode,
-                                           const std::vector<std::uint64_t>& known) const {
-  std::vector<std::uint64_t> heard = known;
-  for (const RoundSlot& other : inbox_[episode & 1]) {
-    if (other.present && other.episode == episode) {
-      for (std::size_t w = 0; w < heard.size(); ++w) {
-        heard[w] |= other.known[w];
-      }
-    }
-  }
-  std::vector<int> nodes;
-  for (int node = 0; node < num_nodes_; ++node) {
-    if ((heard[static_cast<std::size_t>(node) / 64] & (1ULL << (node % 64))) == 0) {
-      nodes.push_back(node);
-    }
-  }
-  return nodes;
-}
-
-std::vector<int> UcxBackend::nodes_of(const std::vector<std::int32_t>& ranks, int except) const {
-  std::vector<int> nodes;
-  for (const NodeInfo& info : nodes_) {
-    const bool has = std::any_of(info.ranks.begin(), info.ranks.end(), [&](int rank) {
-      return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
-    });
-    if (has && info.node != me_ && info.node != except) {
-      nodes.push_back(info.node);
-    }
-  }
-  return nodes;
-}
-
-void UcxBackend::open_desk() {
-  // Questions and answers come on the links from now on (nothing else does after the join). A
-  // node other than 0 that lost its link to node 0 has nobody to ask or answer.
-  if (config_.places && (me_ == 0 || (!links_.empty() && links_[0]))) {
-    desk_ = std::make_unique<PlacesDesk>(me_, link_fds(), config_.places);
-  }
-}
-
-std::vector<int> UcxBackend::link_fds() const {
-  std::vector<int> fds;
-  for (const UniqueFd& link : links_) {
-    fds.push_back(link.get());
-  }
-  return fds;
-}
-
-std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
-  if (!desk_ || nodes.empty()) {
-    return {};
-  }
-  const std::map<int, std::string> answers = desk_->ask(nodes);
-  std::string text;
-  for (const int node : nodes) {
-    const auto answer = answers.find(node);
-    text += "; on node " + std::to_string(node) +
-            (answer != answers.end()
-                 ? ", " + printable(answer->second)
-                 : ", where its processes are is not known (not told within " +
-                       seconds_text(std::chrono::duration<double>(desk_->answer_wait()).count()) +
-                       " s)");
-  }
-  return text;
-}
-
-std::string UcxBackend::others_places() const {
-  std::vector<int> others;
-  for (const NodeInfo& info : nodes_) {
-    if (info.node != me_) {
-      others.push_back(info.node);
-    }
-  }
-  return places_text(others);
-}
-
-std::string UcxBackend::nodes_text(const std::vector<int>& nodes) const {
-  return std::string(nodes.size() == 1 ? "node " : "nodes ") + comma_list(nodes) + " (" +
-         ranks_text(ranks_of_nodes(nodes)) + ")";
-}
-
-std::vector<std::byte> UcxBackend::broadcast(std::span<const std::byte> blob,
-                                             std::optional<Clock::time_point> deadline,
-                                             const char* what) {
-  // The number of this broadcast; counted once it is delivered, so that a blob that arrives
-  // while this leader waits for it is still taken (handle_member drops only older ones).
-  const std::uint64_t sequence = blob_sequence_;
-  if (me_ == 0) {
-    if (blob.size() > kMaxBlob) {  // refused before it is numbered: the next one is not skipped
-      throw Error(std::string(what) + ": a broadcast carries at most " + std::to_string(kMaxBlob) +
-                  " bytes, not " + std::to_string(blob.size()));
-    }
-    ++blob_sequence_;
-    wire::Blob message{token_, 0, sequence, {blob.begin(), blob.end()}};
-    for (int node = 1; node < num_nodes_; ++node) {
-      send(members_[static_cast<std::size_t>(node)]->ep, message);
-    }
-    flush(deadline, what);
-    return {blob.begin(), blob.end()};
-  }
-  wait_until([&] { return blobs_.count(sequence) != 0; }, deadline, what,
-             [&] {
-               Failure failure{FailureKind::timeout, -1, ranks_of_nodes({0}),
-                               "timed out waiting for node 0's broadcast"};
-               abort(failure);
-               fail(failure, what);
-             },
-             [&] { return "node 0's broadcast (" + ranks_text(ranks_of_nodes({0})) + ")"; });
-  auto data = std::move(blobs_[sequence]);
-  blobs_.erase(sequence);
-  ++blob_sequence_;
-  return data;
-}
-
-std::vector<std::vector<std::byte>> UcxBackend::allgather(std::span<const std::byte> part,
-                                                          std::optional<Clock::time_point> deadline,
-                                                          const char* what) {
-  std::vector<std::vector<std::byte>> parts = exchange(part, false, deadline, what);
-  parts[static_cast<std::size_t>(me_)].assign(part.begin(), part.end());
-  return parts;
-}
-
-std::vector<std::byte> UcxBackend::share(std::span<const std::byte> data,
-                                         std::optional<Clock::time_point> deadline,
-                                         const char* what) {
-  if (me_ == 0) {
-    (void)exchange(data, true, deadline, what);
-    return {data.begin(), data.end()};
-  }
-  return std::move(exchange({}, true, deadline, what).front());
-}
-
-std::vector<std::vector<std::byte>> UcxBackend::exchange(std::span<const std::byte> part,
-                                                         bool share,
-                                                         std::optional<Clock::time_point> deadline,
-                                                         const char* what) {
-  if (aborted_) {
-    fail(*aborted_, what);
-  }
-  PartInbox& inbox = *part_inbox_;
-  if (!share || me_ == 0) {
-    // A copy that lives as long as UCX sends from it, however this call ends.
-    const auto kept = std::make_shared<const std::vector<std::byte>>(part.begin(), part.end());
-    for (int node = 0; node < num_nodes_; ++node) {
-      for (std::uint64_t index = 0; node != me_ && index < PartInbox::chunks(part.size());
-           ++index) {
-        send_chunk(
-            members_[static_cast<std::size_t>(node)]->ep,
-            wire::Chunk{token_, static_cast<std::uint32_t>(me_), inbox.current(), part.size(),
-                        index * wire::kChunk, PartInbox::chunk_length(part.size(), index)},
-            kept);
-      }
-    }
-  }
-  wait_until([&] { return inbox.missing(share).empty() || inbox.failed(); }, deadline, what,
-             [&] {
-               Failure failure{
-                   FailureKind::timeout, -1, ranks_of_nodes(inbox.missing(share)),
-                   "timed out waiting for the parts of " + nodes_text(inbox.missing(share))};
-               abort(failure);
-               fail(failure, what);
-             },
-             [&] { return "the parts of " + nodes_text(inbox.missing(share)); });
-  if (inbox.failed()) {
-    check_members(what);  // a leader that is gone says so
-    Failure failure{FailureKind::error, -1, ranks_of_nodes(inbox.missing(share)),
-                    "the parts of " + nodes_text(inbox.missing(share)) + " did not arrive whole"};
-    abort(failure);
-    fail(failure, what);
-  }
-  flush(deadline, what);  // this leader's part has left too
-  return inbox.finish();
-}
-
-void UcxBackend::abort(const Failure& failure) noexcept {
-  try {
-    wire::Abort message{token_,
-                        static_cast<std::uint32_t>(me_),
-                        static_cast<std::uint32_t>(failure.kind),
-                        failure.rank,
-                        {failure.missing.begin(), failure.missing.end()},
-                        failure.message};
-    if (message.message.size() > wire::kMaxText) {
-      message.message.resize(wire::kMaxText);
-    }
-    for (Endpoint* member : members_) {
-      if (member != nullptr && member->error == UCS_OK) {
-        send(member->ep, message);
-      }
-    }
-    const auto until = Clock::now() + kAbortFlush;
-    while (!sending_.empty() && Clock::now() < until) {
-      progress();
-    }
-  } catch (...) {
-    // Best effort: the other nodes still notice when this leader's process ends.
-  }
 }
 
 }  // namespace lockstep::detail::ucx

@@ -166,9 +166,12 @@ class UcxBackend final : public Backend, public Bootstrap {
   // Gives UCX's TCP connections that are new since the last look the links' watch (paths.hpp).
   void watch_new_paths();
   // "node 1's main process (process 2) died (pid 1234, on this host)" where it ran beside this
-  // one and is gone; else "... is gone or unreachable from node 0: their connection failed
-  // (`why`)", with its pid where it still runs beside this one.
-  [[nodiscard]] std::string lost_leader_text(int node, const std::string& why) const;
+  // one and is gone (`fate`: fate_of its mark); else "... is gone or unreachable from node 0:
+  // their connection failed (`why`)", with its pid where it still runs beside this one.
+  [[nodiscard]] std::string lost_leader_text(int node, const std::string& why, Fate fate) const;
+  // A leader whose process is gone may have given up first, and its abort (relayed by node 0
+  // where this one cannot hear it) says why: for a moment, throws that abort if it comes.
+  void await_last_word(const char* what);
   [[noreturn]] void fail(const Failure& failure, const char* what);
   [[nodiscard]] std::vector<int> ranks_of_nodes(const std::vector<int>& nodes) const;
 
@@ -228,5 +231,8 @@ class UcxBackend final : public Backend, public Bootstrap {
 
 // Throws Error naming `what` unless `status` is UCS_OK.
 void check(ucs_status_t status, const std::string& what);
+
+// "process 3", "processes 2, 3".
+std::string ranks_text(const std::vector<int>& ranks);
 
 }  // namespace lockstep::detail::ucx

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/little_endian.hpp"
+#include "hex.hpp"
 #include "ranks.hpp"  // LOCKSTEP_TEST_ASAN
 #include "ucx/part_inbox.hpp"
 #include "ucx/paths.hpp"
@@ -37,30 +38,10 @@
 namespace lockstep::detail::wire {
 namespace {
 
+using lockstep::testing::hex;
+using lockstep::testing::unhex;
 std::vector<std::byte> bytes(const std::string& text) {
-  std::vector<std::byte> out;
-  for (char c : text) {
-    out.push_back(static_cast<std::byte>(c));
-  }
-  return out;
-}
-
-std::vector<std::byte> unhex(const std::string& hex) {
-  std::vector<std::byte> out;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<std::byte>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
-
-std::string hex(const std::vector<std::byte>& data) {
-  std::string out;
-  for (std::byte b : data) {
-    char pair[3];
-    (void)std::snprintf(pair, sizeof pair, "%02x", std::to_integer<unsigned>(b));
-    out += pair;
-  }
-  return out;
+  return lockstep::testing::bytes_of(text);
 }
 
 constexpr std::uint64_t kToken = 0x0123'4567'89ab'cdefULL;

@@ -26,6 +26,7 @@
 #include "base/service_thread.hpp"
 #include "base/text.hpp"
 #include "base/unique_fd.hpp"
+#include "hex.hpp"
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -112,16 +113,6 @@ TEST(Proc, AProcessMarkTellsFateOnlyBesideThisProcess) {
   EXPECT_EQ(fate_of(ProcessMark{}, std::chrono::milliseconds(0)), Fate::unknown);
 }
 
-std::string hex_of(const std::vector<std::byte>& bytes) {
-  std::string out;
-  for (std::byte b : bytes) {
-    const char* digits = "0123456789abcdef";
-    out += digits[std::to_integer<int>(b) >> 4];
-    out += digits[std::to_integer<int>(b) & 15];
-  }
-  return out;
-}
-
 // The byte kit: little-endian whatever the machine, lengths before sized bytes, every read
 // checked against what is left and every count against its limit.
 TEST(Bytes, WritesPinnedBytesAndReadsThemBackWithinBounds) {
@@ -133,7 +124,7 @@ TEST(Bytes, WritesPinnedBytesAndReadsThemBackWithinBounds) {
   w.u64(0x0708090a0b0c0d0eULL);
   w.text("hi");
   const std::vector<std::byte> bytes = w.take();
-  EXPECT_EQ(hex_of(bytes),
+  EXPECT_EQ(lockstep::testing::hex(bytes),
             "ab"
             "0201"
             "06050403"
@@ -166,7 +157,7 @@ TEST(Bytes, WritesPinnedBytesAndReadsThemBackWithinBounds) {
 
   ByteWriter more(std::vector<std::byte>{std::byte{1}});
   more.u8(2);
-  EXPECT_EQ(hex_of(more.take()), "0102");
+  EXPECT_EQ(lockstep::testing::hex(more.take()), "0102");
 }
 
 bool is_open(int fd) {

@@ -10,31 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "hex.hpp"
+
 namespace lockstep::detail {
 namespace {
 
-std::string hex(std::span<const std::byte> bytes) {
-  std::string out;
-  for (std::byte b : bytes) {
-    const char* digits = "0123456789abcdef";
-    out += digits[std::to_integer<int>(b) >> 4];
-    out += digits[std::to_integer<int>(b) & 15];
-  }
-  return out;
-}
-
-std::vector<std::byte> unhex(const std::string& text) {
-  std::vector<std::byte> out;
-  for (std::size_t i = 0; i + 1 < text.size(); i += 2) {
-    out.push_back(static_cast<std::byte>(std::stoi(text.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
-
-std::vector<std::byte> bytes_of(const std::string& text) {
-  const auto span = std::as_bytes(std::span(text.data(), text.size()));
-  return {span.begin(), span.end()};
-}
+using lockstep::testing::bytes_of;
+using lockstep::testing::hex;
+using lockstep::testing::unhex;
 
 TEST(ExchangeFormat, AnEntrysHeadAndInMemoryTailArePinned) {
   const auto head = encode_head(EntryHead{3, Held::in_memory, 0x1122334455ULL});

@@ -98,7 +98,6 @@ class ByteReader {
   }
 
   [[nodiscard]] std::size_t left() const noexcept { return in_.size() - at_; }
-  [[nodiscard]] std::size_t offset() const noexcept { return at_; }
   // Throws unless every byte was read (a format whose length is its own).
   void finish() const {
     if (left() != 0) {

@@ -30,6 +30,7 @@ void ServiceThread::start(const char* name, std::function<void()> body, const st
   }
   wake_ = std::move(wake);
   stopping_.store(false, std::memory_order_seq_cst);
+  owner_ = ::getpid();  // before the thread runs: nothing then sees it as a forked child's
   sigset_t all;
   sigset_t before;
   sigfillset(&all);
@@ -44,7 +45,6 @@ void ServiceThread::start(const char* name, std::function<void()> body, const st
   }
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
   pthread_setname_np(thread_.native_handle(), name);
-  owner_ = ::getpid();
 }
 
 void ServiceThread::drain() const noexcept {

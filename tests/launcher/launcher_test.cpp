@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -193,6 +194,34 @@ TEST(Launcher, GivesEachProcessTorchrunsVariables) {
                        std::to_string(rank) + "/3/3/0/127.0.0.1/4321/id\n";
     EXPECT_TRUE(contains(result.out, line)) << result.out;
   }
+}
+
+// A rank holds no descriptor of the launcher's beyond its stdin, stdout and stderr (those this
+// test itself holds open are inherited, and allowed): the launcher's own descriptor for
+// /dev/null, opened without close-on-exec, stayed open in every rank's program.
+TEST(Launcher, ARankHoldsNoDescriptorOfTheLaunchersBesideItsStdio) {
+  std::set<int> ours;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    ours.insert(std::stoi(entry.path().filename().string()));
+  }
+  auto result =
+      run({tool("LOCKSTEP_RUN"), "--nproc-per-node", "1", "/bin/ls", "-l", "/proc/self/fd"});
+  EXPECT_EQ(result.code(), 0) << result.err;
+  std::istringstream lines(result.out);
+  int listed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto arrow = line.find(" -> ");
+    if (arrow == std::string::npos) {
+      continue;  // "total 0"
+    }
+    const auto name = line.rfind(' ', arrow - 1);
+    const int fd = std::stoi(line.substr(name + 1, arrow - name - 1));
+    const std::string target = line.substr(arrow + 4);
+    ++listed;
+    const bool ls_own = target.starts_with("/proc/") && target.ends_with("/fd");
+    EXPECT_TRUE(fd <= 2 || ours.count(fd) != 0 || ls_own) << "fd " << fd << " -> " << target;
+  }
+  EXPECT_GE(listed, 3) << result.out;
 }
 
 TEST(Launcher, TagsEveryLineWithItsRank) {

@@ -20,6 +20,23 @@ namespace {
 
 constexpr std::string_view kMark = "-x";
 
+// Asks for transparent huge pages over the whole 2 MiB pages inside [memory, memory + size), where
+// the system leaves them to madvise: a result of several MiB then faults in a few pages instead of
+// a thousand. Measured with exchange_bench (2 vCPUs): a gather of 16 MiB per process 2.2x faster at
+// N = 2 and 1.3x at N = 4, of 1 MiB at N = 4 about 8%. Nothing changes where THP is off. The advice
+// stays with the pages' mapping, which the caller's allocator may reuse; it only lets the kernel
+// use huge pages there.
+void advise_huge_pages(void* memory, std::size_t size) noexcept {
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto address = reinterpret_cast<std::uintptr_t>(memory);
+  const std::uintptr_t begin = (address + kHuge - 1) / kHuge * kHuge;
+  const std::uintptr_t end = (address + size) / kHuge * kHuge;
+  if (end > begin) {
+    (void)::madvise(static_cast<std::byte*>(memory) + (begin - address), end - begin,
+                    MADV_HUGEPAGE);
+  }
+}
+
 }  // namespace
 
 void prefault(void* memory, std::size_t size) noexcept {
@@ -27,6 +44,7 @@ void prefault(void* memory, std::size_t size) noexcept {
   // memory is left alone (the advice writes nothing, but is kept to what the caller owns).
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const std::size_t skip = (page - reinterpret_cast<std::uintptr_t>(memory) % page) % page;
+  advise_huge_pages(memory, size);
   if (size > skip && (size - skip) / page > 0) {
     // Before Linux 5.14 (EINVAL) the copy faults the pages in one at a time, as without this.
     (void)::madvise(static_cast<std::byte*>(memory) + skip, (size - skip) / page * page,

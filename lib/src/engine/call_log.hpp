@@ -161,25 +161,4 @@ struct CallView {
 // place with any.
 [[nodiscard]] bool same_place(const CallLog& log_a, std::uint32_t a, const CallLog& log_b,
                               std::uint32_t b) noexcept;
-// "train.py:88" (the file's last component; `full`: its path as recorded, and " in main"), or
-// "an unrecorded place" (a call made through an interface that gave none, or a Python wait that
-// passed within its quick try).
-[[nodiscard]] std::string site_text(const CallView& call, bool full = false);
-// "wait_for_everyone at train.py:88".
-[[nodiscard]] std::string call_place(const CallView& call);
-// "wait_for_everyone at train.py:88 (episode 41)".
-[[nodiscard]] std::string call_text(const CallView& call);
-// Where a process that is not waiting in this episode is, from its latest call `call` (none:
-// nullopt), as of `now`: "is not in a lockstep call: it returned from wait_for_everyone at
-// train.py:88 (episode 41) 2.1 s ago", "is in joining the job at an unknown place since 3.0 s".
-// `gone`: the process died or left (its last call, in the past tense).
-[[nodiscard]] std::string absent_text(const std::optional<CallView>& call, std::int64_t now,
-                                      bool gone);
-// A process's flight record, one line: "process 1 (pid 4121), its last 3 calls, oldest first:
-// joining the job at train.py:4, returned 9.1 s ago; ...".
-[[nodiscard]] std::string flight_text(const std::string& who, const std::vector<CallView>& calls,
-                                      std::int64_t now);
-// "0.3 s", "12 s": how long from `from` to `to` (coarse ns).
-[[nodiscard]] std::string span_text(std::int64_t from, std::int64_t to);
-
 }  // namespace lockstep::detail

@@ -2,87 +2,16 @@
 
 #include <sched.h>
 
-#include <algorithm>
-#include <map>
 #include <vector>
 
 #include "base/fault_points.hpp"
-#include "engine/segment_file.hpp"  // status_of, joined_and
+#include "base/text.hpp"  // comma_list
 #include "lockstep/error.hpp"
 #include "waiting/futex.hpp"
-#include "waiting/poll_backoff.hpp"
 
 namespace lockstep::detail {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Ranks by where they are, in the order first seen.
-using Places = std::vector<std::pair<std::string, std::vector<int>>>;
-
-void add_place(Places& places, const std::string& where, int rank) {
-  auto place = std::find_if(places.begin(), places.end(),
-                            [&](const auto& known) { return known.first == where; });
-  if (place == places.end()) {
-    places.emplace_back(where, std::vector<int>{});
-    place = places.end() - 1;
-  }
-  place->second.push_back(rank);
-}
-
-// "process 0 waits in X; processes 1, 2 wait in Y" (`one` " waits in ", `many` " wait in ",
-// `between` "; ").
-std::string places_text(Places& places, const char* one, const char* many, const char* between) {
-  std::string text;
-  for (auto& [where, ranks] : places) {
-    std::sort(ranks.begin(), ranks.end());
-    text += (text.empty() ? "" : between) +
-            std::string(ranks.size() == 1 ? "process " : "processes ") + comma_list(ranks) +
-            (ranks.size() == 1 ? one : many) + where;
-  }
-  return text;
-}
-
-// Whether `call` met its episode at a place it recorded: a try's call came after it, and an
-// unrecorded place may be any (never taken as different).
-bool met_at_a_place(const CallView& call) {
-  return call.end != CallEnd::tried && call.site != 0;
-}
-
-// Where the others met `slot`'s last episode, when its own place is unrecorded (a Python wait
-// that passed in its quick try): "; in episode 0, process 0 was in wait_for_everyone at
-// train.py:88". Names the other side of a wait that some processes skip, where the absent
-// process's own line is unknown.
-std::string met_there(const NodeSegment& segment, int slot, const std::optional<CallView>& call) {
-  if (!call || call->site != 0 || call->episode == kNoEpisode) {
-    return {};
-  }
-  Places places;
-  for (int other = 0; other < segment.num_slots(); ++other) {
-    if (other == slot) {
-      continue;
-    }
-    for (const CallView& theirs : recent_calls(segment.call_log(other))) {
-      if (theirs.episode == call->episode && met_at_a_place(theirs)) {
-        add_place(places, call_place(theirs),
-                  segment.slot(other).rank.load(std::memory_order_relaxed));
-      }
-    }
-  }
-  return places.empty() ? std::string()
-                        : "; in episode " + std::to_string(call->episode) + ", " +
-                              places_text(places, " was in ", " were in ", ", ");
-}
-
-// "process 3 is not in a lockstep call: ..." for `slot`, whose latest call is `call` (`gone`: it
-// died or left), with where the others met its last episode when its own place is unrecorded.
-std::string absent_line(const NodeSegment& segment, int slot, const std::optional<CallView>& call,
-                        std::int64_t now, bool gone) {
-  return "process " + std::to_string(segment.slot(slot).rank.load(std::memory_order_relaxed)) +
-         " " + absent_text(call, now, gone) + met_there(segment, slot, call);
-}
-
-}  // namespace
 
 void NodeBarrier::check_intact(const char* what) {
   // Relaxed: the flag is only a fast refusal; recorded_lost re-reads it with acquire.
@@ -435,161 +364,30 @@ int NodeBarrier::peers_asleep() const noexcept {
 }
 
 void NodeBarrier::report_stall(const char* what, std::chrono::nanoseconds waited) const noexcept {
-  std::vector<int> late;
-  std::string where;
   try {
+    std::vector<int> late;
     for (int slot = 0; slot < segment_.num_slots(); ++slot) {
       if (slot != segment_.my_slot() && !came(slot)) {
         late.push_back(slot);
       }
     }
-    where = whereabouts(late);
-  } catch (...) {
-    return;
+    segment_.report_stall(what, waited, late,
+                          leader_ ? "the other machines (this machine's processes have all arrived)"
+                                  : "this machine's main process to come back from the other "
+                                    "machines (this machine's processes have all arrived)",
+                          whereabouts(late));
+  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory for a diagnostic
   }
-  segment_.report_stall(what, waited, late,
-                        leader_ ? "the other machines (this machine's processes have all arrived)"
-                                : "this machine's main process to come back from the other "
-                                  "machines (this machine's processes have all arrived)",
-                        where);
 }
-
-std::string NodeBarrier::whereabouts(const std::vector<int>& late, int lost) const {
-  const std::int64_t now = coarse_clock_ns();
-  const auto rank_of = [&](int slot) {
-    return segment_.slot(slot).rank.load(std::memory_order_relaxed);  // set before joining
-  };
-  std::string text;
-  for (const int slot : late) {
-    text += "; " + absent_line(segment_, slot, latest_call(segment_.call_log(slot)), now, false);
-  }
-  if (lost >= 0) {
-    text += "; " + absent_line(segment_, lost, latest_call(segment_.call_log(lost)), now, true);
-  }
-  // The others that are in this episode's call, grouped by what and where.
-  Places groups;
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    if (slot == lost || std::find(late.begin(), late.end(), slot) != late.end()) {
-      continue;
-    }
-    const auto call = latest_call(segment_.call_log(slot));
-    if (!call || call->episode != episode_) {
-      continue;  // not in this episode's call (or it wrote a later one meanwhile)
-    }
-    add_place(groups, call_text(*call), rank_of(slot));
-  }
-  if (!groups.empty()) {
-    text += "; " + places_text(groups, " waits in ", " wait in ", "; ");
-  }
-  return text + met_apart();
-}
-
-namespace {
-
-// Whether calls of `kinds` may meet in one episode: one call, or the two sides of one
-// main_process_first. An unknown kind (the engine's own callers) meets any.
-bool one_call(const std::vector<CallKind>& kinds) {
-  // A first block's two sides, global or local, meet each other at any depth of nesting: the
-  // first process's release of an inner block meets the others' wait at an outer one (every
-  // process runs each body in turn, as Accelerate's blocks, which are plain barriers, do).
-  const auto side_of = [](CallKind kind) {
-    switch (kind) {
-      case CallKind::first_release:
-      case CallKind::local_first_wait:
-      case CallKind::local_first_release:
-        return CallKind::first_wait;
-      default:
-        return kind;
-    }
-  };
-  CallKind seen = CallKind::unknown;
-  for (const CallKind kind : kinds) {
-    if (kind == CallKind::unknown) {
-      continue;
-    }
-    if (seen != CallKind::unknown && side_of(kind) != seen) {
-      return false;
-    }
-    seen = side_of(kind);
-  }
-  return true;
-}
-
-}  // namespace
 
 void NodeBarrier::check_met(std::uint64_t episode, const char* what) {
-  // The call words first (no text, no allocation: LOCKSTEP_CHECK=strict runs this on every
-  // episode); the places' text is read only for the message of a mismatch.
-  struct Met {
-    int slot;
-    std::uint32_t word;
-  };
-  std::vector<Met> met;
-  met.reserve(static_cast<std::size_t>(segment_.num_slots()));
-  const auto give_up = Clock::now() + std::chrono::milliseconds(100);
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    // Each process writes its call just after its arrival: a moment's wait at most, unless it
-    // is descheduled or died there (then it is left out of the check).
-    for (PollBackoff backoff;; backoff.pause()) {
-      if (const auto word = episode_call(segment_.call_log(slot), episode)) {
-        met.push_back(Met{slot, *word});
-        break;
-      }
-      if (Clock::now() > give_up) {
-        break;
-      }
-    }
+  if (const auto same_call = Whereabouts(segment_).met_apart_in(episode, strict_)) {
+    throw_met_apart(episode, *same_call, what);
   }
-  std::vector<CallKind> kinds;
-  kinds.reserve(met.size());
-  for (const Met& one : met) {
-    kinds.push_back(call_kind(one.word));
-  }
-  const bool same_call = one_call(kinds);
-  bool apart = !same_call;
-  if (!apart && strict_) {
-    for (const Met& one : met) {  // one place per kind (a guard's two sides may differ)
-      for (const Met& other : met) {
-        apart = apart || (call_kind(one.word) == call_kind(other.word) &&
-                          !same_place(segment_.call_log(one.slot), one.word & 0xff,
-                                      segment_.call_log(other.slot), other.word & 0xff));
-      }
-    }
-  }
-  if (!apart) {
-    return;
-  }
-  throw_met_apart(episode, same_call, what);
 }
 
 void NodeBarrier::throw_met_apart(std::uint64_t episode, bool same_call, const char* what) {
-  struct Met {
-    int rank;
-    CallView call;
-  };
-  std::vector<Met> met;
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    std::optional<CallView> found;
-    for (CallView& call : recent_calls(segment_.call_log(slot))) {
-      if (call.episode == episode && call.end != CallEnd::tried) {
-        found = std::move(call);
-      }
-    }
-    if (found) {
-      met.push_back(Met{segment_.slot(slot).rank.load(std::memory_order_relaxed), *found});
-    }
-  }
-  Places places;
-  for (const Met& one : met) {
-    add_place(places, call_place(one.call), one.rank);
-  }
-  std::string message = "episode " + std::to_string(episode) + " met " +
-                        (same_call ? "at different places" : "from different calls") + ": " +
-                        places_text(places, " in ", " in ", ", ");
-  message += same_call
-                 ? " (LOCKSTEP_CHECK=strict: every process must wait at the same place)"
-                 : " (a wait that some processes skip, or a main_process_first block that raised "
-                   "on the main process?)";
+  const std::string message = Whereabouts(segment_).met_apart(episode, same_call);
   // The job cannot go on: a process that passed this episode without checking it (a plain
   // wait) gets the error at its next call.
   const int rank = segment_.slot(segment_.my_slot()).rank.load(std::memory_order_relaxed);
@@ -599,69 +397,6 @@ void NodeBarrier::throw_met_apart(std::uint64_t episode, bool same_call, const c
     cross_.abort(failure);  // the other nodes cannot go on either
   }
   throw Error(std::string(what) + ": " + message);
-}
-
-std::vector<std::string> NodeBarrier::flight_record() const {
-  const std::int64_t now = coarse_clock_ns();
-  std::vector<std::string> lines;
-  lines.reserve(static_cast<std::size_t>(segment_.num_slots()));
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    lines.push_back(flight_text("flight record of " + segment_.describe(slot),
-                                recent_calls(segment_.call_log(slot)), now));
-  }
-  return lines;
-}
-
-std::string node_places(const NodeSegment& segment) {
-  const std::int64_t now = coarse_clock_ns();
-  std::vector<std::pair<int, std::string>> absent;  // by rank
-  Places waiting;
-  for (int slot = 0; slot < segment.num_slots(); ++slot) {
-    const Slot& peer = segment.slot(slot);
-    const int rank = peer.rank.load(std::memory_order_relaxed);  // set before joining
-    const auto call = latest_call(segment.call_log(slot));
-    const bool gone = status_of(peer) == SlotStatus::left || joined_and(peer, Liveness::dead);
-    if (call && call->ended == 0 && !gone) {
-      add_place(waiting, call_text(*call), rank);
-    } else {
-      absent.emplace_back(rank, absent_line(segment, slot, call, now, gone));
-    }
-  }
-  std::sort(absent.begin(), absent.end());
-  std::string text;
-  for (const auto& [rank, line] : absent) {
-    text += (text.empty() ? "" : "; ") + line;
-  }
-  if (!waiting.empty()) {
-    text += (text.empty() ? "" : "; ") + places_text(waiting, " waits in ", " wait in ", "; ");
-  }
-  return text;
-}
-
-std::string NodeBarrier::met_apart() const {
-  // Each process's calls of the last episodes it kept: episode -> (rank, what and where).
-  std::map<std::uint64_t, std::map<int, std::string>> met;
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    const int rank = segment_.slot(slot).rank.load(std::memory_order_relaxed);
-    for (const CallView& call : recent_calls(segment_.call_log(slot))) {
-      if (call.episode < episode_ && met_at_a_place(call)) {
-        met[call.episode][rank] = call_place(call);
-      }
-    }
-  }
-  // Latest first (clang 14's ranges with libstdc++ 12 cannot reverse a map's view).
-  // NOLINTNEXTLINE(modernize-loop-convert)
-  for (auto latest = met.rbegin(); latest != met.rend(); ++latest) {
-    Places places;
-    for (const auto& [rank, where] : latest->second) {
-      add_place(places, where, rank);
-    }
-    if (places.size() >= 2) {  // the latest only
-      return "; episode " + std::to_string(latest->first) +
-             " met at different places: " + places_text(places, " in ", " in ", ", ");
-    }
-  }
-  return {};
 }
 
 bool NodeBarrier::check_peers(std::uint64_t target, const char* what) {
@@ -698,13 +433,7 @@ void NodeBarrier::throw_lost(const LostPeer& peer, const char* what) {
   }
   std::uint64_t arrived = segment_.header().episode.arrivals.load(std::memory_order_relaxed);
   std::uint64_t waiting = arrived > episode_ * tokens_ ? arrived - episode_ * tokens_ : 0;
-  // "while 0 processes waited" said nothing (a call that finds the loss before it arrives: a
-  // stream barrier's, a later one).
-  const std::string message = segment_.describe(peer.slot) + " " + describe(peer.how) +
-                              (waiting == 0 ? std::string()
-                                            : " while " + std::to_string(waiting) + " process" +
-                                                  (waiting == 1 ? "" : "es") + " waited") +
-                              whereabouts({}, peer.slot);
+  const std::string message = Whereabouts(segment_).lost(episode_, peer, waiting);
   const int rank = segment_.slot(peer.slot).rank.load(std::memory_order_relaxed);
   if (cross_.abort) {
     // The other nodes cannot go on without this one.

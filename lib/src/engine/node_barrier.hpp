@@ -11,6 +11,7 @@
 #include "engine/call_log.hpp"
 #include "engine/peer_watch.hpp"
 #include "engine/segment.hpp"
+#include "engine/whereabouts.hpp"
 #include "waiting/waiter.hpp"
 
 namespace lockstep::detail {
@@ -77,7 +78,9 @@ class NodeBarrier {
   [[nodiscard]] CallRecorder& recorder() noexcept { return recorder_; }
   // Every process of the node's flight record (its last calls), a line each: for the log of a
   // failed call (LOCKSTEP_LOG).
-  [[nodiscard]] std::vector<std::string> flight_record() const;
+  [[nodiscard]] std::vector<std::string> flight_record() const {
+    return Whereabouts(segment_).flight_record();
+  }
   // LOCKSTEP_CHECK=strict: every episode checks that its processes came from one place of one
   // call (else only the calls other than a plain wait check that they met the same call).
   void check_strictly(bool strict) noexcept { strict_ = strict; }
@@ -152,14 +155,10 @@ class NodeBarrier {
   // The stall line of a wait that lasts (the site's stalled(): who has not arrived, and where
   // everyone is).
   void report_stall(const char* what, std::chrono::nanoseconds waited) const noexcept;
-  // Where the node's processes are, for a message about this episode: "; process 1 is not in
-  // a lockstep call: ...; processes 0, 2 wait at train.py:88 (episode 41)". `late`: the slots
-  // that have not arrived (named first); `lost`: a slot that is gone (its last call).
-  [[nodiscard]] std::string whereabouts(const std::vector<int>& late, int lost = -1) const;
-  // "; episode 40 met at different places: process 0 in wait_for_everyone at train.py:12,
-  // process 1 in wait_for_everyone at train.py:20": the latest past episode, among those the
-  // processes' logs keep, whose processes came from different calls or sites (empty if none).
-  [[nodiscard]] std::string met_apart() const;
+  // Where the node's processes are, for a message about this episode (Whereabouts::around).
+  [[nodiscard]] std::string whereabouts(const std::vector<int>& late, int lost = -1) const {
+    return Whereabouts(segment_).around(episode_, late, lost);
+  }
   // After episode_ completed: ++episode_, and, where this call checks (see check_strictly), the
   // check that the processes met from one call.
   void passed(std::uint32_t call, const char* what) {
@@ -192,11 +191,5 @@ class NodeBarrier {
   // before then had not arrived as far as this wait's timeout is concerned.
   std::int64_t arrived_at_ = 0;
 };
-
-// Where each process of the node is, for another machine's messages (node 0 asks a node's
-// leader: backends/ucx/places.hpp): "process 3 is not in a lockstep call: it returned from
-// wait_for_everyone at train.py:12 (episode 4) 2.0 s ago; process 2 waits in wait_for_everyone at
-// train.py:15 (episode 5)". Any thread (it reads the segment as lockstep-run --status does).
-[[nodiscard]] std::string node_places(const NodeSegment& segment);
 
 }  // namespace lockstep::detail

@@ -41,8 +41,8 @@ struct LeaderConfig {
   std::vector<int> ranks;      // this node's processes
   Waiter* waiter;              // how this process waits (outlives the backend)
   Clock::time_point deadline;  // for joining
-  // Where this node's processes are, for the other machines' messages (engine/node_barrier.hpp's
-  // node_places); any thread may call it while the backend lives. Empty: not told.
+  // Where this node's processes are, for the other machines' messages (engine/whereabouts.hpp's
+  // Whereabouts::now); any thread may call it while the backend lives. Empty: not told.
   std::function<std::string()> places;
 };
 

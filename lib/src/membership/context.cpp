@@ -14,6 +14,7 @@
 #include "base/little_endian.hpp"
 #include "base/log.hpp"
 #include "base/proc.hpp"
+#include "engine/whereabouts.hpp"
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
 
@@ -177,7 +178,7 @@ void Context::join(const CallSite& site) {
     try {
       const NodeSegment* segment = segment_.get();
       backend_ = join_leaders(LeaderConfig{config_, segment_->ranks(), &*waiter_, deadline,
-                                           [segment] { return node_places(*segment); }});
+                                           [segment] { return Whereabouts(*segment).now(); }});
     } catch (const Error& error) {
       segment_->record_failure(failure_of(error, "lockstep: joining the job"));
       throw;

@@ -104,9 +104,12 @@ LOCKSTEP_C_API lockstep_status lockstep_check_trigger(lockstep_state* state, int
  * (null: the legacy default stream). LOCKSTEP_CONFIG_ERROR when lockstep was built without CUDA. */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state,
                                                                     void* cuda_stream);
-/* As above, with State::wait_for_everyone(stream, timeout)'s rule: when this process's stream has
- * not passed the barrier `timeout_ms` after the call, the node's streams are released and every
- * later call returns LOCKSTEP_TIMEOUT; negative: LOCKSTEP_INVALID_ARGUMENT. */
+/* As above, with State::wait_for_everyone(stream, timeout)'s rule (flags mode): when this
+ * process's stream has not passed the barrier `timeout_ms` after the stream reached it (not after
+ * the call: its own backlog before the barrier never counts against its own timeout), the
+ * streams are released and every later call returns LOCKSTEP_TIMEOUT. Other processes' timed
+ * calls count from their own streams' arrival, so this stream's backlog beyond their timeout
+ * fails the job through them. Negative: LOCKSTEP_INVALID_ARGUMENT. */
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_on_stream_for(lockstep_state* state,
                                                                         void* cuda_stream,
                                                                         int64_t timeout_ms);

@@ -297,10 +297,13 @@ class LOCKSTEP_API State {
   // failure, and what wait_for_everyone() throws.
   void wait_for_everyone(CUstream_st* stream, SourceLocation where = SourceLocation::current());
   // As above. Flags mode: when this process's stream has not passed this barrier `timeout`
-  // after it reached it (its own backlog never counts; across nodes the other nodes are bounded
-  // by the node's main process's call, from when its node's streams have all arrived), every
-  // stream is released and every later call in every process throws TimeoutError naming the
-  // processes whose streams had not arrived. Events mode: the host meet times out as
+  // after it reached it (not after the call: its own backlog before the barrier never counts
+  // against its own timeout; across nodes the other nodes are bounded by the node's main
+  // process's call, from when its node's streams have all arrived), every stream is released and
+  // every later call in every process throws TimeoutError naming the processes whose streams had
+  // not arrived. The other processes' timed calls count from their own streams' arrival: where
+  // they are timed, this stream's backlog beyond their timeout fails the job through them, as
+  // NCCL's watchdog would. Events mode: the host meet times out as
   // wait_for_everyone(timeout) does. Negative: ConfigError; beyond a century: no timeout.
   void wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout,
                          SourceLocation where = SourceLocation::current());

@@ -51,6 +51,8 @@ bool bind_all(GetProcAddress lookup, Driver& d, std::string& why) {
          bind(lookup, "cuStreamGetCtx", d.stream_get_ctx, why) &&
          bind(lookup, "cuStreamGetId", d.stream_get_id, why) &&
          bind(lookup, "cuStreamIsCapturing", d.stream_is_capturing, why) &&
+         bind(lookup, "cuThreadExchangeStreamCaptureMode", d.thread_exchange_stream_capture_mode,
+              why) &&
          bind(lookup, "cuStreamBatchMemOp", d.stream_batch_mem_op, why) &&
          bind(lookup, "cuStreamWaitEvent", d.stream_wait_event, why) &&
          bind(lookup, "cuMemAlloc", d.mem_alloc, why) &&

@@ -29,6 +29,7 @@ struct Driver {
   CUresult (*stream_get_ctx)(CUstream, CUcontext*);
   CUresult (*stream_get_id)(CUstream, unsigned long long*);  // NOLINT(google-runtime-int): CUDA's
   CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*);
+  CUresult (*thread_exchange_stream_capture_mode)(CUstreamCaptureMode*);
   CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
   CUresult (*stream_wait_event)(CUstream, CUevent, unsigned int);
   CUresult (*mem_alloc)(CUdeviceptr*, size_t);

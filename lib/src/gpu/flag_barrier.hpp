@@ -63,7 +63,8 @@ class StreamOps {
   [[nodiscard]] virtual const volatile std::uint32_t* device_address(
       const std::atomic<std::uint32_t>* word) const noexcept = 0;
   // Called first on the relay thread (across nodes, the leader's): makes the thread's CUDA calls
-  // (the backend's) run where the process's first stream barrier's did.
+  // (the backend's) run where the process's first stream barrier's did, in the relaxed
+  // capture mode (a capture on another thread is never disturbed by them).
   virtual void enter_thread() noexcept {}
 };
 

@@ -23,6 +23,8 @@
 #include "engine/status.hpp"
 #include "fake_gpu.hpp"
 #include "gpu/flag_barrier.hpp"
+#include "gpu/stream_barrier.hpp"
+#include "job/job_config.hpp"
 #include "ranks.hpp"
 
 namespace {
@@ -455,6 +457,28 @@ TEST(FakeGpu, ACapturingStreamIsRefused) {
   });
   EXPECT_EQ(failures(ends), "");
   EXPECT_EQ(shared->early.load(), 0);
+}
+
+// Flags mode across machines under the NCCL backend would leave the streams waiting on the GPU
+// for a meet that NCCL queues behind them: every process refuses it alike from the job's
+// configuration, naming the way out, before anything is set up. One machine, or UCX: allowed.
+TEST(FakeGpu, FlagsModeIsRefusedAcrossMachinesUnderNccl) {
+  lockstep::detail::JobConfig config;
+  config.num_nodes = 2;
+  config.backend = "nccl";
+  try {
+    lockstep::detail::check_flags_mode(config);
+    ADD_FAILURE() << "flags mode across machines under NCCL was allowed";
+  } catch (const lockstep::ConfigError& error) {
+    EXPECT_TRUE(lockstep::testing::contains(error.what(), "LOCKSTEP_BACKEND=ucx")) << error.what();
+    EXPECT_TRUE(lockstep::testing::contains(error.what(), "LOCKSTEP_GPU_BARRIER=events"))
+        << error.what();
+  }
+  config.backend = "ucx";
+  EXPECT_NO_THROW(lockstep::detail::check_flags_mode(config));
+  config.backend = "nccl";
+  config.num_nodes = 1;
+  EXPECT_NO_THROW(lockstep::detail::check_flags_mode(config));
 }
 
 // A process that uses the GPU barrier forks a child that exits normally: the child neither

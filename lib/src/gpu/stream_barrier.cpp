@@ -3,9 +3,11 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gpu/flag_barrier.hpp"
 #include "job/job_config.hpp"
+#include "lockstep/error.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -25,11 +27,28 @@ std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const J
   {
     std::lock_guard lock(override_mutex);
     if (overridden && segment != nullptr) {
+      check_flags_mode(config);
       return std::make_unique<FlagBarrier>(*segment, overridden(), config.num_nodes > 1,
                                            std::move(relay));
     }
   }
   return make_cuda_stream_barrier(segment, config, std::move(relay));
+}
+
+void check_flags_mode(const JobConfig& config) {
+  if (config.num_nodes <= 1) {
+    return;
+  }
+  const std::vector<std::string> built = built_backends();
+  const std::string backend =
+      !config.backend.empty() ? config.backend : (built.empty() ? std::string() : built.front());
+  if (backend == "nccl") {
+    throw ConfigError(
+        "lockstep: LOCKSTEP_GPU_BARRIER=flags is refused across machines under the NCCL "
+        "backend: the streams would wait on the GPU for the machines' meet, which NCCL runs as a "
+        "kernel queued behind them (with CUDA_DEVICE_MAX_CONNECTIONS=1 the job hangs); use "
+        "LOCKSTEP_BACKEND=ucx (its meet runs on the host) or LOCKSTEP_GPU_BARRIER=events");
+  }
 }
 
 std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {

@@ -101,6 +101,14 @@ std::string peer_form_error(const char* what, int rank, std::uint32_t ready);
 // capturing stream (a graph would replay one episode's values and let streams pass early).
 std::string capture_refusal(const char* what);
 
+// Throws ConfigError when flags mode cannot run for `config`'s job: across machines under the NCCL
+// backend, where the node's streams would wait in a stream memory operation for the leaders'
+// meet, which NCCL runs as a kernel queued on the same GPU behind them (an order CUDA's scheduler
+// cannot see: with CUDA_DEVICE_MAX_CONNECTIONS=1 it hangs for certain). Every process decides it
+// alike from the job's configuration, before anything is set up, so none waits for a peer that
+// refused.
+void check_flags_mode(const JobConfig& config);
+
 // The CUDA barrier of mode config.gpu_barrier (stream_barrier_cuda.cpp), or ConfigError in a
 // build without CUDA (stream_barrier_none.cpp).
 std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,

@@ -253,6 +253,7 @@ std::unique_ptr<StreamBarrier> make_cuda_stream_barrier(NodeSegment* segment,
     return std::make_unique<SoleProcessBarrier>();
   }
   if (config.gpu_barrier == "flags") {
+    check_flags_mode(config);
     return std::make_unique<FlagBarrier>(*segment, std::make_unique<CudaStreamOps>(),
                                          config.num_nodes > 1, std::move(relay));
   }

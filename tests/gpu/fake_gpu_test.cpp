@@ -459,6 +459,30 @@ TEST(FakeGpu, ACapturingStreamIsRefused) {
   EXPECT_EQ(shared->early.load(), 0);
 }
 
+// One process's device cannot run flags mode: it still meets the others at the set-up, so every
+// process fails there (it with its device's reason, the others naming it), none waits for it
+// without a deadline; later calls fail the same way at once, and the host barrier goes on.
+TEST(FakeGpu, ADeviceWithoutFlagsFailsEveryProcessTogether) {
+  constexpr int kN = 3;
+  auto ends = run_ranks(Job::of(kN), [&](int rank) {
+    use_fake_gpu(/*refuse=*/rank == 1);
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 71U);
+    for (int call = 0; call < 2; ++call) {
+      try {
+        state.wait_for_everyone(stream.handle());
+        throw std::logic_error("a stream barrier with a device that cannot run it returned");
+      } catch (const lockstep::Error& error) {
+        RANK_CHECK(lockstep::testing::contains(
+            error.what(), rank == 1 ? "has no 64-bit stream memory operations"
+                                    : "process 1 could not set up LOCKSTEP_GPU_BARRIER=flags"));
+      }
+    }
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 // Flags mode across machines under the NCCL backend would leave the streams waiting on the GPU
 // for a meet that NCCL queues behind them: every process refuses it alike from the job's
 // configuration, naming the way out, before anything is set up. One machine, or UCX: allowed.

@@ -124,7 +124,15 @@ class FakeStream {
 // The barrier's stream operations on a fake stream, exactly as CUDA's would run them.
 class FakeStreamOps final : public lockstep::detail::StreamOps {
  public:
-  void map(void* /*area*/, std::size_t /*bytes*/, const char* /*what*/) override {}
+  // `refuse`: a device that cannot run flags mode (map throws, as CUDA's does on a device without
+  // stream memory operations).
+  explicit FakeStreamOps(bool refuse = false) : refuse_(refuse) {}
+  void map(void* /*area*/, std::size_t /*bytes*/, const char* what) override {
+    if (refuse_) {
+      throw lockstep::ConfigError(std::string(what) +
+                                  ": device 0 has no 64-bit stream memory operations (fake)");
+    }
+  }
   void enqueue(CUstream_st* stream, std::span<const MemOp> ops, const char* /*what*/) override {
     auto* fake = reinterpret_cast<FakeStream*>(stream);
     for (const MemOp& op : ops) {
@@ -151,10 +159,15 @@ class FakeStreamOps final : public lockstep::detail::StreamOps {
       const std::atomic<std::uint32_t>* word) const noexcept override {
     return reinterpret_cast<const volatile std::uint32_t*>(word);
   }
+
+ private:
+  bool refuse_;
 };
 
-inline void use_fake_gpu() {
-  lockstep::detail::override_stream_ops([] { return std::make_unique<FakeStreamOps>(); });
+// `refuse`: this process's fake device cannot run flags mode.
+inline void use_fake_gpu(bool refuse = false) {
+  lockstep::detail::override_stream_ops(
+      [refuse] { return std::make_unique<FakeStreamOps>(refuse); });
 }
 
 }  // namespace lockstep::testing

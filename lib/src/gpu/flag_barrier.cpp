@@ -219,11 +219,25 @@ void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* 
 }
 
 void FlagBarrier::set_up(const Meet& meet, const char* what) {
-  stream_ops_->map(segment_.gpu_area(), segment_.gpu_area_bytes(), what);
+  if (refused_) {
+    std::rethrow_exception(refused_);  // the set-up failed: every later call fails as it did
+  }
+  // A device that cannot run flags mode (no stream memory operations, no host registration)
+  // still comes to the set-up meet, marked refused, so that its peers fail there too, naming it,
+  // instead of waiting for it without a deadline; it throws its own reason after the meet.
   GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
-  // Release: a peer that reads the mark after the meet below sees this process set up.
-  own.ready.store(kFlagsReady, std::memory_order_release);
-  meet(std::nullopt);  // once: every process has mapped the area; never again
+  try {
+    stream_ops_->map(segment_.gpu_area(), segment_.gpu_area_bytes(), what);
+    // Release: a peer that reads the mark after the meet below sees this process set up.
+    own.ready.store(kFlagsReady, std::memory_order_release);
+  } catch (const Error&) {
+    refused_ = std::current_exception();
+    own.ready.store(kFlagsRefused, std::memory_order_release);
+  }
+  meet(std::nullopt);  // once: every process has mapped the area (or refused); never again
+  if (refused_) {
+    std::rethrow_exception(refused_);
+  }
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     if (slot == segment_.my_slot()) {
       continue;
@@ -231,8 +245,9 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
     // Acquire: pairs with the peer's release above.
     if (std::uint32_t ready = segment_.gpu_slot(slot).ready.load(std::memory_order_acquire);
         ready != kFlagsReady) {
-      throw Error(
-          peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
+      refused_ = std::make_exception_ptr(Error(
+          peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready)));
+      std::rethrow_exception(refused_);
     }
   }
   // Every episode's operations, the same but for the episode number (wait fills it in).

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -161,6 +162,8 @@ class FlagBarrier final : public StreamBarrier {
   NodeSegment& segment_;
   std::unique_ptr<StreamOps> stream_ops_;
   bool set_up_ = false;
+  // Why the set-up failed here or on a peer (every later call throws it again); null: it did not.
+  std::exception_ptr refused_;
   std::uint64_t episode_ = 0;
   std::uint64_t last_stream_ = 0;  // StreamOps::stream_id of the previous call's stream
   // An episode's operations (made by set_up; wait sets the episode). The first one orders a new

@@ -55,8 +55,12 @@ std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
   return std::string(what) + ": process " + std::to_string(rank) +
          (ready == 0 ? " met this call with wait_for_everyone() without a stream: every process "
                        "must call the same form at the same point"
-                     : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
-                       "for every process)");
+          : ready == kFlagsRefused
+              ? " could not set up LOCKSTEP_GPU_BARRIER=flags on its device (its own error says "
+                "why), and every process of the job must use one mode: set "
+                "LOCKSTEP_GPU_BARRIER=events, which any device runs"
+              : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
+                "for every process)");
 }
 
 std::string capture_refusal(const char* what) {

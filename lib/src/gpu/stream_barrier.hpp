@@ -93,6 +93,10 @@ std::unique_ptr<StreamBarrier> make_stream_barrier(NodeSegment* segment, const J
 // streams are driven by `make` (a fake GPU) instead of CUDA. Null restores CUDA.
 void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make);
 
+// GpuSlot::ready of a process whose device cannot run flags mode (its set-up failed; it still
+// meets its peers so that they fail with it).
+inline constexpr std::uint32_t kFlagsRefused = 4;
+
 // "<what>: process 3 met this call with ...": a peer that set up another form or mode (its
 // GpuSlot::ready is `ready`).
 std::string peer_form_error(const char* what, int rank, std::uint32_t ready);

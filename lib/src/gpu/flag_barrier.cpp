@@ -1,23 +1,17 @@
 #include "gpu/flag_barrier.hpp"
 
 #include <poll.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "base/fault_points.hpp"
 #include "base/proc.hpp"
-#include "base/text.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
-#include "waiting/poll_backoff.hpp"
-#include "waiting/wait_controls.hpp"
 
 namespace lockstep::detail {
 namespace {
@@ -41,15 +35,6 @@ constexpr int kDrainedMs = 10;
 // for, and still after every flag in the cyclic order (a release never lowers a flag).
 constexpr std::uint64_t kReleaseLead = 1ULL << 62;
 
-void raise_to(std::atomic<std::uint64_t>& word, std::uint64_t target) noexcept {
-  // Release: a relay that reads a raised `arrived` (acquire) sees the `released` mark before it.
-  std::uint64_t seen = word.load(std::memory_order_relaxed);
-  while (cyclic_before(seen, target) &&
-         !word.compare_exchange_weak(seen, target, std::memory_order_release,
-                                     std::memory_order_relaxed)) {
-  }
-}
-
 bool still_runs(pid_t pid, std::uint64_t start_time) noexcept {
   try {
     return process_liveness(pid, start_time) == Liveness::alive;
@@ -67,20 +52,6 @@ int open_pidfd(pid_t pid) noexcept {
 #endif
 }
 
-// The relay's polls of its node's streams: yields first, then naps, longer once a wait lasts
-// (a stream behind long work: 5,000 looks a second rather than 50,000).
-constexpr int kRelayYields = 64;
-constexpr auto kRelayNap = std::chrono::microseconds(20);
-constexpr auto kRelayLongNap = std::chrono::microseconds(200);
-constexpr auto kRelayLongAfter = std::chrono::milliseconds(2);
-constexpr const char* kRelayWhat = "lockstep: wait_for_everyone(stream)";
-
-// "the GPU streams of process 3", "the GPU streams of processes 3, 5".
-std::string streams_of(const std::vector<int>& ranks) {
-  return (ranks.size() > 1 ? "the GPU streams of processes " : "the GPU streams of process ") +
-         comma_list(ranks);
-}
-
 }  // namespace
 
 FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, bool across_nodes,
@@ -88,28 +59,11 @@ FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, b
     : segment_(segment),
       stream_ops_(std::move(ops)),
       across_nodes_(across_nodes),
-      relay_link_(std::move(relay)) {}
+      relay_(segment, *stream_ops_, std::move(relay), [this] { release_streams(); }) {}
 
 FlagBarrier::~FlagBarrier() {
-  stop_relay();
-  stop_watchdog();
-}
-
-void FlagBarrier::stop_relay() noexcept {
-  if (!relay_.running()) {
-    return;
-  }
-  // seq_cst, with the relay's `relay_meeting_` store and its read of the stop: either it sees the
-  // stop before it meets, or this sees it meeting and cancels the meet.
-  relay_.request_stop();
-  if (relay_meeting_.load(std::memory_order_seq_cst)) {
-    relay_link_.cancel();  // the process leaves: the other nodes see its leader gone
-  }
-  {
-    std::lock_guard lock(relay_mutex_);  // the relay reads the stop under it before it sleeps
-  }
-  relay_changed_.notify_all();
   relay_.stop();
+  stop_watchdog();
 }
 
 void FlagBarrier::stop_watchdog() noexcept {
@@ -177,44 +131,13 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
     release_streams();
   }
   if (relay_.running()) {
-    {
-      std::lock_guard lock(relay_mutex_);
-      posted_.push_back(timeout);
-    }
-    relay_changed_.notify_one();
+    relay_.post(timeout);
   }
 }
 
 void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* what) {
-  if (!relay_.running()) {
-    return;
-  }
-  std::unique_lock lock(relay_mutex_);
-  while (!posted_.empty() && !relay_ended_) {
-    auto slice = std::chrono::milliseconds(kWatchMs);
-    if (deadline) {
-      const auto now = Clock::now();
-      if (now >= *deadline) {
-        const std::uint64_t episode = met_ + 1;
-        lock.unlock();
-        std::vector<int> missing = late_streams(episode);
-        throw TimeoutError(
-            std::string(what) + ": every node meets its GPU streams' barrier " +
-                std::to_string(episode) +
-                " before this one, and this node's had not met the "
-                "others there when the timeout passed (" +
-                (missing.empty() ? std::string("every stream of this node had reached it")
-                                 : streams_of(missing) + " had not reached it") +
-                "); nothing arrived at this barrier",
-            missing);
-      }
-      slice = std::min(slice, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
-    }
-    relay_changed_.wait_for(lock, slice);
-    if (interrupt_pending()) {
-      lock.unlock();
-      check_interrupt(what);
-    }
+  if (relay_.running()) {
+    relay_.settle(deadline, what);
   }
 }
 
@@ -268,134 +191,15 @@ void FlagBarrier::set_up(const Meet& meet, const char* what) {
   ops_.push_back({MemOp::Kind::write, &flag.passed, 0});
   watchdog_.start(
       "lockstep-gpu", [this] { watch(); }, what);
-  if (relay_link_.given()) {
+  if (relay_.given()) {
     try {
-      relay_.start(
-          "lockstep-relay", [this] { relay(); }, what);
+      relay_.start(what);
     } catch (...) {
       stop_watchdog();
       throw;
     }
   }
   set_up_ = true;
-}
-
-void FlagBarrier::relay() noexcept {
-  stream_ops_->enter_thread();
-  ignore_interrupts_on_this_thread();  // a Ctrl-C is the caller's; the relay ends by stop_relay
-  std::uint64_t episode = 0;
-  for (;;) {
-    std::optional<std::chrono::milliseconds> timeout;
-    {
-      std::unique_lock lock(relay_mutex_);
-      while (posted_.empty() && !relay_.stopping()) {
-        relay_changed_.wait_for(lock, std::chrono::milliseconds(kWatchMs));
-        // Idle, a loss on this node: the other nodes' relays would wait for this one for ever.
-        // Acquire: the mark's writer recorded the loss before it.
-        if (posted_.empty() && segment_.header().lost.value.load(std::memory_order_acquire) != 0) {
-          lock.unlock();
-          tell_other_nodes();
-          lock.lock();
-        }
-      }
-      if (relay_.stopping()) {
-        break;
-      }
-      timeout = posted_.front();
-    }
-    ++episode;
-    if (!node_arrived(episode)) {
-      tell_other_nodes();
-      break;
-    }
-    fault_point("gpu.relay.arrived");
-    std::optional<Clock::time_point> deadline;
-    if (timeout) {
-      deadline = Clock::now() + *timeout;  // the other nodes, from this node's last arrival
-    }
-    relay_meeting_.store(true, std::memory_order_seq_cst);  // see stop_relay
-    try {
-      if (relay_.stopping()) {
-        break;
-      }
-      relay_link_.meet(deadline, kRelayWhat);
-    } catch (const std::exception& error) {
-      relay_meeting_.store(false, std::memory_order_seq_cst);
-      if (!relay_.stopping()) {
-        // Every process of the node throws it; every watchdog releases the streams (this one
-        // at once). A loss already recorded here (a local death) stays the node's, and is told.
-        segment_.record_failure(failure_of(error, kRelayWhat));
-        release_streams();
-        tell_other_nodes();
-      }
-      break;
-    }
-    relay_meeting_.store(false, std::memory_order_seq_cst);
-    fault_point("gpu.relay.met");
-    raise_to(segment_.gpu_area_header().node_met, episode);
-    {
-      std::lock_guard lock(relay_mutex_);
-      posted_.pop_front();
-      met_ = episode;
-    }
-    relay_changed_.notify_all();
-  }
-  {
-    std::lock_guard lock(relay_mutex_);
-    relay_ended_ = true;
-  }
-  relay_changed_.notify_all();
-}
-
-bool FlagBarrier::node_arrived(std::uint64_t episode) noexcept {
-  // Streams raise their flags with no futex to wake on: a few yields for streams that are
-  // almost there, then naps that grow once the wait is long.
-  PollBackoff backoff(PollBackoff::Plan{kRelayYields, kRelayNap, kRelayLongNap, kRelayLongAfter});
-  for (;; backoff.pause()) {
-    // seq_cst, as the watchdogs' mark and `released`: a released flag is not an arrival.
-    const auto broken = [this] {
-      return segment_.header().lost.value.load(std::memory_order_seq_cst) != 0 || released();
-    };
-    if (relay_.stopping() || broken()) {
-      return false;
-    }
-    bool all = true;
-    for (int slot = 0; slot < segment_.num_slots() && all; ++slot) {
-      // Acquire: pairs with a release's raise (after its `released` mark), so that a raised flag
-      // is seen with the mark.
-      all =
-          !cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire), episode);
-    }
-    if (all) {
-      return !broken();
-    }
-  }
-}
-
-void FlagBarrier::tell_other_nodes() noexcept {
-  if (told_) {
-    return;
-  }
-  try {
-    const std::optional<LostPeer> lost = segment_.recorded_lost();
-    if (!lost) {
-      return;  // stopped, not broken
-    }
-    Failure failure;
-    if (lost->how == LostHow::elsewhere) {
-      failure = segment_.recorded_failure();
-    } else {
-      const int rank = segment_.slot(lost->slot).rank.load(std::memory_order_relaxed);
-      failure = Failure{FailureKind::peer_lost,
-                        rank,
-                        {},
-                        segment_.describe(lost->slot) + " " + describe(lost->how) +
-                            " while the GPU streams waited"};
-    }
-    told_ = relay_link_.try_abort(failure);
-  } catch (...) {
-    // Out of memory for the message: the other nodes see this leader gone when it exits.
-  }
 }
 
 void FlagBarrier::watch() noexcept {
@@ -546,7 +350,7 @@ bool FlagBarrier::check_deadline() noexcept {
   lock.unlock();
   Failure failure;
   failure.kind = FailureKind::timeout;
-  failure.missing = late_streams(late.episode);
+  failure.missing = late_streams(segment_, late.episode);
   if (failure.missing.empty()) {
     if (across_nodes_) {
       // Every stream of this node has arrived: what is late is another node, which the
@@ -564,17 +368,6 @@ bool FlagBarrier::check_deadline() noexcept {
                     "'s stream reaching it; every stream of the node was released";
   segment_.record_failure(failure);
   return true;
-}
-
-std::vector<int> FlagBarrier::late_streams(std::uint64_t episode) const {
-  std::vector<int> ranks;
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    // Acquire: the stream wrote it; only compared.
-    if (cyclic_before(segment_.gpu_flag(slot).arrived.load(std::memory_order_acquire), episode)) {
-      ranks.push_back(segment_.slot(slot).rank.load(std::memory_order_relaxed));
-    }
-  }
-  return ranks;
 }
 
 void FlagBarrier::release_streams() noexcept {

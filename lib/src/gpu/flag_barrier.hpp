@@ -18,6 +18,7 @@
 
 #include "base/service_thread.hpp"
 #include "base/unique_fd.hpp"
+#include "gpu/flag_relay.hpp"
 #include "gpu/stream_barrier.hpp"
 
 namespace lockstep::detail {
@@ -145,19 +146,8 @@ class FlagBarrier final : public StreamBarrier {
   // How long the watchdog may sleep before check_deadline must look again.
   [[nodiscard]] int deadline_poll_ms() noexcept;
   void release_streams() noexcept;
-  // The ranks of the node's processes whose streams had not arrived at `episode`.
-  [[nodiscard]] std::vector<int> late_streams(std::uint64_t episode) const;
   [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
   void stop_watchdog() noexcept;
-  // The relay thread (see the class): meets the other nodes for each episode this process
-  // posted, in order, until stopped or the job breaks.
-  void relay() noexcept;
-  // Polls until every stream of the node has arrived at `episode`: false if the job broke (or
-  // the relay was stopped) first.
-  bool node_arrived(std::uint64_t episode) noexcept;
-  // Tells the other nodes why this node cannot go on, once: the loss recorded in the segment.
-  void tell_other_nodes() noexcept;
-  void stop_relay() noexcept;
 
   NodeSegment& segment_;
   std::unique_ptr<StreamOps> stream_ops_;
@@ -178,16 +168,7 @@ class FlagBarrier final : public StreamBarrier {
   ServiceThread watchdog_;  // "lockstep-gpu": woken by a timed call, and to stop
   // Across nodes (see the class).
   bool across_nodes_;
-  StreamRelay relay_link_;  // the leader's; empty elsewhere
-  ServiceThread relay_;     // "lockstep-relay", the leader's across nodes
-  std::mutex relay_mutex_;
-  std::condition_variable relay_changed_;
-  // Under relay_mutex_: the timeouts of the episodes posted and not yet met, oldest first.
-  std::deque<std::optional<std::chrono::milliseconds>> posted_;
-  std::uint64_t met_ = 0;     // the last episode met (relay_mutex_)
-  bool relay_ended_ = false;  // it stopped or the job broke: nothing more is met (relay_mutex_)
-  std::atomic<bool> relay_meeting_{false};  // in StreamRelay::meet now
-  bool told_ = false;                       // the relay thread's: tell_other_nodes ran
+  FlagRelay relay_;  // the leader's thread across nodes; not given elsewhere
 };
 
 }  // namespace lockstep::detail

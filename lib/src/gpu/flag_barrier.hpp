@@ -19,6 +19,7 @@
 #include "base/service_thread.hpp"
 #include "base/unique_fd.hpp"
 #include "gpu/flag_relay.hpp"
+#include "gpu/flag_watchdog.hpp"
 #include "gpu/stream_barrier.hpp"
 
 namespace lockstep::detail {
@@ -132,23 +133,7 @@ class FlagBarrier final : public StreamBarrier {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Deadline {
-    std::uint64_t episode;
-    std::chrono::milliseconds timeout;
-    // timeout after the watchdog saw this process's stream arrive at the episode; max() before.
-    Clock::time_point at;
-  };
   void set_up(const Meet& meet, const char* what);
-  void watch() noexcept;
-  // One look at the job; true once it is broken (and the streams must be released).
-  bool broken(std::vector<bool>& gone, bool full_check) noexcept;
-  bool check_deadline() noexcept;
-  // How long the watchdog may sleep before check_deadline must look again.
-  [[nodiscard]] int deadline_poll_ms() noexcept;
-  void release_streams() noexcept;
-  [[nodiscard]] bool drained(const std::vector<bool>& gone) const noexcept;
-  void stop_watchdog() noexcept;
-
   NodeSegment& segment_;
   std::unique_ptr<StreamOps> stream_ops_;
   bool set_up_ = false;
@@ -159,13 +144,7 @@ class FlagBarrier final : public StreamBarrier {
   // An episode's operations (made by set_up; wait sets the episode). The first one orders a new
   // stream after the previous call's (see above); a call on the previous stream skips it.
   std::vector<MemOp> ops_;
-  std::mutex deadlines_mutex_;
-  std::deque<Deadline> deadlines_;  // this process's timed calls not yet passed, oldest first
-  // The watchdog thread's own state (see watch()).
-  std::vector<pollfd> watch_fds_;     // its wake descriptor, then the pidfds
-  std::vector<UniqueFd> watch_pids_;  // the pidfds watch_fds_[1...] polls (closed: -1 there)
-  std::vector<bool> gone_;
-  ServiceThread watchdog_;  // "lockstep-gpu": woken by a timed call, and to stop
+  FlagWatchdog watchdog_;  // declared before the relay, which releases through it
   // Across nodes (see the class).
   bool across_nodes_;
   FlagRelay relay_;  // the leader's thread across nodes; not given elsewhere

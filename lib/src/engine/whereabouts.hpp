@@ -2,9 +2,10 @@
 
 // Where each process of a node is, read from the call logs its slots keep (call_log.hpp): the one
 // reader of those logs for what is said of them, and the one writer of that text. The barrier's
-// messages (a timeout, a lost peer, a stall, a check that failed), the flight record, lockstep-run
-// --status's reading of a call and another machine's question (the places desk) all come here.
-// Reads only: any thread, any time, as --status reads a segment of another process.
+// messages (a timeout, a lost peer, a stall, a check that failed), the flight record and the
+// answer to another machine's question (the places desk) all come here; lockstep-run --status
+// still reads the logs' latest calls itself (engine/status.cpp), as fields, not text. Reads
+// only: any thread, any time, as --status reads a segment of another process.
 
 #include <cstdint>
 #include <optional>

@@ -38,8 +38,7 @@ void FlagBarrier::abandon() noexcept {
 }
 
 bool FlagBarrier::released() const noexcept {
-  // Acquire: pairs with the watchdog's store, for a caller that then reads the failure.
-  return segment_.gpu_area_header().released.load(std::memory_order_acquire) != 0;
+  return streams_released(segment_);
 }
 
 const volatile std::uint32_t* FlagBarrier::release_word() const noexcept {
@@ -87,9 +86,7 @@ void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseco
 }
 
 void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* what) {
-  if (relay_.running()) {
-    relay_.settle(deadline, what);
-  }
+  relay_.settle(deadline, what);  // nothing to wait for where no relay runs
 }
 
 void FlagBarrier::set_up(const Meet& meet, const char* what) {

@@ -35,6 +35,10 @@ void raise_to(std::atomic<std::uint64_t>& word, std::uint64_t target) noexcept {
   }
 }
 
+bool streams_released(const NodeSegment& segment) noexcept {
+  return segment.gpu_area_header().released.load(std::memory_order_acquire) != 0;
+}
+
 std::vector<int> late_streams(const NodeSegment& segment, std::uint64_t episode) {
   std::vector<int> ranks;
   for (int slot = 0; slot < segment.num_slots(); ++slot) {
@@ -70,11 +74,6 @@ void FlagRelay::post(std::optional<std::chrono::milliseconds> timeout) {
     posted_.push_back(timeout);
   }
   changed_.notify_one();
-}
-
-bool FlagRelay::released() const noexcept {
-  // Acquire: pairs with the watchdog's store.
-  return segment_.gpu_area_header().released.load(std::memory_order_acquire) != 0;
 }
 
 void FlagRelay::stop() noexcept {
@@ -201,7 +200,8 @@ bool FlagRelay::node_arrived(std::uint64_t episode) noexcept {
   for (;; backoff.pause()) {
     // seq_cst, as the watchdogs' mark and `released`: a released flag is not an arrival.
     const auto broken = [this] {
-      return segment_.header().lost.value.load(std::memory_order_seq_cst) != 0 || released();
+      return segment_.header().lost.value.load(std::memory_order_seq_cst) != 0 ||
+             streams_released(segment_);
     };
     if (thread_.stopping() || broken()) {
       return false;

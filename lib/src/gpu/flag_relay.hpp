@@ -22,6 +22,9 @@ class NodeSegment;
 // Raises `word` to `target` unless it is already there or past it in the cyclic order (never
 // lowers it). Release: a relay that reads a raised flag (acquire) sees what came before.
 void raise_to(std::atomic<std::uint64_t>& word, std::uint64_t target) noexcept;
+// Whether a watchdog released the node's streams (GpuAreaHeader::released). Acquire: pairs with
+// its store, for a caller that then reads the failure.
+[[nodiscard]] bool streams_released(const NodeSegment& segment) noexcept;
 // The ranks of the node's processes whose streams had not arrived at `episode`.
 [[nodiscard]] std::vector<int> late_streams(const NodeSegment& segment, std::uint64_t episode);
 // "the GPU streams of process 3", "the GPU streams of processes 3, 5".
@@ -62,7 +65,6 @@ class FlagRelay {
   bool node_arrived(std::uint64_t episode) noexcept;
   // Tells the other nodes why this node cannot go on, once: the loss recorded in the segment.
   void tell_other_nodes() noexcept;
-  [[nodiscard]] bool released() const noexcept;
 
   NodeSegment& segment_;
   StreamOps& ops_;

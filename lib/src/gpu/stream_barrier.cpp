@@ -3,7 +3,6 @@
 
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "gpu/flag_barrier.hpp"
 #include "job/job_config.hpp"
@@ -39,10 +38,7 @@ void check_flags_mode(const JobConfig& config) {
   if (config.num_nodes <= 1) {
     return;
   }
-  const std::vector<std::string> built = built_backends();
-  const std::string backend =
-      !config.backend.empty() ? config.backend : (built.empty() ? std::string() : built.front());
-  if (backend == "nccl") {
+  if (backend_in_use(config) == "nccl") {
     throw ConfigError(
         "lockstep: LOCKSTEP_GPU_BARRIER=flags is refused across machines under the NCCL "
         "backend: the streams would wait on the GPU for the machines' meet, which NCCL runs as a "

@@ -519,4 +519,12 @@ JobConfig read_job_config(const EnvLookup& env, WaitPolicy default_policy) {
   return config;
 }
 
+std::string backend_in_use(const JobConfig& config) {
+  if (!config.backend.empty()) {
+    return config.backend;
+  }
+  const std::vector<std::string> built = built_backends();
+  return built.empty() ? std::string() : built.front();
+}
+
 }  // namespace lockstep::detail

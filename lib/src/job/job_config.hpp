@@ -78,6 +78,9 @@ struct JobConfig : NodeMember {
 // themselves are in membership/backend.hpp's registry).
 std::vector<std::string> known_backends();
 std::vector<std::string> built_backends();
+// The backend `config`'s job connects its nodes with: LOCKSTEP_BACKEND, else the first one built
+// (empty when none is).
+std::string backend_in_use(const JobConfig& config);
 
 // Reads the first complete set of variables (lockstep-run, torchrun, Open MPI, MPICH/Hydra,
 // Slurm). Throws ConfigError naming the variable and its value when one is malformed or the set

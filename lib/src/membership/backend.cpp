@@ -105,8 +105,7 @@ void check_backend_built(const JobConfig& job) {
 
 std::unique_ptr<Leaders> join_leaders(const LeaderConfig& config) {
   check_backend_built(config.job);
-  const BackendType& type =
-      config.job.backend.empty() ? *built_backend_types().front() : find_built(config.job.backend);
+  const BackendType& type = find_built(backend_in_use(config.job));
   std::unique_ptr<Bootstrap> bootstrap;
   if (type.needs_bootstrap) {
     bootstrap = make_bootstrap(config);

@@ -232,6 +232,33 @@ std::uint32_t PlacesDesk::question(const std::vector<int>& nodes, Asked asked) {
   return id;
 }
 
+bool PlacesDesk::read_link(std::size_t node, short revents, std::vector<std::byte>& got,
+                           std::optional<Clock::time_point>& since) {
+  // An error is left on the link for its owner to read (rendezvous::look_at_link).
+  if ((revents & (POLLERR | POLLNVAL)) != 0 || (revents & POLLIN) == 0) {
+    gone(node);  // a failed link; or one that hung up with nothing more to read
+    return false;
+  }
+  std::array<std::byte, 4096> bytes{};
+  const ssize_t n = ::recv(links_[node], bytes.data(), bytes.size(), MSG_DONTWAIT);
+  if (n <= 0) {
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      return true;
+    }
+    gone(node);  // the link ended (its owner sees that too) or failed as it was read
+    return false;
+  }
+  got.insert(got.end(), bytes.begin(), bytes.begin() + n);
+  const std::size_t held = got.size();
+  take(static_cast<int>(node), got);
+  if (got.empty()) {
+    since.reset();
+  } else if (got.size() < held || !since) {
+    since = Clock::now();  // a frame begins to arrive
+  }
+  return true;
+}
+
 void PlacesDesk::run() noexcept {
   std::vector<std::vector<std::byte>> got(links_.size());
   // When the frame that `got` begins with began to arrive (none: nothing held).
@@ -267,29 +294,7 @@ void PlacesDesk::run() noexcept {
         if (fds[i].revents == 0) {
           continue;
         }
-        // An error is left on the link for its owner to read (rendezvous::look_at_link).
-        if ((fds[i].revents & (POLLERR | POLLNVAL)) != 0 || (fds[i].revents & POLLIN) == 0) {
-          gone(node);  // a failed link; or one that hung up with nothing more to read
-          reading[node] = false;
-          continue;
-        }
-        std::array<std::byte, 4096> bytes{};
-        const ssize_t n = ::recv(links_[node], bytes.data(), bytes.size(), MSG_DONTWAIT);
-        if (n <= 0) {
-          reading[node] = n < 0 && (errno == EAGAIN || errno == EINTR);
-          if (!reading[node]) {
-            gone(node);  // the link ended (its owner sees that too) or failed as it was read
-          }
-          continue;
-        }
-        got[node].insert(got[node].end(), bytes.begin(), bytes.begin() + n);
-        const std::size_t held = got[node].size();
-        take(static_cast<int>(node), got[node]);
-        if (got[node].empty()) {
-          since[node].reset();
-        } else if (got[node].size() < held || !since[node]) {
-          since[node] = Clock::now();  // a frame begins to arrive
-        }
+        reading[node] = read_link(node, fds[i].revents, got[node], since[node]);
       }
       send_relays_due();
     }

@@ -97,6 +97,11 @@ class PlacesDesk {
   };
 
   void run() noexcept;
+  // Reads what `node`'s link has (poll's `revents` for it) into `got`, taking the frames it
+  // completes; `since`: when the frame left in `got` began to arrive. False once the link is
+  // gone.
+  bool read_link(std::size_t node, short revents, std::vector<std::byte>& got,
+                 std::optional<std::chrono::steady_clock::time_point>& since);
   // The frames that `node`'s link brought (`got`, what is left of one stays there).
   void take(int node, std::vector<std::byte>& got);
   // Whether `node` may be answered one more question now (kQuestionBurst, kQuestionEvery).

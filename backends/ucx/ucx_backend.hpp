@@ -102,6 +102,8 @@ class UcxBackend final : public Backend, public Bootstrap {
   void start_ucx();
   // Closes every endpoint (flushing what was sent, for a bounded time) and releases UCX.
   void shutdown() noexcept;
+  // Closes every endpoint, waiting a bounded time for the closes and for UCX to go quiet.
+  void close_endpoints() noexcept;
   void serve();
   void connect();
   void connect_mesh();
@@ -131,6 +133,11 @@ class UcxBackend final : public Backend, public Bootstrap {
   [[noreturn]] void give_up_join(int node, bool timed_out, int error);
   [[noreturn]] void throw_serve_timeout(const std::vector<std::string>& dropped) const;
   void handle_member(const wire::Message& message);
+  // Whether a message's token and sender make it another leader's of this job.
+  [[nodiscard]] bool from_member(std::uint64_t token, std::uint32_t from) const noexcept;
+  void handle_arrive(const wire::Arrive& arrive);
+  void handle_abort(const wire::Abort& abort);
+  void handle_blob(const wire::Blob& blob);
   // allgather (every leader gives) and share (node 0's leader alone): sends this leader's part
   // if it gives, then waits for the parts it takes and returns them all (by node index; this
   // node's empty).

@@ -44,6 +44,126 @@ ProcessMark read_process(ByteReader& r) {
   return mark;
 }
 
+// Each message after the magic and version: its kind, then its fields.
+void put(ByteWriter& w, const Hello& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::hello));
+  w.text(m.identity);
+  w.u32(m.num_nodes);
+  w.u32(m.world_size);
+  w.u32(m.node);
+  put_ranks(w, m.ranks);
+  w.sized(m.address);
+  put_process(w, m.process);
+}
+
+void put(ByteWriter& w, const Welcome& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::welcome));
+  w.u64(m.token);
+  w.u32(static_cast<std::uint32_t>(m.nodes.size()));
+  for (const auto& node : m.nodes) {
+    w.u32(node.node);
+    put_ranks(w, node.ranks);
+    w.sized(node.address);
+    put_process(w, node.process);
+  }
+}
+
+void put(ByteWriter& w, const Refuse& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::refuse));
+  w.text(m.reason);
+}
+
+void put(ByteWriter& w, const Arrive& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::arrive));
+  w.u64(m.token);
+  w.u32(m.from);
+  w.u64(m.episode);
+  w.u32(m.round);
+  w.u32(static_cast<std::uint32_t>(m.known.size()));
+  for (auto word : m.known) {
+    w.u64(word);
+  }
+}
+
+void put(ByteWriter& w, const Abort& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::abort));
+  w.u64(m.token);
+  w.u32(m.from);
+  w.u32(m.kind);
+  w.i32(m.rank);
+  put_ranks(w, m.missing);
+  w.text(m.message);
+}
+
+void put(ByteWriter& w, const Blob& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::blob));
+  w.u64(m.token);
+  w.u32(m.from);
+  w.u64(m.sequence);
+  w.sized(m.data);
+}
+
+void put(ByteWriter& w, const Chunk& m) {
+  w.u16(static_cast<std::uint16_t>(Kind::chunk));
+  w.u64(m.token);
+  w.u32(m.from);
+  w.u64(m.sequence);
+  w.u64(m.total);
+  w.u64(m.offset);
+  w.u64(m.length);
+}
+
+Hello read_hello(ByteReader& r) {
+  Hello m;
+  m.identity = r.text(kMaxText, "identity");
+  m.num_nodes = r.u32();
+  m.world_size = r.u32();
+  m.node = r.u32();
+  m.ranks = read_ranks(r, "ranks");
+  m.address = read_bytes(r, kMaxAddress, "address");
+  m.process = read_process(r);
+  return m;
+}
+
+Welcome read_welcome(ByteReader& r) {
+  Welcome m;
+  m.token = r.u64();
+  // Each at least 3 words and a process mark.
+  std::size_t n = r.count(kMaxNodes, 12 + kProcessMarkBytes, "nodes");
+  m.nodes.resize(n);
+  for (auto& node : m.nodes) {
+    node.node = r.u32();
+    node.ranks = read_ranks(r, "ranks");
+    node.address = read_bytes(r, kMaxAddress, "address");
+    node.process = read_process(r);
+  }
+  return m;
+}
+
+Arrive read_arrive(ByteReader& r) {
+  Arrive m;
+  m.token = r.u64();
+  m.from = r.u32();
+  m.episode = r.u64();
+  m.round = r.u32();
+  m.known.resize(r.count(kMaxNodes / 64, 8, "known"));
+  for (auto& word : m.known) {
+    word = r.u64();
+  }
+  return m;
+}
+
+Abort read_abort(ByteReader& r) {
+  Abort m;
+  m.token = r.u64();
+  m.from = r.u32();
+  m.kind = r.u32();
+  m.rank = r.i32();
+  m.missing = read_ranks(r, "missing");
+  m.message = r.text(kMaxText, "message");
+  return m;
+}
+
 Blob read_blob(ByteReader& r) {
   Blob m;
   m.token = r.u64();
@@ -64,12 +184,26 @@ Chunk read_chunk(ByteReader& r) {
   return m;
 }
 
-template <class... F>
-struct Overload : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overload(F...) -> Overload<F...>;
+// The message after the magic and version: its kind decides what follows.
+Message read_message(ByteReader& r) {
+  switch (static_cast<Kind>(r.u16())) {
+    case Kind::hello:
+      return read_hello(r);
+    case Kind::welcome:
+      return read_welcome(r);
+    case Kind::refuse:
+      return Refuse{r.text(kMaxText, "reason")};
+    case Kind::arrive:
+      return read_arrive(r);
+    case Kind::abort:
+      return read_abort(r);
+    case Kind::blob:
+      return read_blob(r);
+    case Kind::chunk:
+      return read_chunk(r);
+  }
+  throw WireError("unknown message kind");
+}
 
 }  // namespace
 
@@ -77,70 +211,7 @@ std::vector<std::byte> encode(const Message& message) {
   ByteWriter w;
   w.u32(kMagic);
   w.u16(kVersion);
-  std::visit(Overload{
-                 [&](const Hello& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::hello));
-                   w.text(m.identity);
-                   w.u32(m.num_nodes);
-                   w.u32(m.world_size);
-                   w.u32(m.node);
-                   put_ranks(w, m.ranks);
-                   w.sized(m.address);
-                   put_process(w, m.process);
-                 },
-                 [&](const Welcome& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::welcome));
-                   w.u64(m.token);
-                   w.u32(static_cast<std::uint32_t>(m.nodes.size()));
-                   for (const auto& node : m.nodes) {
-                     w.u32(node.node);
-                     put_ranks(w, node.ranks);
-                     w.sized(node.address);
-                     put_process(w, node.process);
-                   }
-                 },
-                 [&](const Refuse& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::refuse));
-                   w.text(m.reason);
-                 },
-                 [&](const Arrive& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::arrive));
-                   w.u64(m.token);
-                   w.u32(m.from);
-                   w.u64(m.episode);
-                   w.u32(m.round);
-                   w.u32(static_cast<std::uint32_t>(m.known.size()));
-                   for (auto word : m.known) {
-                     w.u64(word);
-                   }
-                 },
-                 [&](const Abort& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::abort));
-                   w.u64(m.token);
-                   w.u32(m.from);
-                   w.u32(m.kind);
-                   w.i32(m.rank);
-                   put_ranks(w, m.missing);
-                   w.text(m.message);
-                 },
-                 [&](const Blob& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::blob));
-                   w.u64(m.token);
-                   w.u32(m.from);
-                   w.u64(m.sequence);
-                   w.sized(m.data);
-                 },
-                 [&](const Chunk& m) {
-                   w.u16(static_cast<std::uint16_t>(Kind::chunk));
-                   w.u64(m.token);
-                   w.u32(m.from);
-                   w.u64(m.sequence);
-                   w.u64(m.total);
-                   w.u64(m.offset);
-                   w.u64(m.length);
-                 },
-             },
-             message);
+  std::visit([&](const auto& m) { put(w, m); }, message);
   return w.take();
 }
 
@@ -153,71 +224,7 @@ Message decode(std::span<const std::byte> bytes) {
     throw WireError("protocol version " + std::to_string(version) + ", this lockstep speaks " +
                     std::to_string(kVersion));
   }
-  Message out;
-  switch (static_cast<Kind>(r.u16())) {
-    case Kind::hello: {
-      Hello m;
-      m.identity = r.text(kMaxText, "identity");
-      m.num_nodes = r.u32();
-      m.world_size = r.u32();
-      m.node = r.u32();
-      m.ranks = read_ranks(r, "ranks");
-      m.address = read_bytes(r, kMaxAddress, "address");
-      m.process = read_process(r);
-      out = std::move(m);
-      break;
-    }
-    case Kind::welcome: {
-      Welcome m;
-      m.token = r.u64();
-      // Each at least 3 words and a process mark.
-      std::size_t n = r.count(kMaxNodes, 12 + kProcessMarkBytes, "nodes");
-      m.nodes.resize(n);
-      for (auto& node : m.nodes) {
-        node.node = r.u32();
-        node.ranks = read_ranks(r, "ranks");
-        node.address = read_bytes(r, kMaxAddress, "address");
-        node.process = read_process(r);
-      }
-      out = std::move(m);
-      break;
-    }
-    case Kind::refuse:
-      out = Refuse{r.text(kMaxText, "reason")};
-      break;
-    case Kind::arrive: {
-      Arrive m;
-      m.token = r.u64();
-      m.from = r.u32();
-      m.episode = r.u64();
-      m.round = r.u32();
-      m.known.resize(r.count(kMaxNodes / 64, 8, "known"));
-      for (auto& word : m.known) {
-        word = r.u64();
-      }
-      out = std::move(m);
-      break;
-    }
-    case Kind::abort: {
-      Abort m;
-      m.token = r.u64();
-      m.from = r.u32();
-      m.kind = r.u32();
-      m.rank = r.i32();
-      m.missing = read_ranks(r, "missing");
-      m.message = r.text(kMaxText, "message");
-      out = std::move(m);
-      break;
-    }
-    case Kind::blob:
-      out = read_blob(r);
-      break;
-    case Kind::chunk:
-      out = read_chunk(r);
-      break;
-    default:
-      throw WireError("unknown message kind");
-  }
+  Message out = read_message(r);
   r.finish();
   return out;
 }

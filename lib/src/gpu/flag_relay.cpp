@@ -126,28 +126,58 @@ void FlagRelay::settle(std::optional<Clock::time_point> deadline, const char* wh
   }
 }
 
+std::optional<std::optional<std::chrono::milliseconds>> FlagRelay::next_posted() noexcept {
+  std::unique_lock lock(mutex_);
+  while (posted_.empty() && !thread_.stopping()) {
+    changed_.wait_for(lock, std::chrono::milliseconds(kIdleMs));
+    // Idle, a loss on this node: the other nodes' relays would wait for this one for ever.
+    // Acquire: the mark's writer recorded the loss before it.
+    if (posted_.empty() && segment_.header().lost.value.load(std::memory_order_acquire) != 0) {
+      lock.unlock();
+      tell_other_nodes();
+      lock.lock();
+    }
+  }
+  if (thread_.stopping()) {
+    return std::nullopt;
+  }
+  return posted_.front();
+}
+
+bool FlagRelay::meet_other_nodes(std::optional<std::chrono::milliseconds> timeout) noexcept {
+  std::optional<Clock::time_point> deadline;
+  if (timeout) {
+    deadline = Clock::now() + *timeout;  // the other nodes, from this node's last arrival
+  }
+  meeting_.store(true, std::memory_order_seq_cst);  // see stop
+  try {
+    if (thread_.stopping()) {
+      return false;
+    }
+    link_.meet(deadline, kRelayWhat);
+  } catch (const std::exception& error) {
+    meeting_.store(false, std::memory_order_seq_cst);
+    if (!thread_.stopping()) {
+      // Every process of the node throws it; every watchdog releases the streams (this one
+      // at once). A loss already recorded here (a local death) stays the node's, and is told.
+      segment_.record_failure(failure_of(error, kRelayWhat));
+      release_();
+      tell_other_nodes();
+    }
+    return false;
+  }
+  meeting_.store(false, std::memory_order_seq_cst);
+  return true;
+}
+
 void FlagRelay::run() noexcept {
   ops_.enter_thread();
   ignore_interrupts_on_this_thread();  // a Ctrl-C is the caller's; the relay ends by stop
   std::uint64_t episode = 0;
   for (;;) {
-    std::optional<std::chrono::milliseconds> timeout;
-    {
-      std::unique_lock lock(mutex_);
-      while (posted_.empty() && !thread_.stopping()) {
-        changed_.wait_for(lock, std::chrono::milliseconds(kIdleMs));
-        // Idle, a loss on this node: the other nodes' relays would wait for this one for ever.
-        // Acquire: the mark's writer recorded the loss before it.
-        if (posted_.empty() && segment_.header().lost.value.load(std::memory_order_acquire) != 0) {
-          lock.unlock();
-          tell_other_nodes();
-          lock.lock();
-        }
-      }
-      if (thread_.stopping()) {
-        break;
-      }
-      timeout = posted_.front();
+    const auto timeout = next_posted();
+    if (!timeout) {
+      break;
     }
     ++episode;
     if (!node_arrived(episode)) {
@@ -155,28 +185,9 @@ void FlagRelay::run() noexcept {
       break;
     }
     fault_point("gpu.relay.arrived");
-    std::optional<Clock::time_point> deadline;
-    if (timeout) {
-      deadline = Clock::now() + *timeout;  // the other nodes, from this node's last arrival
-    }
-    meeting_.store(true, std::memory_order_seq_cst);  // see stop
-    try {
-      if (thread_.stopping()) {
-        break;
-      }
-      link_.meet(deadline, kRelayWhat);
-    } catch (const std::exception& error) {
-      meeting_.store(false, std::memory_order_seq_cst);
-      if (!thread_.stopping()) {
-        // Every process of the node throws it; every watchdog releases the streams (this one
-        // at once). A loss already recorded here (a local death) stays the node's, and is told.
-        segment_.record_failure(failure_of(error, kRelayWhat));
-        release_();
-        tell_other_nodes();
-      }
+    if (!meet_other_nodes(*timeout)) {
       break;
     }
-    meeting_.store(false, std::memory_order_seq_cst);
     fault_point("gpu.relay.met");
     raise_to(segment_.gpu_area_header().node_met, episode);
     {

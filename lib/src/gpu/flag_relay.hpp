@@ -60,6 +60,11 @@ class FlagRelay {
  private:
   using Clock = std::chrono::steady_clock;
   void run() noexcept;
+  // Waits for the next posted episode: its timeout, or nothing once the relay stops.
+  std::optional<std::optional<std::chrono::milliseconds>> next_posted() noexcept;
+  // Meets the other nodes' relays; false when the relay ends (stopping, or the meeting failed:
+  // recorded, the streams released, the other nodes told).
+  bool meet_other_nodes(std::optional<std::chrono::milliseconds> timeout) noexcept;
   // Polls until every stream of the node has arrived at `episode`: false if the job broke (or
   // the relay was stopped) first.
   bool node_arrived(std::uint64_t episode) noexcept;

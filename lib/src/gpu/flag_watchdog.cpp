@@ -72,13 +72,9 @@ void FlagWatchdog::drop_last_deadline() noexcept {
   deadlines_.pop_back();
 }
 
-void FlagWatchdog::watch() noexcept {
+bool FlagWatchdog::open_peer_pidfds() noexcept {
   const int me = segment_.my_slot();
-  // Members, not locals: a forked child keeps this object (abandon) but not this thread's stack,
-  // and a leak checker there must still find what they hold.
-  std::vector<pollfd>& fds = fds_;
-  std::vector<bool>& gone = gone_;
-  fds.assign(1, pollfd{thread_.wake_fd(), POLLIN, 0});
+  fds_.assign(1, pollfd{thread_.wake_fd(), POLLIN, 0});
   pids_.clear();
   // A pidfd names whichever process had the pid when it was opened: a peer that had already
   // died, its pid reused, would be watched through a stranger. Checked once by start time.
@@ -88,7 +84,7 @@ void FlagWatchdog::watch() noexcept {
     const pid_t pid = segment_.slot(slot).pid.load(std::memory_order_relaxed);
     if (slot != me) {
       if (UniqueFd fd(open_pidfd(pid)); fd) {
-        fds.push_back({fd.get(), POLLIN, 0});
+        fds_.push_back({fd.get(), POLLIN, 0});
         pids_.push_back(std::move(fd));
         stale_pidfd =
             stale_pidfd ||
@@ -96,6 +92,15 @@ void FlagWatchdog::watch() noexcept {
       }
     }
   }
+  return stale_pidfd;
+}
+
+void FlagWatchdog::watch() noexcept {
+  // Members, not locals: a forked child keeps this object (abandon) but not this thread's stack,
+  // and a leak checker there must still find what they hold.
+  std::vector<pollfd>& fds = fds_;
+  std::vector<bool>& gone = gone_;
+  bool stale_pidfd = open_peer_pidfds();
   const bool every_peer_has_a_pidfd = static_cast<int>(fds.size()) == segment_.num_slots();
   gone.assign(static_cast<std::size_t>(segment_.num_slots()), false);
   bool failed = false;

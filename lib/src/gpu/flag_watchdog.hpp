@@ -55,6 +55,9 @@ class FlagWatchdog {
     Clock::time_point at;
   };
   void watch() noexcept;
+  // Opens a pidfd for every peer (fds_ after the wake descriptor, pids_): whether one may name
+  // a stranger (its peer had died and the pid was reused).
+  bool open_peer_pidfds() noexcept;
   // One look at the job; true once it is broken (and the streams must be released).
   bool broken(std::vector<bool>& gone, bool full_check) noexcept;
   bool check_deadline() noexcept;

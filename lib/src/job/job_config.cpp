@@ -230,17 +230,10 @@ std::string variables_of(const Family& family) {
   return out;
 }
 
-JobConfig validate(const Family& family) {
-  JobConfig config;
-  config.source = family.source;
-  config.world_size = integer(family.size, 1);
-  config.rank = integer(family.rank, 0);
-  if (config.rank >= config.world_size) {
-    bad(family.rank, "is not below " + family.size.name + "=" + *family.size.value);
-  }
-  Given given = read_given(family, config);
+// Derives what the family did not give (the node count, the processes per node, the node
+// index); a job whose shape cannot be told is an error, never a guess.
+void derive_shape(const Family& family, const JobConfig& config, Given& given) {
   auto& [local_size, local_rank, nnodes, node] = given;
-  // Derive what was not given; a job whose shape cannot be told is an error, never a guess.
   if (!nnodes) {
     if (!local_size || *local_size == config.world_size) {
       nnodes = 1;
@@ -271,6 +264,11 @@ JobConfig validate(const Family& family) {
       bad(family.rank, "cannot be placed on a node: set the node index variable");
     }
   }
+}
+
+// Checks that the whole shape (given and derived) holds together.
+void check_shape(const Family& family, const JobConfig& config, const Given& given) {
+  const auto& [local_size, local_rank, nnodes, node] = given;
   if (*node >= *nnodes) {
     bad(family.node.present() ? family.node : family.rank, "places the process on node " +
                                                                std::to_string(*node) + " of only " +
@@ -298,6 +296,20 @@ JobConfig validate(const Family& family) {
         "puts " + std::to_string(*local_size) + " processes on one node; lockstep takes at most " +
             std::to_string(kMaxLocalProcesses) + " per node");
   }
+}
+
+JobConfig validate(const Family& family) {
+  JobConfig config;
+  config.source = family.source;
+  config.world_size = integer(family.size, 1);
+  config.rank = integer(family.rank, 0);
+  if (config.rank >= config.world_size) {
+    bad(family.rank, "is not below " + family.size.name + "=" + *family.size.value);
+  }
+  Given given = read_given(family, config);
+  derive_shape(family, config, given);
+  check_shape(family, config, given);
+  const auto& [local_size, local_rank, nnodes, node] = given;
   config.local_rank = local_rank.value_or(-1);
   config.local_size = *local_size;
   config.num_nodes = *nnodes;
@@ -422,6 +434,26 @@ std::chrono::milliseconds seconds_of(const Var& timeout, bool zero = false) {
   return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
+// LOCKSTEP_LOG, or the older LOCKSTEP_DEBUG where it is not set.
+void read_log_level(const EnvLookup& env, JobConfig& config) {
+  if (auto level = lookup(env, "LOCKSTEP_LOG"); level.present()) {
+    if (*level.value == "off") {
+      config.log_level = LogLevel::off;
+    } else if (*level.value == "info") {
+      config.log_level = LogLevel::info;
+    } else if (*level.value == "debug") {
+      config.log_level = LogLevel::debug;
+    } else {
+      bad(level, "is not one of off, info, debug");
+    }
+  } else if (auto debug = lookup(env, "LOCKSTEP_DEBUG"); debug.present()) {
+    if (*debug.value != "0" && *debug.value != "1") {
+      bad(debug, "is not 0 or 1 (LOCKSTEP_LOG=info|debug says more)");
+    }
+    config.log_level = *debug.value == "1" ? LogLevel::info : LogLevel::off;
+  }
+}
+
 // lockstep's own variables, beside the job's shape.
 void read_options(const EnvLookup& env, JobConfig& config) {
   if (auto policy = lookup(env, "LOCKSTEP_WAIT_POLICY"); policy.present()) {
@@ -467,22 +499,7 @@ void read_options(const EnvLookup& env, JobConfig& config) {
     }
     config.backend = *backend.value;
   }
-  if (auto level = lookup(env, "LOCKSTEP_LOG"); level.present()) {
-    if (*level.value == "off") {
-      config.log_level = LogLevel::off;
-    } else if (*level.value == "info") {
-      config.log_level = LogLevel::info;
-    } else if (*level.value == "debug") {
-      config.log_level = LogLevel::debug;
-    } else {
-      bad(level, "is not one of off, info, debug");
-    }
-  } else if (auto debug = lookup(env, "LOCKSTEP_DEBUG"); debug.present()) {
-    if (*debug.value != "0" && *debug.value != "1") {
-      bad(debug, "is not 0 or 1 (LOCKSTEP_LOG=info|debug says more)");
-    }
-    config.log_level = *debug.value == "1" ? LogLevel::info : LogLevel::off;
-  }
+  read_log_level(env, config);
   if (auto mode = lookup(env, "LOCKSTEP_GPU_BARRIER"); mode.present()) {
     if (*mode.value != "flags" && *mode.value != "events" && *mode.value != "memops") {
       bad(mode, "is not one of flags, events (or 0.2's memops, now flags)");

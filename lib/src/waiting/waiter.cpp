@@ -25,6 +25,41 @@ Waiter::Waiter(WaitPolicy policy, WaitShape shape, WaitSignals& signals) noexcep
       adaptive_(policy == WaitPolicy::adaptive),
       options_(plan_wait(policy_, shape_, loaded_, spin_)) {}
 
+int Waiter::peers_sample(std::uint64_t stamp, nanoseconds period) noexcept {
+  // Relaxed: a hint in one word (never torn); a stale value is only an older sample.
+  const std::uint64_t word = shared_->load(std::memory_order_relaxed);
+  const std::uint64_t taken = word >> kSampleBits;
+  if (word == 0 || taken == last_stamp_ || stamp < taken ||
+      stamp - taken >=
+          static_cast<std::uint64_t>(std::chrono::duration_cast<microseconds>(period).count())) {
+    return -1;
+  }
+  last_stamp_ = taken;
+  ++stats_.shared_samples;
+  return static_cast<int>(word & kSampleMask);
+}
+
+int Waiter::own_sample(std::uint64_t stamp) noexcept {
+  const int runnable = signals_.runnable_tasks();
+  if (runnable < 0) {
+    return -1;
+  }
+  const int asleep = peers_asleep_ ? peers_asleep_() : 0;
+  const int here = std::max(shape_.processes, shape_.processes_here);
+  const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
+  const int foreign = std::max(0, runnable - ours);
+  // Competing only when it and the whole job awake would not fit the machine's CPUs.
+  const int competing = foreign + here > signals_.online_cpus() ? foreign : 0;
+  if (shared_ != nullptr) {
+    // Relaxed: a hint (see share_samples).
+    shared_->store(stamp << kSampleBits | static_cast<std::uint64_t>(
+                                              std::min(competing, static_cast<int>(kSampleMask))),
+                   std::memory_order_relaxed);
+    last_stamp_ = stamp;
+  }
+  return competing;
+}
+
 // A sample counts the runnable tasks that are not the job's: the machine's runnable tasks less
 // the job's processes on this node that do not sleep in a wait (a process computing, spinning or
 // preempted is runnable; a process in a wait's futex is not). It counts only while those tasks
@@ -51,36 +86,12 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   const auto stamp = static_cast<std::uint64_t>(
                          std::chrono::duration_cast<microseconds>(now.time_since_epoch()).count()) &
                      kStampMask;
-  int competing = -1;  // the sample's foreign tasks where they compete with the job, else 0
-  if (shared_ != nullptr && !now_or_never) {
-    // Relaxed: a hint in one word (never torn); a stale value is only an older sample.
-    const std::uint64_t word = shared_->load(std::memory_order_relaxed);
-    const std::uint64_t taken = word >> kSampleBits;
-    if (word != 0 && taken != last_stamp_ && stamp >= taken &&
-        stamp - taken <
-            static_cast<std::uint64_t>(std::chrono::duration_cast<microseconds>(period).count())) {
-      competing = static_cast<int>(word & kSampleMask);
-      last_stamp_ = taken;
-      ++stats_.shared_samples;
-    }
-  }
+  // The sample's foreign tasks where they compete with the job, else 0.
+  int competing = shared_ != nullptr && !now_or_never ? peers_sample(stamp, period) : -1;
   if (competing < 0) {
-    const int runnable = signals_.runnable_tasks();
-    if (runnable < 0) {
+    competing = own_sample(stamp);
+    if (competing < 0) {
       return loaded_;  // no /proc: the shape alone decides, as before load was seen
-    }
-    const int asleep = peers_asleep_ ? peers_asleep_() : 0;
-    const int here = std::max(shape_.processes, shape_.processes_here);
-    const int ours = here - std::clamp(asleep, 0, here - 1);  // this process is awake
-    const int foreign = std::max(0, runnable - ours);
-    // Competing only when it and the whole job awake would not fit the machine's CPUs.
-    competing = foreign + here > signals_.online_cpus() ? foreign : 0;
-    if (shared_ != nullptr) {
-      // Relaxed: a hint (see share_samples).
-      shared_->store(stamp << kSampleBits | static_cast<std::uint64_t>(
-                                                std::min(competing, static_cast<int>(kSampleMask))),
-                     std::memory_order_relaxed);
-      last_stamp_ = stamp;
     }
   }
   recent_[next_++ % recent_.size()] = competing;

@@ -110,6 +110,12 @@ class Waiter {
   // (kLoadSamplePeriod, kLoadedSamplePeriod while loaded; any time when `now_or_never`); returns
   // loaded().
   bool sample_load(WaitClock::time_point now, bool now_or_never = false) noexcept;
+  // A peer's sample (share_samples) taken less than `period` before `stamp` and not yet
+  // counted: its count of competing tasks; -1 if there is none.
+  int peers_sample(std::uint64_t stamp, std::chrono::nanoseconds period) noexcept;
+  // This process's own sample at `stamp`, shared with the peers: its count of competing tasks;
+  // -1 without /proc.
+  int own_sample(std::uint64_t stamp) noexcept;
   // Feeds back one finished wait of `waited`.
   void learn(std::chrono::nanoseconds waited) noexcept;
   // Whether learn() uses what it is fed: adaptive, one node, a CPU per process, idle.
@@ -229,11 +235,8 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   WaitOptions options = options_;
   // Poll before anything else: what a yield or a sleep would wait for may be there already. A
   // loaded waiter polls once: its late peer may be runnable on this CPU, and then any spin holds
-  // the CPU that it needs (the 64 quick polls, 1-2 us, were what adaptive did beyond block at
-  // N=2 beside a busy loop, where every loaded wait found its peer on its CPU: 1.09x pthread's
-  // episode against block's 1.03x, 1.04x without them; bench/sleep-ab 2 60 200, 2
-  // vCPUs). Whether to spin is decided below, asking the site only when loaded. (Asking it
-  // here, before the polls, cost the idle fast path 5-10% at N=2: barrier_bench.)
+  // the CPU that it needs. Where the late peer is is asked below, and only when loaded: asked
+  // here, before the polls, it cost the idle fast path 5-10% at N=2.
   const int quick_spins = options.spin.count() > 0 && !loaded_ ? kQuickSpins : 1;
   for (int i = 0; i < quick_spins; ++i) {
     if (site.done()) {
@@ -243,12 +246,8 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   }
   // Loaded, a wait whose late peer may be on this CPU does not spin: a spin would hold the CPU
   // that the peer waits for. It sleeps at once, so it takes the short path below as block's
-  // waits do, not wait_long's loop around the same sleep (adaptive / pthread_barrier_t at N = 2
-  // beside one busy loop on 2 vCPUs, where almost every loaded wait finds its peer on its CPU:
-  // 1.04-1.05x -> 1.02-1.03x, bench/sleep-ab, docs/performance.md). This is the
-  // one place that decides it (wait_long is reached only from here). Asked only when loaded
-  // (only adaptive's waiter is ever loaded, and its spin is never unbounded): the idle path is
-  // unchanged.
+  // waits do, not wait_long's loop around the same sleep. This is the one place that decides
+  // it (wait_long is reached only from here).
   if (loaded_ && options.spin.count() != 0 && !shape_.across_nodes && site.late_peer_here()) {
     options.spin = std::chrono::nanoseconds{0};
   }
@@ -260,17 +259,11 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // CPUs or its late peer on this CPU): one sleep, and almost always done when it ends. This path
   // is all a loaded machine's episode runs after its wake-up, and each sleep is a context switch
   // after which the caches and branch predictors hold another process's code: so it is kept short
-  // and straight, and the rest of the wait (a wake that finds the wait not done) is out of line in
-  // wait_long (block / pthread_barrier_t beside 1+burst2@2 at N = 4 on 2 vCPUs: 1.08-1.09x,
-  // against 1.10x with this path inside the general loop; bench/sleep-ab,
-  // docs/performance.md). wait() is flattened (the site's sleep and the futex call inlined): each
-  // return after the sleep's context switch is mispredicted here (the kernel refills the return
-  // stack), and two fewer frames took block from 1.08x to 1.07x there, and from 1.06x to 1.04x
-  // beside burst4@2 at N = 8. The node barrier's caller, Context::wait, is flattened too, with this
-  // inlined in it, and the futex call is made in line (waiting/futex.cpp): 1.02x there.
-  // The coarse clock: such a wait keeps times of 100 ms and more only (the periodic check, the
-  // stall line), and a precise read costs ~30 ns warm, and after a sleep, on a loaded machine,
-  // enough to be 2-3% of a barrier episode (bench/sleep-ab's "clock" steps, docs/performance.md).
+  // and straight, the rest of the wait out of line in wait_long, and the frames few (wait() and
+  // its caller Context::wait are flattened, the futex call made in line: each return after the
+  // switch is mispredicted). The coarse clock: such a wait keeps times of 100 ms and more only
+  // (the periodic check, the stall line), and a precise read after a sleep on a loaded machine
+  // costs 2-3% of an episode. (The measurements: docs/performance-history.md.)
   const auto start = signals_.coarse_now();
   ++stats_.timed_waits;
   stats_.loaded_waits += loaded_ ? 1 : 0;

@@ -11,77 +11,35 @@
 
 // The plain names are this file's functions, not the header's macros (which call the _at forms).
 #define LOCKSTEP_NO_SITE_MACROS
-#include "engine/call_log.hpp"
+#include "api/c_handle.hpp"
 #include "engine/spill.hpp"  // prefault
-#include "lockstep/lockstep.h"
-#include "lockstep/state.hpp"
 #include "lockstep/version.hpp"
-#include "membership/context.hpp"
 #include "waiting/wait_controls.hpp"
 
-namespace lockstep::detail {
+namespace lockstep::detail::capi {
+namespace {
+thread_local std::string last_error;
+}  // namespace
 
-// State's calls at a C caller's site (State's private _at forms), and the handle they work on.
-class CApi {
- public:
-  static State create(const CallSite& site) { return State(site); }
-  static void wait(State& state, std::optional<std::chrono::milliseconds> timeout,
-                   const CallSite& site) {
-    state.wait_at(timeout, site);
+lockstep_status fail(lockstep_status status, const char* message) noexcept {
+  try {
+    last_error = message;
+  } catch (...) {
+    // Out of memory for the message: the status still says what failed.
   }
-  static bool try_wait(State& state, const CallSite& site) { return state.try_wait_at(site); }
-  // The bytes copied once, from the segment or a spill straight into the C caller's buffer.
-  static void broadcast(State& state, std::span<const std::byte> data,
-                        FunctionRef<void(std::span<const std::byte>)> put, const CallSite& site) {
-    state.context_->broadcast_into(data, put, "broadcast", site);
-  }
-  static void gather(State& state, std::span<const std::byte> data, const Context::GatherSink& sink,
-                     const CallSite& site) {
-    state.context_->gather_into(data, sink, "gather_object", site);
-  }
-  static bool check_trigger(State& state, const CallSite& site) {
-    return state.check_trigger_at(site);
-  }
-  static void wait_stream(State& state, void* stream,
-                          std::optional<std::chrono::milliseconds> timeout, const CallSite& site) {
-    state.wait_stream_at(static_cast<CUstream_st*>(stream), timeout, site);
-  }
-  static FirstGuard first(State& state, bool local, const CallSite& site) {
-    return state.first_at(local, site);
-  }
-  // Ends the block at the _end call's site (C++'s guard releases where it was made).
-  static void end(FirstGuard& guard, const CallSite& site) {
-    guard.file_ = site.file;
-    guard.function_ = site.function;
-    guard.line_ = site.line;
-    guard.end();
-  }
-};
+  return status;
+}
 
-}  // namespace lockstep::detail
+const char* last_error_text() noexcept {
+  return last_error.c_str();
+}
 
-using lockstep::detail::CallSite;
+}  // namespace lockstep::detail::capi
+
 using lockstep::detail::CApi;
-
-struct lockstep_state {
-  explicit lockstep_state(const CallSite& site) : state(CApi::create(site)) {}
-  lockstep_state(const lockstep_state&) = delete;
-  lockstep_state& operator=(const lockstep_state&) = delete;
-  ~lockstep_state() {
-    while (!blocks.empty()) {  // innermost first, as the C++ guards would end
-      blocks.pop_back();
-    }
-  }
-  lockstep::State state;
-  std::string source = state.environment_source();  // for lockstep_environment_source
-  // The open first blocks (between *main_process_first_begin and _end), innermost last.
-  struct OpenBlock {
-    lockstep::FirstGuard guard;
-    bool local;
-    CallSite begun;
-  };
-  std::vector<OpenBlock> blocks;
-};
+using lockstep::detail::capi::fail;
+using lockstep::detail::capi::guarded;
+using lockstep::detail::capi::site_of;
 
 namespace {
 
@@ -111,46 +69,6 @@ class MallocBuffer {
  private:
   std::byte* bytes_;
 };
-
-CallSite site_of(const char* file, int line, const char* function) noexcept {
-  return {file, function, line > 0 ? static_cast<std::uint32_t>(line) : 0};
-}
-
-thread_local std::string last_error;
-
-lockstep_status fail(lockstep_status status, const char* message) {
-  try {
-    last_error = message;
-  } catch (...) {
-    // Out of memory for the message: the status still says what failed.
-  }
-  return status;
-}
-
-// Runs `body`, turning what it throws into a status and a message (no exception crosses into C).
-template <class Body>
-lockstep_status guarded(Body&& body) noexcept {
-  try {
-    body();
-    return LOCKSTEP_OK;
-  } catch (const lockstep::TimeoutError& error) {
-    return fail(LOCKSTEP_TIMEOUT, error.what());
-  } catch (const lockstep::PeerLostError& error) {
-    return fail(LOCKSTEP_PEER_LOST, error.what());
-  } catch (const lockstep::InterruptedError& error) {
-    return fail(LOCKSTEP_INTERRUPTED, error.what());
-  } catch (const lockstep::ConfigError& error) {
-    return fail(LOCKSTEP_CONFIG_ERROR, error.what());
-  } catch (const lockstep::SystemError& error) {
-    return fail(LOCKSTEP_SYSTEM_ERROR, error.what());
-  } catch (const std::bad_alloc&) {
-    return fail(LOCKSTEP_SYSTEM_ERROR, "lockstep: out of memory");
-  } catch (const std::exception& error) {
-    return fail(LOCKSTEP_ERROR, error.what());
-  } catch (...) {
-    return fail(LOCKSTEP_ERROR, "lockstep: unknown error");
-  }
-}
 
 template <class Query>
 int query(const lockstep_state* state, Query query, int if_null) noexcept {
@@ -506,104 +424,8 @@ lockstep_status lockstep_split_range(uint64_t size, int num_processes, int proce
   });
 }
 
-}  // extern "C"
-
-namespace {
-
-// The first process (the main one, or each node's main one) runs the block between begin and end
-// first: the others wait in begin until it has called end. The C++ guard holds the rule (which
-// process waits where, and that the first one enters only an intact job).
-lockstep_status first_begin(lockstep_state* state, bool local, const char* what,
-                            const CallSite& site) {
-  if (state == nullptr) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
-  }
-  return guarded([&] {
-    lockstep::FirstGuard guard = CApi::first(state->state, local, site);
-    state->blocks.push_back({std::move(guard), local, site});
-  });
-}
-
-// "nest.c:12", or "an unrecorded place" (a call without its _at form's site).
-std::string site_words(const CallSite& site) {
-  if (site.file == nullptr) {
-    return "an unrecorded place";
-  }
-  return std::string(site.file) + ":" + std::to_string(site.line);
-}
-
-const char* block_name(bool local) {
-  return local ? "local_main_process_first" : "main_process_first";
-}
-
-lockstep_status first_end(lockstep_state* state, bool local, const char* what,
-                          const CallSite& site) {
-  if (state == nullptr || state->blocks.empty()) {
-    return fail(LOCKSTEP_INVALID_ARGUMENT,
-                (std::string(what) + ": no open block on this handle (no _begin without its _end)")
-                    .c_str());
-  }
-  lockstep_state::OpenBlock& innermost = state->blocks.back();
-  if (innermost.local != local) {
-    return fail(
-        LOCKSTEP_INVALID_ARGUMENT,
-        (std::string(what) + " at " + site_words(site) + ": the innermost open block is a " +
-         block_name(innermost.local) + " block, begun at " + site_words(innermost.begun) +
-         "; end it first (blocks " + "end in the reverse order of their _begin)")
-            .c_str());
-  }
-  const lockstep_status status = guarded([&] { CApi::end(innermost.guard, site); });
-  if (status != LOCKSTEP_INTERRUPTED) {
-    state->blocks.pop_back();  // interrupted: the others are still held; _end may be called again
-  }
-  return status;
-}
-
-}  // namespace
-
-extern "C" {
-
-lockstep_status lockstep_main_process_first_begin(lockstep_state* state) {
-  return lockstep_main_process_first_begin_at(state, nullptr, 0, nullptr);
-}
-
-lockstep_status lockstep_main_process_first_begin_at(lockstep_state* state, const char* file,
-                                                     int line, const char* function) {
-  return first_begin(state, false, "lockstep_main_process_first_begin",
-                     site_of(file, line, function));
-}
-
-lockstep_status lockstep_main_process_first_end(lockstep_state* state) {
-  return lockstep_main_process_first_end_at(state, nullptr, 0, nullptr);
-}
-
-lockstep_status lockstep_main_process_first_end_at(lockstep_state* state, const char* file,
-                                                   int line, const char* function) {
-  return first_end(state, false, "lockstep_main_process_first_end", site_of(file, line, function));
-}
-
-lockstep_status lockstep_local_main_process_first_begin(lockstep_state* state) {
-  return lockstep_local_main_process_first_begin_at(state, nullptr, 0, nullptr);
-}
-
-lockstep_status lockstep_local_main_process_first_begin_at(lockstep_state* state, const char* file,
-                                                           int line, const char* function) {
-  return first_begin(state, true, "lockstep_local_main_process_first_begin",
-                     site_of(file, line, function));
-}
-
-lockstep_status lockstep_local_main_process_first_end(lockstep_state* state) {
-  return lockstep_local_main_process_first_end_at(state, nullptr, 0, nullptr);
-}
-
-lockstep_status lockstep_local_main_process_first_end_at(lockstep_state* state, const char* file,
-                                                         int line, const char* function) {
-  return first_end(state, true, "lockstep_local_main_process_first_end",
-                   site_of(file, line, function));
-}
-
 const char* lockstep_last_error(void) {
-  return last_error.c_str();
+  return lockstep::detail::capi::last_error_text();
 }
 
 const char* lockstep_status_name(lockstep_status status) {

@@ -108,8 +108,16 @@ class NcclBackend final : public Backend {
     }
   }
   void abort(const Failure& failure) noexcept override;
+  // The bootstrap's question (UCX's places desk).
+  [[nodiscard]] std::optional<NodePlaces> places(const std::vector<int>& nodes) const override {
+    return bootstrap_->places(nodes);
+  }
 
  private:
+  // "; on node 1, ...": where the other nodes' processes are (NCCL cannot tell which is late).
+  [[nodiscard]] std::string others_places() const {
+    return places_text(*this, nodes_but(*this, config_.job.node_index));
+  }
   // Polls `done` until it is true; on the deadline, an NCCL error or a failure the bootstrap
   // reports, aborts the communicator (so that nothing waits on it again) and throws.
   // (A FunctionRef: one wait's machine code for every caller, base/function_ref.hpp.)
@@ -255,8 +263,7 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
       try {
         say_stalled(backend.config_.job.rank, what, waited,
                     std::string("the other machines, ") + doing +
-                        " (NCCL cannot tell which node is late)" +
-                        backend.bootstrap_->others_places());
+                        " (NCCL cannot tell which node is late)" + backend.others_places());
       } catch (...) {
         // Out of memory for a diagnostic: the wait goes on without it.
       }
@@ -273,7 +280,7 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
                  -1,
                  {},
                  std::string("timed out ") + doing + " (NCCL cannot tell which node is late)" +
-                     bootstrap_->others_places()},
+                     others_places()},
          what);
   }
 }

@@ -87,8 +87,8 @@ class UcxBackend final : public Backend, public Bootstrap {
     progress();
     check_members(what);
   }
-  // As the NCCL backend's timeouts say where the others are (places.hpp).
-  [[nodiscard]] std::string others_places() const override;
+  // The places desk's question (places.hpp: node 0 asks the nodes, another node asks node 0).
+  [[nodiscard]] std::optional<NodePlaces> places(const std::vector<int>& nodes) const override;
 
  private:
   static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
@@ -158,8 +158,10 @@ class UcxBackend final : public Backend, public Bootstrap {
   // "node 1 (processes 2, 3)", "nodes 1, 3 (processes 2, 3, 6, 7)".
   [[nodiscard]] std::string nodes_text(const std::vector<int>& nodes) const;
   // "; on node 1, process 3 is not in a lockstep call: ...; process 2 waits in ...", as
-  // `nodes`' answers say (places.hpp: node 0 asks them, another node asks node 0).
-  [[nodiscard]] std::string places_text(const std::vector<int>& nodes) const;
+  // `nodes`' answers say (membership's places_text).
+  [[nodiscard]] std::string places_text(const std::vector<int>& nodes) const {
+    return detail::places_text(*this, nodes);
+  }
   void open_desk();                                 // desk_ on the links there are, once joined
   [[nodiscard]] std::vector<int> link_fds() const;  // links_' descriptors (-1: none)
   // The nodes, other than this one and `except`, of any of `ranks`, ascending.

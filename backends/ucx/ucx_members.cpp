@@ -190,32 +190,11 @@ std::vector<int> UcxBackend::link_fds() const {
   return fds;
 }
 
-std::string UcxBackend::places_text(const std::vector<int>& nodes) const {
-  if (!desk_ || nodes.empty()) {
-    return {};
+std::optional<NodePlaces> UcxBackend::places(const std::vector<int>& nodes) const {
+  if (!desk_) {
+    return std::nullopt;
   }
-  const std::map<int, std::string> answers = desk_->ask(nodes);
-  std::string text;
-  for (const int node : nodes) {
-    const auto answer = answers.find(node);
-    text += "; on node " + std::to_string(node) +
-            (answer != answers.end()
-                 ? ", " + printable(answer->second)
-                 : ", where its processes are is not known (not told within " +
-                       seconds_text(std::chrono::duration<double>(desk_->answer_wait()).count()) +
-                       " s)");
-  }
-  return text;
-}
-
-std::string UcxBackend::others_places() const {
-  std::vector<int> others;
-  for (const NodeInfo& info : nodes_) {
-    if (info.node != me_) {
-      others.push_back(info.node);
-    }
-  }
-  return places_text(others);
+  return NodePlaces{desk_->ask(nodes), desk_->answer_wait()};
 }
 
 std::string UcxBackend::nodes_text(const std::vector<int>& nodes) const {

@@ -5,7 +5,7 @@
 #include <map>
 #include <utility>
 
-#include "base/text.hpp"  // comma_list, printable, rounded_seconds
+#include "base/text.hpp"  // comma_list, printable, rounded_seconds, seconds_text
 #include "engine/segment.hpp"
 #include "engine/segment_file.hpp"  // status_of, joined_and
 #include "waiting/poll_backoff.hpp"
@@ -115,6 +115,20 @@ std::string flight_text(const std::string& who, const std::vector<CallView>& cal
             (call.ended == 0 ? std::string("not ended")
                              : std::string(call_end_name(call.end)) + " after " +
                                    span_text(call.began, call.ended));
+  }
+  return text;
+}
+
+std::string other_nodes_text(const std::vector<int>& nodes, const std::map<int, std::string>& told,
+                             std::chrono::milliseconds waited) {
+  std::string text;
+  for (const int node : nodes) {
+    const auto answer = told.find(node);
+    text += "; on node " + std::to_string(node) +
+            (answer != told.end()
+                 ? ", " + printable(answer->second)
+                 : ", where its processes are is not known (not told within " +
+                       seconds_text(std::chrono::duration<double>(waited).count()) + " s)");
   }
   return text;
 }

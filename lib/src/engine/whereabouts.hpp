@@ -7,7 +7,9 @@
 // still reads the logs' latest calls itself (engine/status.cpp), as fields, not text. Reads
 // only: any thread, any time, as --status reads a segment of another process.
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +39,13 @@ struct LostPeer;
 // joining the job at train.py:4, returned 9.1 s ago; ...".
 [[nodiscard]] std::string flight_text(const std::string& who, const std::vector<CallView>& calls,
                                       std::int64_t now);
+// Where other machines' processes are, after a message about them: "; on node 1, process 3 is
+// not in a lockstep call: ..." for each of `nodes`, from what its leader told (`told`, by node,
+// as that machine wrote it: escaped here), or "; on node 2, where its processes are is not known
+// (not told within 1.0 s)" (`waited`: how long the question waited).
+[[nodiscard]] std::string other_nodes_text(const std::vector<int>& nodes,
+                                           const std::map<int, std::string>& told,
+                                           std::chrono::milliseconds waited);
 // "0.3 s", "12 s": how long from `from` to `to` (coarse ns).
 [[nodiscard]] std::string span_text(std::int64_t from, std::int64_t to);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/text.hpp"
+#include "engine/whereabouts.hpp"  // other_nodes_text
 #include "lockstep/error.hpp"
 
 namespace lockstep::detail {
@@ -18,6 +19,24 @@ const BackendType& find_built(const std::string& name) {
 }
 
 }  // namespace
+
+std::string places_text(const LeaderLinks& links, const std::vector<int>& nodes) {
+  if (nodes.empty()) {
+    return {};
+  }
+  const std::optional<NodePlaces> places = links.places(nodes);
+  return places ? other_nodes_text(nodes, places->told, places->waited) : std::string();
+}
+
+std::vector<int> nodes_but(const LeaderLinks& links, int me) {
+  std::vector<int> nodes;
+  for (const NodeInfo& info : links.nodes()) {
+    if (info.node != me) {
+      nodes.push_back(info.node);
+    }
+  }
+  return nodes;
+}
 
 template <class Call>
 auto Leaders::latched(const char* what, Call call) {

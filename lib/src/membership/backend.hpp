@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,32 +42,36 @@ struct LeaderConfig {
   std::vector<int> ranks;      // this node's processes
   Waiter* waiter;              // how this process waits (outlives the backend)
   Clock::time_point deadline;  // for joining
-  // Where this node's processes are, for the other machines' messages (engine/whereabouts.hpp's
-  // Whereabouts::now); any thread may call it while the backend lives. Empty: not told.
+  // Where this node's processes are: this node's answer when another leader asks
+  // (LeaderLinks::places), engine/whereabouts.hpp's Whereabouts::now. Any thread may call it
+  // while the links live. Empty: this node does not answer.
   std::function<std::string()> places;
 };
 
-// A backend: the leaders' barrier. Implementations need not remember their failures: Leaders
-// does (below), and no call reaches a backend after one of its calls has thrown.
-class Backend {
- public:
-  Backend() = default;
-  virtual ~Backend() = default;
-  Backend(const Backend&) = delete;
-  Backend& operator=(const Backend&) = delete;
+// What other machines' leaders told of where their processes are (LeaderLinks::places).
+struct NodePlaces {
+  std::map<int, std::string> told;  // by node: each leader's LeaderConfig::places, as it wrote it
+  std::chrono::milliseconds waited{0};  // how long the question waited for the others
+};
 
-  [[nodiscard]] virtual const char* name() const noexcept = 0;
-  // Every node of the job, by node index (known once the backend is made).
+// What the leaders of a job share, whatever carries it: the nodes, exchanges of bytes, word of
+// a node that gave up, and where each machine's processes are. A Backend adds the barrier; a
+// Bootstrap (the links a backend with its own communicator is set up through) adds node 0's
+// broadcast and progress. One object may be both (UCX's): this is their one base.
+class LeaderLinks {
+ public:
+  LeaderLinks() = default;
+  virtual ~LeaderLinks() = default;
+  LeaderLinks(const LeaderLinks&) = delete;
+  LeaderLinks& operator=(const LeaderLinks&) = delete;
+
+  // Every node of the job, by node index (known once the links are made).
   [[nodiscard]] virtual const std::vector<NodeInfo>& nodes() const noexcept = 0;
-  // Waits until every leader has called barrier() as often as this one. Throws TimeoutError
-  // naming the processes of the nodes not heard from when `deadline` passes (and tells the
-  // others), PeerLostError when a leader is gone, Error when a leader aborted.
-  virtual void barrier(std::optional<Clock::time_point> deadline, const char* what) = 0;
   // Every leader passes its `part` (any size that memory allows, empty where it has nothing to
   // give) and returns every leader's, by node index (its own included), once they have all
   // arrived: the exchanges' way between machines, for bytes of any size (the backend's
-  // large-message path, in chunks). Throws as barrier() does, and Error when a leader's part is
-  // not what it said or cannot be held.
+  // large-message path, in chunks). Throws as Backend::barrier does, and Error when a leader's
+  // part is not what it said or cannot be held.
   virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
                                                         std::optional<Clock::time_point> deadline,
                                                         const char* what) = 0;
@@ -76,9 +81,27 @@ class Backend {
   virtual std::vector<std::byte> share(std::span<const std::byte> data,
                                        std::optional<Clock::time_point> deadline,
                                        const char* what) = 0;
-  // Tells the other leaders that this node cannot go on: their barriers throw `failure`.
-  // Best effort, never throws.
+  // Tells the other leaders that this node cannot go on: their waits throw `failure`. Best
+  // effort, never throws.
   virtual void abort(const Failure& failure) noexcept = 0;
+  // Asks the leaders of `nodes` where their processes are, waiting about a second at most for
+  // the answers: what they told (a node that did not answer is missing); nullopt where these
+  // links cannot ask. Any thread.
+  [[nodiscard]] virtual std::optional<NodePlaces> places(const std::vector<int>& nodes) const {
+    (void)nodes;
+    return std::nullopt;
+  }
+};
+
+// A backend: the leaders' barrier. Implementations need not remember their failures: Leaders
+// does (below), and no call reaches a backend after one of its calls has thrown.
+class Backend : public virtual LeaderLinks {
+ public:
+  [[nodiscard]] virtual const char* name() const noexcept = 0;
+  // Waits until every leader has called barrier() as often as this one. Throws TimeoutError
+  // naming the processes of the nodes not heard from when `deadline` passes (and tells the
+  // others), PeerLostError when a leader is gone, Error when a leader aborted.
+  virtual void barrier(std::optional<Clock::time_point> deadline, const char* what) = 0;
   // Makes a barrier() that another thread waits in end within the backend's sleep slice, and
   // every later one at once, with Error (the process leaves the job, or gives up on it, while
   // its GPU relay thread waits for the other nodes). Any thread; abort() still sends.
@@ -95,32 +118,19 @@ class Backend {
 // What a backend that builds its own communicator is given to set it up (UCC's out-of-band
 // exchange; NCCL's unique id travels through one): node 0's broadcast to the leaders, and word
 // of leaders that are gone or gave up while the other communicator waits.
-class Bootstrap {
+class Bootstrap : public virtual LeaderLinks {
  public:
-  Bootstrap() = default;
-  virtual ~Bootstrap() = default;
-  Bootstrap(const Bootstrap&) = delete;
-  Bootstrap& operator=(const Bootstrap&) = delete;
-
   static constexpr std::size_t kMaxBlob = 4096;
   // How many broadcasts a leader keeps that it has not yet asked for: node 0 must not get further
   // ahead of the others (a later one breaks the job on that leader: its next call throws, naming
   // both numbers).
   static constexpr int kMaxAhead = 16;
 
-  [[nodiscard]] virtual const std::vector<NodeInfo>& nodes() const noexcept = 0;
   // Node 0's leader passes `blob` (at most kMaxBlob bytes) and returns at once; every leader
   // returns it.
   virtual std::vector<std::byte> broadcast(std::span<const std::byte> blob,
                                            std::optional<Clock::time_point> deadline,
                                            const char* what) = 0;
-  // As Backend::allgather and Backend::share.
-  virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> part,
-                                                        std::optional<Clock::time_point> deadline,
-                                                        const char* what) = 0;
-  virtual std::vector<std::byte> share(std::span<const std::byte> data,
-                                       std::optional<Clock::time_point> deadline,
-                                       const char* what) = 0;
   // Makes progress on the transport; throws as Backend::barrier would if a leader is gone or
   // aborted.
   virtual void poll(const char* what) = 0;
@@ -128,13 +138,14 @@ class Bootstrap {
   // before an operation of the other communicator is taken as complete: once a node has received
   // the job's abort, none of its processes completes the episode.
   virtual void check_aborted(const char* what) = 0;
-  // As Backend::abort.
-  virtual void abort(const Failure& failure) noexcept = 0;
-  // Where the processes of every other node are, as their leaders say: "; on node 1,
-  // process 3 is not in a lockstep call: ...". Empty where the bootstrap cannot ask. Blocks for
-  // at most about a second.
-  [[nodiscard]] virtual std::string others_places() const { return {}; }
 };
+
+// "; on node 1, process 3 is not in a lockstep call: ...": where the processes of `nodes` are,
+// as their leaders tell `links` (LeaderLinks::places; the text is the whereabouts room's); empty
+// where the links cannot ask or `nodes` is empty.
+[[nodiscard]] std::string places_text(const LeaderLinks& links, const std::vector<int>& nodes);
+// Every node of `links` but `me`.
+[[nodiscard]] std::vector<int> nodes_but(const LeaderLinks& links, int me);
 
 // A backend type, as backends/<name>/<name>_backend.cpp defines it.
 struct BackendType {

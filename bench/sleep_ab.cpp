@@ -250,7 +250,7 @@ class ContextFamily {
   }
   void wait() {
     // As State::wait_for_everyone records its caller's site.
-    static constexpr lockstep::detail::CallSite kHere{__FILE__, "ContextFamily::wait", __LINE__};
+    static constexpr lockstep::SourceLocation kHere{__FILE__, __LINE__, "ContextFamily::wait"};
     context_->wait(std::nullopt, "wait_for_everyone", lockstep::detail::CallKind::wait, kHere);
   }
   [[nodiscard]] lockstep::detail::Waiter::Stats stats() const noexcept {

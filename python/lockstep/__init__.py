@@ -180,27 +180,23 @@ def _blocking(call, *args, arguments=None):
 
 
 _STRICT = os.environ.get("LOCKSTEP_CHECK") == "strict"  # liblockstep validates the value
-_sites = {}  # (file, line, function) -> the _at arguments, kept: liblockstep keys on their address
 _HERE = os.path.dirname(__file__)  # as the package's code objects name their files
 _CONTEXTLIB = contextlib.__file__  # main_process_first's frames go through contextlib's
 
 
 def _site():
     """The caller's place outside this package, as the C API's _at forms take it: file, line,
-    function. Taken only where a call is slow already (a wait that outlasted its try, a timed
-    wait, a broadcast, main_process_first), so that the fast path stays one ctypes call."""
+    function (liblockstep reads them during the call and keeps its own copy). Taken only where
+    a call is slow already (a wait that outlasted its try, a timed wait, a broadcast,
+    main_process_first), so that the fast path stays one ctypes call."""
     frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename == _CONTEXTLIB or
                                  os.path.dirname(frame.f_code.co_filename) == _HERE):
         frame = frame.f_back
     if frame is None:
         return (None, 0, None)
-    key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-    site = _sites.get(key)
-    if site is None:
-        site = _sites[key] = (os.fsencode(key[0]), key[1],
-                              key[2].encode(errors="replace"))
-    return site
+    return (os.fsencode(frame.f_code.co_filename), frame.f_lineno,
+            frame.f_code.co_name.encode(errors="replace"))
 
 
 def _wait(handle):

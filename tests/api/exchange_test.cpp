@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <lockstep/lockstep.hpp>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,61 @@ TEST(Exchanges, OneAndSixtyFourMebibytesPerProcessArriveWhole) {
     RANK_CHECK(
         lockstep::testing::spill_files().empty());  // every spill removed as its exchange ended
     state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// The exchanges into the caller's memory (State::gather_object_into, broadcast_into, what the C
+// API's buffers use): each process's bytes land once, in process order, in the room given for
+// their sizes; a room that throws fails this process's call only, after every process has read.
+TEST(Exchanges, IntoTheCallersMemoryTheBytesLandInProcessOrder) {
+  constexpr int kProcesses = 3;
+  auto ends = run_ranks(Job::of(kProcesses), [](int rank) {
+    lockstep::State state;
+    for (const std::size_t size : {std::size_t{0}, std::size_t{100}, 2 * kMiB}) {
+      const auto mine = pattern(size * static_cast<std::size_t>(rank), size + 1);
+      std::vector<std::byte> room;
+      std::vector<std::size_t> sizes;
+      state.gather_object_into(std::as_bytes(std::span(mine.data(), mine.size())),
+                               [&](std::span<const std::size_t> each) {
+                                 sizes.assign(each.begin(), each.end());
+                                 std::size_t total = 0;
+                                 for (const std::size_t one : each) {
+                                   total += one;
+                                 }
+                                 room.resize(total);
+                                 return room.data();
+                               });
+      std::string expected;
+      for (int of = 0; of < kProcesses; ++of) {
+        RANK_CHECK(sizes.at(static_cast<std::size_t>(of)) == size * static_cast<std::size_t>(of));
+        expected += pattern(size * static_cast<std::size_t>(of), size + 1);
+      }
+      RANK_CHECK(std::string(reinterpret_cast<const char*>(room.data()), room.size()) == expected);
+      const std::string text = rank == 0 ? pattern(size, size * 5) : "not this";
+      std::string got;
+      state.broadcast_into(std::as_bytes(std::span(text.data(), text.size())),
+                           [&](std::size_t bytes) {
+                             got.resize(bytes);
+                             return reinterpret_cast<std::byte*>(got.data());
+                           });
+      RANK_CHECK(got == pattern(size, size * 5));
+    }
+    bool threw = false;
+    try {
+      state.gather_object_into(std::as_bytes(std::span("x", 1)),
+                               [&](std::span<const std::size_t> /*each*/) -> std::byte* {
+                                 if (rank == 1) {
+                                   throw std::runtime_error("no room");
+                                 }
+                                 static std::byte spare[8];
+                                 return spare;
+                               });
+    } catch (const std::runtime_error& error) {
+      threw = std::string(error.what()) == "no room";
+    }
+    RANK_CHECK(threw == (rank == 1));
+    state.wait_for_everyone();  // the job goes on in step
   });
   EXPECT_EQ(failures(ends), "");
 }
@@ -96,7 +153,9 @@ TEST(Exchanges, AGatherGoesOnThroughSpillsWhereMemoryCannotBeRead) {
     auto ends = run_ranks(job, [](int rank) {
       lockstep::State state;
       for (int round = 0; round < 3; ++round) {
-        const auto seed = [round](int of) { return static_cast<std::uint64_t>(of * 10 + round); };
+        const auto seed = [round](int of) {
+          return static_cast<std::uint64_t>(of) * 10 + static_cast<std::uint64_t>(round);
+        };
         const auto all =
             state.gather_object(pattern(kMiB + 7 * static_cast<std::size_t>(rank), seed(rank)));
         for (int of = 0; of < kProcesses; ++of) {

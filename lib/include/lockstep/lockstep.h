@@ -169,9 +169,9 @@ LOCKSTEP_C_API const char* lockstep_version(void);
 /* Call sites. Each call that meets the others has an _at form taking the caller's file, line and
  * function, which the call records in this process's slot of the node's segment: the messages of
  * a wait that lasts or fails then say where each process is (State's std::source_location).
- * `file` and `function` must live as long as the process (string literals, or copies a binding
- * keeps): a site is known by their addresses. A null `file` records an unknown site, as the plain
- * functions do. */
+ * `file` and `function` are read during the call only (the library keeps its own copy of each
+ * site, known by its text; a string literal, as LOCKSTEP_HERE gives, is then known by its
+ * address, at no cost). A null `file` records an unknown site, as the plain functions do. */
 LOCKSTEP_C_API lockstep_status lockstep_state_create_at(lockstep_state** out, const char* file,
                                                         int line, const char* function);
 LOCKSTEP_C_API lockstep_status lockstep_wait_for_everyone_at(lockstep_state* state,

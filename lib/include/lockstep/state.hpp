@@ -16,51 +16,14 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#if __has_include(<source_location>)
-#include <source_location>
-#endif
-
 #include "lockstep/error.hpp"
 #include "lockstep/export.hpp"
+#include "lockstep/source_location.hpp"
 #include "lockstep/wait_policy.hpp"
 
 struct CUstream_st;  // CUDA's stream: cudaStream_t is CUstream_st*, so no CUDA header is needed
 
 namespace lockstep {
-
-// Where a call was made: the caller's file, line and function, as the calls below record them
-// (see State). Filled in by their defaulted argument, as C++20's SourceLocation (which
-// clang 14 with libstdc++ 12, Debian 12's pair, does not have); a wrapper passes its own
-// caller's on, as one or the other.
-class SourceLocation {
- public:
-  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
-                                          unsigned line = __builtin_LINE(),
-                                          const char* function = __builtin_FUNCTION()) noexcept {
-    return {file, line, function};
-  }
-  constexpr SourceLocation(const char* file, unsigned line, const char* function) noexcept
-      : file_(file), function_(function), line_(line) {}
-#if defined(__cpp_lib_source_location)
-  // NOLINTNEXTLINE(google-explicit-constructor): std's and ours stand for each other
-  constexpr SourceLocation(const std::source_location& where) noexcept
-      : file_(where.file_name()), function_(where.function_name()), line_(where.line()) {}
-#endif
-  [[nodiscard]] constexpr const char* file_name() const noexcept {
-    return file_;
-  }
-  [[nodiscard]] constexpr const char* function_name() const noexcept {
-    return function_;
-  }
-  [[nodiscard]] constexpr unsigned line() const noexcept {
-    return line_;
-  }
-
- private:
-  const char* file_;
-  const char* function_;
-  unsigned line_;
-};
 
 // The cross-node backends this build of lockstep has ("ucx", ...), in order of preference; empty
 // when it can run single-node jobs only. LOCKSTEP_BACKEND / lockstep-run --backend choose one.
@@ -83,8 +46,6 @@ struct Share {
 
 namespace detail {
 class Context;
-struct CallSite;
-class CApi;  // the C API (lib/src/api/c_api.cpp), which passes its callers' sites
 
 // Runs `f` only where `chosen` is true; elsewhere returns nothing (void) or an empty optional.
 template <class F>
@@ -140,24 +101,27 @@ class LOCKSTEP_API FirstGuard {
 
   // Ends the guarded block now: the chosen process releases the others, throwing what that wait
   // throws; the destructor then does nothing. After an InterruptedError the others are still
-  // held: call end() again.
+  // held: call end() again. The release is recorded where the guard was made, or at `where`.
   void end();
+  void end(SourceLocation where);
 
  private:
   friend class State;
-  friend class detail::CApi;
   FirstGuard(std::shared_ptr<detail::Context> context, bool first, bool local,
-             const detail::CallSite& site);
+             SourceLocation where);
   void release();
+  void keep(SourceLocation where);  // where_*, copied
 
   std::shared_ptr<detail::Context> context_;
   bool first_;
   bool local_;
   int uncaught_at_entry_;
-  // Where the guard was made: the release is recorded there too (a destructor has no site).
-  const char* file_;
-  const char* function_;
-  std::uint32_t line_;
+  // Where the guard was made (or end()'s `where`), copied: the release is recorded there (a
+  // destructor has no site), after the caller's strings may be gone.
+  bool where_known_ = false;
+  std::string where_file_;
+  std::string where_function_;
+  unsigned where_line_ = 0;
 };
 
 // Handle to this process's membership in the job, as Accelerate's PartialState.
@@ -272,6 +236,19 @@ class LOCKSTEP_API State {
       std::span<const std::byte> data, SourceLocation where = SourceLocation::current());
   std::vector<std::string> gather_object(std::string_view text,
                                          SourceLocation where = SourceLocation::current());
+  // broadcast() and gather_object() into memory of the caller's, each process's bytes copied
+  // once, straight there: `room` is called once, between the exchange's episodes, with the size
+  // of the main process's bytes (broadcast_into) or of every process's, by process index
+  // (gather_object_into), and returns where they go (room for that size, or for their sum, one
+  // process's after another's in process order; null for 0 bytes). What `room` throws is thrown
+  // on this process once every process has read (the others pass), as the exchange's other
+  // errors are.
+  void broadcast_into(std::span<const std::byte> data,
+                      const std::function<std::byte*(std::size_t)>& room,
+                      SourceLocation where = SourceLocation::current());
+  void gather_object_into(std::span<const std::byte> data,
+                          const std::function<std::byte*(std::span<const std::size_t>)>& room,
+                          SourceLocation where = SourceLocation::current());
   // Stop everyone when one says so (Accelerate's set_trigger and check_trigger): set_trigger()
   // marks this process (any thread, any time); check_trigger(), which every process must call
   // at the same point, returns true on every process when any process set its mark since its
@@ -391,20 +368,7 @@ class LOCKSTEP_API State {
       SourceLocation where = SourceLocation::current());
 
  private:
-  friend class detail::CApi;
   static void check_index(const char* what, int index);
-  // The calls above at a site given as such (the C API's callers').
-  explicit State(const detail::CallSite& site);
-  void wait_at(std::optional<std::chrono::milliseconds> timeout, const detail::CallSite& site);
-  bool try_wait_at(const detail::CallSite& site);
-  std::vector<std::byte> broadcast_at(std::span<const std::byte> data,
-                                      const detail::CallSite& site);
-  std::vector<std::vector<std::byte>> gather_at(std::span<const std::byte> data,
-                                                const detail::CallSite& site);
-  bool check_trigger_at(const detail::CallSite& site);
-  void wait_stream_at(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                      const detail::CallSite& site);
-  FirstGuard first_at(bool local, const detail::CallSite& site);
 
   std::shared_ptr<detail::Context> context_;
 };

@@ -36,7 +36,6 @@ const char* last_error_text() noexcept {
 
 }  // namespace lockstep::detail::capi
 
-using lockstep::detail::CApi;
 using lockstep::detail::capi::fail;
 using lockstep::detail::capi::guarded;
 using lockstep::detail::capi::site_of;
@@ -156,7 +155,7 @@ lockstep_status lockstep_wait_for_everyone_at(lockstep_state* state, const char*
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone: state is null");
   }
-  return guarded([&] { CApi::wait(state->state, std::nullopt, site_of(file, line, function)); });
+  return guarded([&] { state->state.wait_for_everyone(site_of(file, line, function)); });
 }
 
 lockstep_status lockstep_try_wait_for_everyone(lockstep_state* state) {
@@ -170,7 +169,7 @@ lockstep_status lockstep_try_wait_for_everyone_at(lockstep_state* state, const c
   }
   bool done = false;
   const lockstep_status status =
-      guarded([&] { done = CApi::try_wait(state->state, site_of(file, line, function)); });
+      guarded([&] { done = state->state.try_wait_for_everyone(site_of(file, line, function)); });
   if (status == LOCKSTEP_OK && !done) {
     return fail(LOCKSTEP_TIMEOUT,
                 "lockstep_try_wait_for_everyone: not every process had arrived within about a "
@@ -187,7 +186,8 @@ lockstep_status lockstep_wait_for_everyone_for_at(lockstep_state* state, int64_t
                                                   const char* file, int line,
                                                   const char* function) {
   return timed(state, timeout_ms, "lockstep_wait_for_everyone_for", [&] {
-    CApi::wait(state->state, std::chrono::milliseconds(timeout_ms), site_of(file, line, function));
+    state->state.wait_for_everyone(std::chrono::milliseconds(timeout_ms),
+                                   site_of(file, line, function));
   });
 }
 
@@ -209,14 +209,12 @@ lockstep_status lockstep_broadcast_at(lockstep_state* state, const void* data, s
   MallocBuffer copy(0);
   std::size_t copied = 0;
   const lockstep_status status = guarded([&] {
-    CApi::broadcast(
-        state->state, std::span(static_cast<const std::byte*>(data), size),
-        [&](std::span<const std::byte> bytes) {
-          copy = MallocBuffer(bytes.size());
-          if (!bytes.empty()) {
-            std::memcpy(copy.get(), bytes.data(), bytes.size());
-          }
-          copied = bytes.size();
+    state->state.broadcast_into(
+        std::span(static_cast<const std::byte*>(data), size),
+        [&](std::size_t bytes) {
+          copy = MallocBuffer(bytes);
+          copied = bytes;
+          return copy.get();
         },
         site_of(file, line, function));
   });
@@ -257,24 +255,18 @@ lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* dat
   MallocBuffer copy(0);
   std::vector<std::size_t> offsets;
   const lockstep_status status = guarded([&] {
-    CApi::gather(state->state, std::span(static_cast<const std::byte*>(data), size),
-                 {[&](const std::vector<std::uint64_t>& sizes) {
-                    std::size_t total = 0;
-                    for (std::size_t i = 0; i < sizes.size(); ++i) {
-                      offsets.push_back(total);
-                      out_sizes[i] = sizes[i];
-                      total += sizes[i];
-                    }
-                    copy = MallocBuffer(total);
-                  },
-                  [&](int rank, std::span<const std::byte> bytes) {
-                    if (!bytes.empty()) {
-                      std::memcpy(copy.get() + offsets[static_cast<std::size_t>(rank)],
-                                  bytes.data(), bytes.size());
-                    }
-                  },
-                  [&](int rank) { return copy.get() + offsets[static_cast<std::size_t>(rank)]; }},
-                 site_of(file, line, function));
+    state->state.gather_object_into(
+        std::span(static_cast<const std::byte*>(data), size),
+        [&](std::span<const std::size_t> sizes) {
+          std::size_t total = 0;
+          for (std::size_t i = 0; i < sizes.size(); ++i) {
+            out_sizes[i] = sizes[i];
+            total += sizes[i];
+          }
+          copy = MallocBuffer(total);
+          return copy.get();
+        },
+        site_of(file, line, function));
   });
   if (status == LOCKSTEP_OK) {
     *out = copy.release();
@@ -301,9 +293,8 @@ lockstep_status lockstep_check_trigger_at(lockstep_state* state, int* out_trigge
                 "lockstep_check_trigger: state and out_triggered must not be null");
   }
   *out_triggered = 0;
-  return guarded([&] {
-    *out_triggered = CApi::check_trigger(state->state, site_of(file, line, function)) ? 1 : 0;
-  });
+  return guarded(
+      [&] { *out_triggered = state->state.check_trigger(site_of(file, line, function)) ? 1 : 0; });
 }
 
 lockstep_status lockstep_wait_for_everyone_on_stream(lockstep_state* state, void* cuda_stream) {
@@ -317,7 +308,8 @@ lockstep_status lockstep_wait_for_everyone_on_stream_at(lockstep_state* state, v
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_wait_for_everyone_on_stream: state is null");
   }
   return guarded([&] {
-    CApi::wait_stream(state->state, cuda_stream, std::nullopt, site_of(file, line, function));
+    state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),
+                                   site_of(file, line, function));
   });
 }
 
@@ -332,8 +324,9 @@ lockstep_status lockstep_wait_for_everyone_on_stream_for_at(lockstep_state* stat
                                                             const char* file, int line,
                                                             const char* function) {
   return timed(state, timeout_ms, "lockstep_wait_for_everyone_on_stream_for", [&] {
-    CApi::wait_stream(state->state, cuda_stream, std::chrono::milliseconds(timeout_ms),
-                      site_of(file, line, function));
+    state->state.wait_for_everyone(static_cast<CUstream_st*>(cuda_stream),
+                                   std::chrono::milliseconds(timeout_ms),
+                                   site_of(file, line, function));
   });
 }
 

@@ -5,34 +5,34 @@
 
 #include "api/c_handle.hpp"
 
-using lockstep::detail::CallSite;
-using lockstep::detail::CApi;
+using lockstep::SourceLocation;
 using lockstep::detail::capi::fail;
 using lockstep::detail::capi::guarded;
 using lockstep::detail::capi::site_of;
 
 namespace {
 
+// "nest.c:12", or "an unrecorded place" (a call without its _at form's site).
+std::string site_words(const SourceLocation& site) {
+  if (site.file_name() == nullptr) {
+    return "an unrecorded place";
+  }
+  return std::string(site.file_name()) + ":" + std::to_string(site.line());
+}
+
 // The first process (the main one, or each node's main one) runs the block between begin and end
 // first: the others wait in begin until it has called end. The C++ guard holds the rule (which
 // process waits where, and that the first one enters only an intact job).
 lockstep_status first_begin(lockstep_state* state, bool local, const char* what,
-                            const CallSite& site) {
+                            const SourceLocation& site) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, (std::string(what) + ": state is null").c_str());
   }
   return guarded([&] {
-    lockstep::FirstGuard guard = CApi::first(state->state, local, site);
-    state->blocks.push_back({std::move(guard), local, site});
+    lockstep::FirstGuard guard =
+        local ? state->state.local_main_process_first(site) : state->state.main_process_first(site);
+    state->blocks.push_back({std::move(guard), local, site_words(site)});
   });
-}
-
-// "nest.c:12", or "an unrecorded place" (a call without its _at form's site).
-std::string site_words(const CallSite& site) {
-  if (site.file == nullptr) {
-    return "an unrecorded place";
-  }
-  return std::string(site.file) + ":" + std::to_string(site.line);
 }
 
 const char* block_name(bool local) {
@@ -40,7 +40,7 @@ const char* block_name(bool local) {
 }
 
 lockstep_status first_end(lockstep_state* state, bool local, const char* what,
-                          const CallSite& site) {
+                          const SourceLocation& site) {
   if (state == nullptr || state->blocks.empty()) {
     return fail(LOCKSTEP_INVALID_ARGUMENT,
                 (std::string(what) + ": no open block on this handle (no _begin without its _end)")
@@ -51,11 +51,11 @@ lockstep_status first_end(lockstep_state* state, bool local, const char* what,
     return fail(
         LOCKSTEP_INVALID_ARGUMENT,
         (std::string(what) + " at " + site_words(site) + ": the innermost open block is a " +
-         block_name(innermost.local) + " block, begun at " + site_words(innermost.begun) +
+         block_name(innermost.local) + " block, begun at " + innermost.begun +
          "; end it first (blocks " + "end in the reverse order of their _begin)")
             .c_str());
   }
-  const lockstep_status status = guarded([&] { CApi::end(innermost.guard, site); });
+  const lockstep_status status = guarded([&] { innermost.guard.end(site); });
   if (status != LOCKSTEP_INTERRUPTED) {
     state->blocks.pop_back();  // interrupted: the others are still held; _end may be called again
   }

@@ -10,55 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/call_log.hpp"
 #include "lockstep/lockstep.h"
 #include "lockstep/state.hpp"
-#include "membership/context.hpp"
-
-namespace lockstep::detail {
-
-// State's calls at a C caller's site (State's private _at forms), and the handle they work on.
-class CApi {
- public:
-  static State create(const CallSite& site) { return State(site); }
-  static void wait(State& state, std::optional<std::chrono::milliseconds> timeout,
-                   const CallSite& site) {
-    state.wait_at(timeout, site);
-  }
-  static bool try_wait(State& state, const CallSite& site) { return state.try_wait_at(site); }
-  // The bytes copied once, from the segment or a spill straight into the C caller's buffer.
-  static void broadcast(State& state, std::span<const std::byte> data,
-                        FunctionRef<void(std::span<const std::byte>)> put, const CallSite& site) {
-    state.context_->broadcast_into(data, put, "broadcast", site);
-  }
-  static void gather(State& state, std::span<const std::byte> data, const Context::GatherSink& sink,
-                     const CallSite& site) {
-    state.context_->gather_into(data, sink, "gather_object", site);
-  }
-  static bool check_trigger(State& state, const CallSite& site) {
-    return state.check_trigger_at(site);
-  }
-  static void wait_stream(State& state, void* stream,
-                          std::optional<std::chrono::milliseconds> timeout, const CallSite& site) {
-    state.wait_stream_at(static_cast<CUstream_st*>(stream), timeout, site);
-  }
-  static FirstGuard first(State& state, bool local, const CallSite& site) {
-    return state.first_at(local, site);
-  }
-  // Ends the block at the _end call's site (C++'s guard releases where it was made).
-  static void end(FirstGuard& guard, const CallSite& site) {
-    guard.file_ = site.file;
-    guard.function_ = site.function;
-    guard.line_ = site.line;
-    guard.end();
-  }
-};
-
-}  // namespace lockstep::detail
 
 struct lockstep_state {
-  explicit lockstep_state(const lockstep::detail::CallSite& site)
-      : state(lockstep::detail::CApi::create(site)) {}
+  explicit lockstep_state(lockstep::SourceLocation where) : state(where) {}
   lockstep_state(const lockstep_state&) = delete;
   lockstep_state& operator=(const lockstep_state&) = delete;
   ~lockstep_state() {
@@ -72,15 +28,16 @@ struct lockstep_state {
   struct OpenBlock {
     lockstep::FirstGuard guard;
     bool local;
-    lockstep::detail::CallSite begun;
+    std::string begun;  // where its _begin was called ("nest.c:12"), for a mismatched _end
   };
   std::vector<OpenBlock> blocks;
 };
 
 namespace lockstep::detail::capi {
 
-inline CallSite site_of(const char* file, int line, const char* function) noexcept {
-  return {file, function, line > 0 ? static_cast<std::uint32_t>(line) : 0};
+// A C caller's site (its strings are read during the call only).
+inline SourceLocation site_of(const char* file, int line, const char* function) noexcept {
+  return {file, line > 0 ? static_cast<unsigned>(line) : 0U, function};
 }
 
 // Keeps `message` as this thread's lockstep_last_error and returns `status`.

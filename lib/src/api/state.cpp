@@ -1,6 +1,7 @@
 #include "lockstep/state.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -10,8 +11,40 @@
 namespace lockstep {
 namespace {
 
-detail::CallSite site_of(const SourceLocation& where) noexcept {
-  return {where.file_name(), where.function_name(), where.line()};
+// wait_for_everyone, untimed or timed (State's rule for the timeout).
+void wait_in(detail::Context& context, std::optional<std::chrono::milliseconds> timeout,
+             SourceLocation where) {
+  if (!timeout) {
+    context.wait(std::nullopt, "wait_for_everyone", detail::CallKind::wait, where);
+    return;
+  }
+  std::string what = "wait_for_everyone(" + std::to_string(timeout->count()) + " ms)";
+  if (timeout->count() < 0) {
+    throw ConfigError("lockstep: " + what + ": the timeout is negative (0 means: fail at once " +
+                      "unless everyone has arrived)");
+  }
+  context.wait(timeout, what.c_str(), detail::CallKind::wait, where);
+}
+
+// wait_for_everyone(stream), untimed or timed.
+void wait_stream_in(detail::Context& context, CUstream_st* stream,
+                    std::optional<std::chrono::milliseconds> timeout, SourceLocation where) {
+  if (!timeout) {
+    context.wait_stream(stream, std::nullopt, "wait_for_everyone(stream)", where);
+    return;
+  }
+  std::string what = "wait_for_everyone(stream, " + std::to_string(timeout->count()) + " ms)";
+  if (timeout->count() < 0) {
+    throw ConfigError("lockstep: " + what + ": the timeout is negative");
+  }
+  context.wait_stream(stream, timeout, what.c_str(), where);
+}
+
+// The bytes of a copy made once: straight into `room`'s memory.
+void copy_to(std::byte* to, std::span<const std::byte> bytes) noexcept {
+  if (!bytes.empty()) {
+    std::memcpy(to, bytes.data(), bytes.size());
+  }
 }
 
 }  // namespace
@@ -37,8 +70,7 @@ Share split_range(std::size_t size, int num_processes, int process_index) {
   return share;
 }
 
-State::State(SourceLocation where) : State(site_of(where)) {}
-State::State(const detail::CallSite& site) : context_(detail::Context::instance(site)) {}
+State::State(SourceLocation where) : context_(detail::Context::instance(where)) {}
 State::~State() = default;
 
 int State::process_index() const noexcept {
@@ -67,49 +99,33 @@ std::string State::environment_source() const {
 }
 
 void State::wait_for_everyone(SourceLocation where) {
-  wait_at(std::nullopt, site_of(where));
+  wait_in(*context_, std::nullopt, where);
 }
 
 void State::wait_for_everyone(std::chrono::milliseconds timeout, SourceLocation where) {
-  wait_at(timeout, site_of(where));
-}
-
-void State::wait_at(std::optional<std::chrono::milliseconds> timeout,
-                    const detail::CallSite& site) {
-  if (!timeout) {
-    context_->wait(std::nullopt, "wait_for_everyone", detail::CallKind::wait, site);
-    return;
-  }
-  std::string what = "wait_for_everyone(" + std::to_string(timeout->count()) + " ms)";
-  if (timeout->count() < 0) {
-    throw ConfigError("lockstep: " + what + ": the timeout is negative (0 means: fail at once " +
-                      "unless everyone has arrived)");
-  }
-  context_->wait(timeout, what.c_str(), detail::CallKind::wait, site);
+  wait_in(*context_, timeout, where);
 }
 
 bool State::try_wait_for_everyone(SourceLocation where) {
-  return try_wait_at(site_of(where));
-}
-
-bool State::try_wait_at(const detail::CallSite& site) {
   // Named as the wait it tries: what fails is the barrier the others meet in as
   // wait_for_everyone, and Python's wait_for_everyone() makes this call first.
-  return context_->try_wait("wait_for_everyone", site);
+  return context_->try_wait("wait_for_everyone", where);
 }
 
 std::vector<std::byte> State::broadcast(std::span<const std::byte> data, SourceLocation where) {
-  return broadcast_at(data, site_of(where));
+  return context_->broadcast(data, "broadcast", where);
 }
 
-std::vector<std::byte> State::broadcast_at(std::span<const std::byte> data,
-                                           const detail::CallSite& site) {
-  return context_->broadcast(data, "broadcast", site);
+void State::broadcast_into(std::span<const std::byte> data,
+                           const std::function<std::byte*(std::size_t)>& room,
+                           SourceLocation where) {
+  context_->broadcast_into(
+      data, [&](std::span<const std::byte> bytes) { copy_to(room(bytes.size()), bytes); },
+      "broadcast", where);
 }
 
 std::string State::broadcast(std::string_view text, SourceLocation where) {
-  const auto bytes =
-      broadcast_at(std::as_bytes(std::span(text.data(), text.size())), site_of(where));
+  const auto bytes = broadcast(std::as_bytes(std::span(text.data(), text.size())), where);
   std::string out(bytes.size(), '\0');
   std::transform(bytes.begin(), bytes.end(), out.begin(),
                  [](std::byte b) { return static_cast<char>(b); });
@@ -118,16 +134,33 @@ std::string State::broadcast(std::string_view text, SourceLocation where) {
 
 std::vector<std::vector<std::byte>> State::gather_object(std::span<const std::byte> data,
                                                          SourceLocation where) {
-  return gather_at(data, site_of(where));
+  return context_->gather(data, "gather_object", where);
 }
 
-std::vector<std::vector<std::byte>> State::gather_at(std::span<const std::byte> data,
-                                                     const detail::CallSite& site) {
-  return context_->gather(data, "gather_object", site);
+void State::gather_object_into(std::span<const std::byte> data,
+                               const std::function<std::byte*(std::span<const std::size_t>)>& room,
+                               SourceLocation where) {
+  std::vector<std::size_t> offsets;
+  std::byte* base = nullptr;
+  context_->gather_into(data,
+                        {[&](const std::vector<std::uint64_t>& sizes) {
+                           const std::vector<std::size_t> each(sizes.begin(), sizes.end());
+                           std::size_t total = 0;
+                           for (const std::size_t size : each) {
+                             offsets.push_back(total);
+                             total += size;
+                           }
+                           base = room(each);
+                         },
+                         [&](int rank, std::span<const std::byte> bytes) {
+                           copy_to(base + offsets[static_cast<std::size_t>(rank)], bytes);
+                         },
+                         [&](int rank) { return base + offsets[static_cast<std::size_t>(rank)]; }},
+                        "gather_object", where);
 }
 
 std::vector<std::string> State::gather_object(std::string_view text, SourceLocation where) {
-  const auto all = gather_at(std::as_bytes(std::span(text.data(), text.size())), site_of(where));
+  const auto all = gather_object(std::as_bytes(std::span(text.data(), text.size())), where);
   std::vector<std::string> out;
   out.reserve(all.size());
   for (const auto& bytes : all) {
@@ -141,33 +174,16 @@ void State::set_trigger() noexcept {
 }
 
 bool State::check_trigger(SourceLocation where) {
-  return check_trigger_at(site_of(where));
-}
-
-bool State::check_trigger_at(const detail::CallSite& site) {
-  return context_->check_trigger("check_trigger", site);
+  return context_->check_trigger("check_trigger", where);
 }
 
 void State::wait_for_everyone(CUstream_st* stream, SourceLocation where) {
-  wait_stream_at(stream, std::nullopt, site_of(where));
+  wait_stream_in(*context_, stream, std::nullopt, where);
 }
 
 void State::wait_for_everyone(CUstream_st* stream, std::chrono::milliseconds timeout,
                               SourceLocation where) {
-  wait_stream_at(stream, timeout, site_of(where));
-}
-
-void State::wait_stream_at(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                           const detail::CallSite& site) {
-  if (!timeout) {
-    context_->wait_stream(stream, std::nullopt, "wait_for_everyone(stream)", site);
-    return;
-  }
-  std::string what = "wait_for_everyone(stream, " + std::to_string(timeout->count()) + " ms)";
-  if (timeout->count() < 0) {
-    throw ConfigError("lockstep: " + what + ": the timeout is negative");
-  }
-  context_->wait_stream(stream, timeout, what.c_str(), site);
+  wait_stream_in(*context_, stream, timeout, where);
 }
 
 bool State::gpu_barrier_released() const noexcept {
@@ -194,34 +210,35 @@ void State::check_index(const char* what, int index) {
 }
 
 FirstGuard State::main_process_first(SourceLocation where) {
-  return first_at(false, site_of(where));
+  return {context_, is_main_process(), false, where};
 }
 
 FirstGuard State::local_main_process_first(SourceLocation where) {
-  return first_at(true, site_of(where));
-}
-
-FirstGuard State::first_at(bool local, const detail::CallSite& site) {
-  return {context_, local ? is_local_main_process() : is_main_process(), local, site};
+  return {context_, is_local_main_process(), true, where};
 }
 
 FirstGuard::FirstGuard(std::shared_ptr<detail::Context> context, bool first, bool local,
-                       const detail::CallSite& site)
+                       SourceLocation where)
     : context_(std::move(context)),
       first_(first),
       local_(local),
-      uncaught_at_entry_(std::uncaught_exceptions()),
-      file_(site.file),
-      function_(site.function),
-      line_(site.line) {
+      uncaught_at_entry_(std::uncaught_exceptions()) {
   if (!first_) {
     context_->wait(std::nullopt, "main_process_first (waiting for the first process)",
                    local_ ? detail::CallKind::local_first_wait : detail::CallKind::first_wait,
-                   site);
+                   where);
   } else {
     // The first process enters its block only if the job can still release the others.
     context_->check_intact("main_process_first");
+    keep(where);
   }
+}
+
+void FirstGuard::keep(SourceLocation where) {
+  where_known_ = where.file_name() != nullptr;
+  where_file_ = where_known_ ? where.file_name() : "";
+  where_function_ = where.function_name() != nullptr ? where.function_name() : "";
+  where_line_ = where.line();
 }
 
 FirstGuard::FirstGuard(FirstGuard&& other) noexcept
@@ -229,14 +246,17 @@ FirstGuard::FirstGuard(FirstGuard&& other) noexcept
       first_(other.first_),
       local_(other.local_),
       uncaught_at_entry_(other.uncaught_at_entry_),
-      file_(other.file_),
-      function_(other.function_),
-      line_(other.line_) {}
+      where_known_(other.where_known_),
+      where_file_(std::move(other.where_file_)),
+      where_function_(std::move(other.where_function_)),
+      where_line_(other.where_line_) {}
 
 void FirstGuard::release() {
   context_->wait(std::nullopt, "main_process_first (releasing the others)",
                  local_ ? detail::CallKind::local_first_release : detail::CallKind::first_release,
-                 detail::CallSite{file_, function_, line_});
+                 where_known_
+                     ? SourceLocation(where_file_.c_str(), where_line_, where_function_.c_str())
+                     : SourceLocation());
 }
 
 void FirstGuard::end() {
@@ -251,6 +271,13 @@ void FirstGuard::end() {
     }
   }
   context_.reset();
+}
+
+void FirstGuard::end(SourceLocation where) {
+  if (context_ && first_) {
+    keep(where);
+  }
+  end();
 }
 
 FirstGuard::~FirstGuard() {

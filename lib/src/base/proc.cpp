@@ -1,7 +1,9 @@
 #include "base/proc.hpp"
 
 #include <dirent.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pwd.h>
 #include <sched.h>
 #include <sys/random.h>
@@ -205,6 +207,32 @@ Fate fate_of(const ProcessMark& mark, std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return Fate::dead;
+}
+
+bool in_read_only_image(const void* address) noexcept {
+  if (address == nullptr) {
+    return false;
+  }
+  struct Search {
+    std::uintptr_t address;
+    bool found;
+  } search{reinterpret_cast<std::uintptr_t>(address), false};
+  (void)::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t /*size*/, void* data) {
+        auto& wanted = *static_cast<Search*>(data);
+        for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+          if (segment.p_type == PT_LOAD && (segment.p_flags & PF_W) == 0 &&
+              wanted.address >= begin && wanted.address < begin + segment.p_memsz) {
+            wanted.found = true;
+            return 1;  // stops the walk
+          }
+        }
+        return 0;
+      },
+      &search);
+  return search.found;
 }
 
 int usable_cpus() noexcept {

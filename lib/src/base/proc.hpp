@@ -60,6 +60,11 @@ Fate fate_of(const ProcessMark& mark, std::chrono::milliseconds grace);
 // CPUs this process may run on (its affinity mask), at least 1.
 int usable_cpus() noexcept;
 
+// Whether `address` lies in a read-only segment of a loaded image (the program or a shared
+// library: its string literals, __func__, std::source_location's strings), whose bytes cannot
+// change while it is loaded. False for the heap, the stack, writable data and null.
+[[nodiscard]] bool in_read_only_image(const void* address) noexcept;
+
 // strerror for `error_number`, thread-safe.
 std::string error_text(int error_number);
 

@@ -6,6 +6,7 @@
 #include <new>
 #include <string_view>
 
+#include "base/proc.hpp"  // in_read_only_image
 #include "base/text.hpp"  // printable, rounded_seconds, utf8_head, utf8_tail
 
 namespace lockstep::detail {
@@ -58,45 +59,65 @@ std::int64_t coarse_clock_ns() noexcept {
   return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
-std::uint32_t CallRecorder::intern(const CallSite& site) noexcept {
-  for (const Known& known : known_) {
-    if (known.file == site.file && known.function == site.function && known.line == site.line) {
-      return known.index;
-    }
-  }
+std::uint32_t CallRecorder::intern(const SourceLocation& site) noexcept {
   // Relaxed: only this process writes the count.
   const std::uint32_t count = log_.sites.load(std::memory_order_relaxed);
   if (count >= kMaxSites) {
     return 0;  // named "an unknown place" from here on
   }
   SiteText& text = log_.site[count];
-  text.line = site.line;
+  text.line = site.line();
   // The file keeps its end (the name), the function its beginning, each cut between characters
   // (UTF-8); each ends in '\0'.
-  const std::string_view file = site.file;
+  const std::string_view file = site.file_name();
   const std::size_t file_from = utf8_tail(file, kSiteText * 3 / 4);
   const std::size_t file_kept = file.size() - file_from;
   std::memcpy(text.text, file.data() + file_from, file_kept);
   text.text[file_kept] = '\0';
-  const std::string_view function = site.function != nullptr ? site.function : "";
+  const std::string_view function = site.function_name() != nullptr ? site.function_name() : "";
   const std::size_t function_kept = utf8_head(function, sizeof text.text - file_kept - 2);
   std::memcpy(text.text + file_kept + 1, function.data(), function_kept);
   text.text[file_kept + 1 + function_kept] = '\0';
   // Release: a reader that counts the site (acquire) reads its text whole.
   log_.sites.store(count + 1, std::memory_order_release);
   try {
-    known_.push_back(Known{site.file, site.function, site.line, count + 1});
+    texts_.push_back(Text{std::string(file), std::string(function), site.line(), count + 1});
   } catch (const std::bad_alloc&) {  // the site is written; this process would write it again
   }
   return count + 1;
 }
 
-std::uint32_t CallRecorder::word(CallKind kind, const CallSite& site) noexcept {
-  if (site.file == nullptr) {
+CallRecorder::Known CallRecorder::lookup(const SourceLocation& site) noexcept {
+  const char* file = site.file_name();
+  const char* function = site.function_name();
+  for (const Known& known : known_) {
+    if (known.file == file && known.function == function && known.line == site.line()) {
+      return known;  // fixed: the text it had
+    }
+  }
+  Known found{file, function, site.line(), 0,
+              in_read_only_image(file) && (function == nullptr || in_read_only_image(function))};
+  const std::string_view function_text = function != nullptr ? function : "";
+  const auto same = std::find_if(texts_.begin(), texts_.end(), [&](const Text& text) {
+    return text.line == site.line() && text.file == file && text.function == function_text;
+  });
+  found.index = same != texts_.end() ? same->index : intern(site);
+  if (found.fixed && known_.size() < std::size_t{4} * kMaxSites) {
+    try {
+      known_.push_back(found);
+    } catch (const std::bad_alloc&) {  // looked up by its text again next time
+    }
+  }
+  return found;
+}
+
+std::uint32_t CallRecorder::word(CallKind kind, const SourceLocation& site) noexcept {
+  if (site.file_name() == nullptr) {
     return call_word(kind, 0);
   }
-  if (site.file != last_.file || site.line != last_.line || site.function != last_.function) {
-    last_ = Known{site.file, site.function, site.line, intern(site)};
+  if (site.file_name() != last_.file || site.line() != last_.line ||
+      site.function_name() != last_.function || !last_.fixed) {
+    last_ = lookup(site);
   }
   return call_word(kind, last_.index);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/layout.hpp"
+#include "lockstep/source_location.hpp"
 
 namespace lockstep::detail {
 
@@ -39,14 +40,6 @@ const char* call_kind_name(CallKind kind) noexcept;
 // "returned", "timed out", "interrupted", "gave up its quick try", "failed".
 const char* call_end_name(CallEnd end) noexcept;
 
-// Where a public call was made. The strings must live as long as the process (string literals,
-// std::source_location's, a binding's kept copies): a site is known by their addresses.
-struct CallSite {
-  const char* file = nullptr;  // null: unknown
-  const char* function = nullptr;
-  std::uint32_t line = 0;
-};
-
 // CallEntry::call: the site's index (1-based; 0: unknown) in the low byte, the kind, the end.
 inline constexpr std::uint32_t call_word(CallKind kind, std::uint32_t site,
                                          CallEnd end = CallEnd::passed) noexcept {
@@ -66,8 +59,11 @@ class CallRecorder {
   explicit CallRecorder(CallLog& log) noexcept : log_(log) {}
 
   // The word of a call of `kind` at `site`, writing the site's text into the log the first
-  // time (after kMaxSites sites, later ones are unknown).
-  [[nodiscard]] std::uint32_t word(CallKind kind, const CallSite& site) noexcept;
+  // time (after kMaxSites sites, later ones are unknown). Sites are known by their text: the
+  // strings are read during the call only. Pointers to read-only memory of a loaded image
+  // (string literals, __func__, std::source_location's), whose text cannot change, are taken
+  // by address once their text is known.
+  [[nodiscard]] std::uint32_t word(CallKind kind, const SourceLocation& site) noexcept;
   // A call begins: the entry is written whole (see CallEntry) with the coarse clock's time.
   void begin(std::uint32_t word, std::uint64_t episode) noexcept;
   // A call that meets nobody (flags mode's stream barrier: no episode) begins: it takes the
@@ -86,18 +82,29 @@ class CallRecorder {
     const char* function;
     std::uint32_t line;
     std::uint32_t index;
+    bool fixed;  // `file` and `function` point to read-only memory: their text cannot change
   };
-  std::uint32_t intern(const CallSite& site) noexcept;
+  // A site's text, as first asked for (the log keeps it cut to its room).
+  struct Text {
+    std::string file;
+    std::string function;
+    std::uint32_t line;
+    std::uint32_t index;
+  };
+  // The site's index (0: unknown), by address for a fixed site seen before, else by text.
+  Known lookup(const SourceLocation& site) noexcept;
+  std::uint32_t intern(const SourceLocation& site) noexcept;
   // Writes entry `number` whole, as a call that begins now (began_), and opens it.
   void write(std::uint64_t number, std::uint32_t word, std::uint64_t episode) noexcept;
 
   CallLog& log_;
-  std::uint64_t calls_ = 0;  // this process's count of log_.calls
-  std::int64_t began_ = 0;   // the current call's
-  bool open_ = false;        // the current call has not ended
-  bool unmet_ = false;       // the latest entry is begin_unmet's
-  Known last_{};             // the last site asked for, the common case
-  std::vector<Known> known_;
+  std::uint64_t calls_ = 0;   // this process's count of log_.calls
+  std::int64_t began_ = 0;    // the current call's
+  bool open_ = false;         // the current call has not ended
+  bool unmet_ = false;        // the latest entry is begin_unmet's
+  Known last_{};              // the last site asked for, the common case
+  std::vector<Known> known_;  // fixed sites by address
+  std::vector<Text> texts_;   // every site's text
 };
 
 // The recorder's per-call writes are inline: every call makes them. Out of line, a call around

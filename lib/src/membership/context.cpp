@@ -80,7 +80,7 @@ std::optional<std::chrono::milliseconds> bounded(std::optional<std::chrono::mill
 
 }  // namespace
 
-std::shared_ptr<Context> Context::instance(const CallSite& site) {
+std::shared_ptr<Context> Context::instance(const SourceLocation& site) {
   std::call_once(fork_hook_once, [] { ::pthread_atfork(nullptr, nullptr, on_fork_child); });
   Registry& reg = registry();
   std::lock_guard lock(reg.mutex);
@@ -93,7 +93,7 @@ std::shared_ptr<Context> Context::instance(const CallSite& site) {
   return reg.context;
 }
 
-Context::Context(JobConfig config, const CallSite& site)
+Context::Context(JobConfig config, const SourceLocation& site)
     : config_(std::move(config)),
       owner_(::getpid()),
       fork_epoch_(fork_epoch.load(std::memory_order_relaxed)) {
@@ -143,7 +143,7 @@ void Context::describe(std::chrono::steady_clock::duration joining) const {
   log_line(job.rank, text);
 }
 
-void Context::join(const CallSite& site) {
+void Context::join(const SourceLocation& site) {
   arm_fault_points(config_.rank);
   const bool hierarchical = config_.num_nodes > 1;
   if (hierarchical) {
@@ -300,7 +300,7 @@ void Context::leave_on_purpose(const char* what) {
 }
 
 void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char* what,
-                   CallKind kind, const CallSite& site) {
+                   CallKind kind, const SourceLocation& site) {
   check_usable(what);
   if (!barrier_) {
     return;  // a job of one
@@ -326,7 +326,7 @@ void Context::settle_streams(std::optional<std::chrono::steady_clock::time_point
   }
 }
 
-bool Context::try_wait(const char* what, const CallSite& site) {
+bool Context::try_wait(const char* what, const SourceLocation& site) {
   check_usable(what);
   if (!barrier_) {
     return true;  // a job of one
@@ -384,7 +384,7 @@ void Context::check_intact(const char* what) {
 }
 
 void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                          const char* what, const CallSite& site) {
+                          const char* what, const SourceLocation& site) {
   check_usable(what);
   BusyGuard busy(busy_, what);
   if (left_.load(std::memory_order_seq_cst)) {

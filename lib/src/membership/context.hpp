@@ -26,9 +26,9 @@ class Context {
  public:
   // The process's context, joining the job on first use (`site`: where, for the call log).
   // Thread-safe.
-  static std::shared_ptr<Context> instance(const CallSite& site = {});
+  static std::shared_ptr<Context> instance(const SourceLocation& site = {});
 
-  explicit Context(JobConfig config, const CallSite& site = {});
+  explicit Context(JobConfig config, const SourceLocation& site = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -54,20 +54,20 @@ class Context {
   // (a multi-node leader's part, timeouts, lost peers, the errors) stays out of line
   // (gnu::noinline in NodeBarrier and here), so that this function stays a few kilobytes.
   [[gnu::flatten]] void wait(std::optional<std::chrono::milliseconds> timeout, const char* what,
-                             CallKind kind, const CallSite& site);
+                             CallKind kind, const SourceLocation& site);
   // State::try_wait_for_everyone: arrives and waits at most kTryWait, never interrupted; true once
   // the episode is complete, false (the arrival withdrawn) if it was not, or at once across nodes.
   static constexpr std::chrono::milliseconds kTryWait{1};
-  bool try_wait(const char* what, const CallSite& site);
+  bool try_wait(const char* what, const SourceLocation& site);
   // State::broadcast: the main process's `data` (any size), on every process; two episodes of
   // the barrier, on every process, whatever the outcome.
   std::vector<std::byte> broadcast(std::span<const std::byte> data, const char* what,
-                                   const CallSite& site);
+                                   const SourceLocation& site);
   // State::gather_object: every process's `data` (any size), by rank, on every process; two
   // episodes of the barrier on one machine, three across machines, on every process, whatever
   // the outcome.
   std::vector<std::vector<std::byte>> gather(std::span<const std::byte> data, const char* what,
-                                             const CallSite& site);
+                                             const SourceLocation& site);
   // What gather_into does with the gathered bytes, between the gather's episodes: `sized` once,
   // with every process's size by rank, then `put` once for each rank, with its bytes (valid
   // during the call only: a spill's mapping). What they throw is thrown once every process has
@@ -82,18 +82,18 @@ class Context {
   // gather(), each process's bytes copied once, straight to where `sink` puts them (the C API's
   // one buffer).
   void gather_into(std::span<const std::byte> data, const GatherSink& sink, const char* what,
-                   const CallSite& site);
+                   const SourceLocation& site);
   // broadcast(), the bytes given to `put` once (valid during the call only), between its
   // episodes.
   void broadcast_into(std::span<const std::byte> data,
                       FunctionRef<void(std::span<const std::byte>)> put, const char* what,
-                      const CallSite& site);
+                      const SourceLocation& site);
   // State::set_trigger and check_trigger (a gather of this process's mark, which it clears).
   void set_trigger() noexcept { trigger_.store(true, std::memory_order_relaxed); }
-  bool check_trigger(const char* what, const CallSite& site);
+  bool check_trigger(const char* what, const SourceLocation& site);
   // The stream-ordered barrier (see gpu/stream_barrier.hpp); `timeout`: State's rule.
   void wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                   const char* what, const CallSite& site);
+                   const char* what, const SourceLocation& site);
   // Whether a failure released this node's GPU streams (StreamBarrier::released); any thread.
   [[nodiscard]] bool stream_released() const noexcept;
   // StreamBarrier::release_word(), or null before the first stream barrier.
@@ -114,7 +114,7 @@ class Context {
 
  private:
   // Joins the job (the constructor's work), and says what was joined (LOCKSTEP_LOG).
-  void join(const CallSite& site);
+  void join(const SourceLocation& site);
   void describe(std::chrono::steady_clock::duration joining) const;
   // One arrival at the barrier, and what a failed one does (the log, parking while exiting).
   void arrive(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what,

@@ -372,7 +372,7 @@ struct VectorSink {
 }  // namespace
 
 std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what,
-                                          const CallSite& site) {
+                                          const SourceLocation& site) {
   std::vector<std::byte> out;
   broadcast_into(
       data, [&](std::span<const std::byte> bytes) { out = prefaulted_copy(bytes); }, what, site);
@@ -381,7 +381,7 @@ std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const
 
 void Context::broadcast_into(std::span<const std::byte> data,
                              FunctionRef<void(std::span<const std::byte>)> put, const char* what,
-                             const CallSite& site) {
+                             const SourceLocation& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
     put(data);
@@ -435,7 +435,7 @@ void Context::broadcast_into(std::span<const std::byte> data,
 }
 
 std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> data,
-                                                    const char* what, const CallSite& site) {
+                                                    const char* what, const SourceLocation& site) {
   VectorSink vectors;
   gather_into(data,
               {[&](const std::vector<std::uint64_t>& sizes) { vectors.sized(sizes); },
@@ -446,7 +446,7 @@ std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> d
 }
 
 void Context::gather_into(std::span<const std::byte> data, const GatherSink& sink, const char* what,
-                          const CallSite& site) {
+                          const SourceLocation& site) {
   check_usable(what);
   if (!barrier_) {  // a job of one
     sink.sized({data.size()});
@@ -579,7 +579,7 @@ void Context::spill_in_memory(std::span<const std::byte> data, std::optional<Spi
   }
 }
 
-bool Context::check_trigger(const char* what, const CallSite& site) {
+bool Context::check_trigger(const char* what, const SourceLocation& site) {
   // Taken (cleared) before the gather: a mark set meanwhile counts at the next check. When no
   // process had one, this process had none to lose; when one had, every mark is cleared anyway.
   const bool mine = trigger_.exchange(false, std::memory_order_relaxed);

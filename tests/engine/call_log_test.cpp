@@ -1,0 +1,78 @@
+// A process's call log knows its sites by their text (lib/src/engine/call_log.hpp): the strings
+// of a site are read during the call only, so a buffer reused for another site's text names that
+// site, and two buffers with one text are one site; string literals, in read-only memory, are
+// known by their address.
+#include "engine/call_log.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "base/proc.hpp"
+
+namespace lockstep::detail {
+namespace {
+
+// The file and function the log names for its latest call.
+std::string latest_place(const CallLog& log) {
+  const auto call = latest_call(log);
+  return call ? call->file + ":" + std::to_string(call->line) + " " + call->function : "none";
+}
+
+TEST(CallLog, ABufferReusedForAnotherSitesTextNamesThatSite) {
+  auto log = std::make_unique<CallLog>();
+  CallRecorder recorder(*log);
+  std::array<char, 32> file{};
+  std::array<char, 32> function{};
+  std::strcpy(file.data(), "first.c");
+  std::strcpy(function.data(), "one");
+  const SourceLocation site(file.data(), 7, function.data());
+  recorder.begin(recorder.word(CallKind::wait, site), 0);
+  recorder.end(false);
+  EXPECT_EQ(latest_place(*log), "first.c:7 one");
+  // The same addresses and line, another text: another site.
+  std::strcpy(file.data(), "second.c");
+  std::strcpy(function.data(), "two");
+  const std::uint32_t word = recorder.word(CallKind::wait, site);
+  recorder.begin(word, 1);
+  recorder.end(false);
+  EXPECT_EQ(latest_place(*log), "second.c:7 two");
+  EXPECT_EQ(word & 0xff, 2U);
+  // The first text again, from other memory: the first site.
+  const std::string again_file = "first.c";
+  const std::string again_function = "one";
+  EXPECT_EQ(recorder.word(CallKind::wait, SourceLocation(again_file.c_str(), 7,
+                                                          again_function.c_str())) &
+                0xff,
+            1U);
+  EXPECT_EQ(log->sites.load(), 2U);
+}
+
+TEST(CallLog, LiteralsAreKnownByAddressAndTheirTextIsWrittenOnce) {
+  auto log = std::make_unique<CallLog>();
+  CallRecorder recorder(*log);
+  const SourceLocation here = SourceLocation::current();
+  const std::uint32_t first = recorder.word(CallKind::wait, here);
+  const SourceLocation there = SourceLocation::current();
+  EXPECT_NE(recorder.word(CallKind::wait, there) & 0xff, first & 0xff);
+  EXPECT_EQ(recorder.word(CallKind::wait, here), first);
+  EXPECT_EQ(log->sites.load(), 2U);
+}
+
+TEST(CallLog, OnlyReadOnlyMemoryOfALoadedImageIsTakenAsFixed) {
+  static char writable[] = "writable.c";  // NOLINT: the test needs writable static memory
+  const std::string heap = "heap.c";
+  const std::array<char, 8> stack{'s', '.', 'c', '\0'};
+  EXPECT_TRUE(in_read_only_image("literal.c"));
+  EXPECT_TRUE(in_read_only_image(__func__));
+  EXPECT_FALSE(in_read_only_image(writable));
+  EXPECT_FALSE(in_read_only_image(heap.c_str()));
+  EXPECT_FALSE(in_read_only_image(stack.data()));
+  EXPECT_FALSE(in_read_only_image(nullptr));
+}
+
+}  // namespace
+}  // namespace lockstep::detail

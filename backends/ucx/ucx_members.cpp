@@ -1,7 +1,8 @@
 // What the UCX backend's leaders know of each other (the class: ucx_backend.hpp): whether each
 // is still there (its link to node 0, its UCX connection; a death told apart from a lost
 // connection where the two ran on one host), which nodes a wait still waits for and where
-// their processes are (the places desk), and the job's abort, sent to every leader.
+// their processes are (the places desk), the job's abort, sent to every leader, and what a
+// member sends once joined (arrivals, aborts, node 0's broadcasts), taken or dropped.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -224,6 +225,93 @@ void UcxBackend::abort(const Failure& failure) noexcept {
     }
   } catch (...) {
     // Best effort: the other nodes still notice when this leader's process ends.
+  }
+}
+
+bool UcxBackend::from_member(std::uint64_t token, std::uint32_t from) const noexcept {
+  return token == token_ && from < static_cast<std::uint32_t>(num_nodes_) &&
+         from != static_cast<std::uint32_t>(me_);
+}
+
+void UcxBackend::handle_arrive(const wire::Arrive& arrive) {
+  if (!from_member(arrive.token, arrive.from)) {
+    return;
+  }
+  const std::uint32_t expected_from = static_cast<std::uint32_t>(
+      (me_ - (1 << std::min<std::uint32_t>(arrive.round, 30)) % num_nodes_ + num_nodes_) %
+      num_nodes_);
+  const bool in_step = arrive.episode == episode_ || arrive.episode == episode_ + 1;
+  RoundSlot* slot = arrive.round < static_cast<std::uint32_t>(rounds_)
+                        ? &inbox_[arrive.episode & 1][arrive.round]
+                        : nullptr;
+  if (slot == nullptr || arrive.from != expected_from || !in_step || slot->present ||
+      arrive.known.size() != (static_cast<std::size_t>(num_nodes_) + 63) / 64) {
+    if (!aborted_) {
+      aborted_ = Failure{
+          FailureKind::error,
+          -1,
+          {},
+          "node " + std::to_string(arrive.from) + " sent a barrier message out of step (episode " +
+              std::to_string(arrive.episode) + ", round " + std::to_string(arrive.round) +
+              "; node " + std::to_string(me_) + " is at episode " + std::to_string(episode_) +
+              "): do all processes call wait_for_everyone() equally often?"};
+    }
+    return;
+  }
+  slot->present = true;
+  slot->episode = arrive.episode;
+  slot->known = arrive.known;
+}
+
+void UcxBackend::handle_abort(const wire::Abort& abort) {
+  if (!from_member(abort.token, abort.from) || aborted_) {
+    return;
+  }
+  Failure failure;
+  failure.kind = abort.kind >= 1 && abort.kind <= 4 ? static_cast<FailureKind>(abort.kind)
+                                                    : FailureKind::error;
+  failure.rank = abort.rank;
+  failure.missing.assign(abort.missing.begin(), abort.missing.end());
+  // Escaped: another machine's text reaches this machine's terminals and logs.
+  failure.message = "node " + std::to_string(abort.from) + " gave up: " + printable(abort.message);
+  aborted_ = std::move(failure);
+  if (me_ == 0) {
+    relay_ = abort;  // sent on by progress(), outside UCX's callback
+  }
+}
+
+void UcxBackend::handle_blob(const wire::Blob& blob) {
+  if (!from_member(blob.token, blob.from) || blob.from != 0 || blob.sequence < blob_sequence_ ||
+      blobs_.count(blob.sequence) != 0) {
+    return;  // foreign, old or repeated: dropped
+  }
+  if (blob.sequence >= blob_sequence_ + kMaxAhead) {
+    // Node 0 went further ahead than this leader keeps (Bootstrap::kMaxAhead): the blob
+    // cannot be kept, and dropping it would leave this leader waiting for it for ever.
+    if (!aborted_) {
+      aborted_ = Failure{FailureKind::error,
+                         -1,
+                         {},
+                         "node 0 sent broadcast " + std::to_string(blob.sequence) + " while node " +
+                             std::to_string(me_) + " had taken " + std::to_string(blob_sequence_) +
+                             ": a leader keeps at most " + std::to_string(kMaxAhead) +
+                             " broadcasts that it has not asked for (Bootstrap::kMaxAhead)"};
+    }
+    return;
+  }
+  blobs_[blob.sequence] = blob.data;
+}
+
+void UcxBackend::handle_member(const wire::Message& message) {
+  // A message from another leader of this job is taken; another job's, or a forged one, is
+  // dropped. A hello, welcome or refusal from a member after joining is dropped, as is a
+  // chunk's head that comes as a message (chunks have an id of their own: on_chunk).
+  if (const auto* arrive = std::get_if<wire::Arrive>(&message)) {
+    handle_arrive(*arrive);
+  } else if (const auto* abort = std::get_if<wire::Abort>(&message)) {
+    handle_abort(*abort);
+  } else if (const auto* blob = std::get_if<wire::Blob>(&message)) {
+    handle_blob(*blob);
   }
 }
 

@@ -44,10 +44,10 @@ TEST(CallLog, ABufferReusedForAnotherSitesTextNamesThatSite) {
   // The first text again, from other memory: the first site.
   const std::string again_file = "first.c";
   const std::string again_function = "one";
-  EXPECT_EQ(recorder.word(CallKind::wait, SourceLocation(again_file.c_str(), 7,
-                                                          again_function.c_str())) &
-                0xff,
-            1U);
+  EXPECT_EQ(
+      recorder.word(CallKind::wait, SourceLocation(again_file.c_str(), 7, again_function.c_str())) &
+          0xff,
+      1U);
   EXPECT_EQ(log->sites.load(), 2U);
 }
 
@@ -72,6 +72,16 @@ TEST(CallLog, OnlyReadOnlyMemoryOfALoadedImageIsTakenAsFixed) {
   EXPECT_FALSE(in_read_only_image(heap.c_str()));
   EXPECT_FALSE(in_read_only_image(stack.data()));
   EXPECT_FALSE(in_read_only_image(nullptr));
+  // Kept between lookups (the segments read once), with the same answers each time.
+  ReadOnlyImages images;
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_TRUE(images.contains("literal.c"));
+    EXPECT_TRUE(images.contains(__func__));
+    EXPECT_FALSE(images.contains(writable));
+    EXPECT_FALSE(images.contains(heap.c_str()));
+    EXPECT_FALSE(images.contains(stack.data()));
+    EXPECT_FALSE(images.contains(nullptr));
+  }
 }
 
 }  // namespace

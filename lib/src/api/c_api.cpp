@@ -1,9 +1,7 @@
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <new>
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -253,7 +251,6 @@ lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* dat
   }
   *out = nullptr;
   MallocBuffer copy(0);
-  std::vector<std::size_t> offsets;
   const lockstep_status status = guarded([&] {
     state->state.gather_object_into(
         std::span(static_cast<const std::byte*>(data), size),

@@ -10,11 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <new>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -209,30 +213,67 @@ Fate fate_of(const ProcessMark& mark, std::chrono::milliseconds grace) {
   return Fate::dead;
 }
 
-bool in_read_only_image(const void* address) noexcept {
+bool ReadOnlyImages::contains(const void* address) noexcept {
   if (address == nullptr) {
     return false;
   }
-  struct Search {
-    std::uintptr_t address;
-    bool found;
-  } search{reinterpret_cast<std::uintptr_t>(address), false};
+  struct Walk {
+    ReadOnlyImages& images;
+    bool first = true;
+    bool stale = false;
+    bool failed = false;  // out of memory (nothing may unwind through the loader, which locks)
+  } walk{*this};
   (void)::dl_iterate_phdr(
-      [](dl_phdr_info* info, std::size_t /*size*/, void* data) {
-        auto& wanted = *static_cast<Search*>(data);
+      [](dl_phdr_info* info, std::size_t size, void* data) noexcept {
+        auto& w = *static_cast<Walk*>(data);
+        if (w.first) {
+          w.first = false;
+          // The loader's counts of loads and unloads, where this glibc gives them.
+          const bool counted = size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs;
+          w.stale = !w.images.read_ || !counted || info->dlpi_adds != w.images.adds_ ||
+                    info->dlpi_subs != w.images.subs_;
+          if (!w.stale) {
+            return 1;  // the segments read before still hold
+          }
+          w.images.segments_.clear();
+          w.images.adds_ = counted ? info->dlpi_adds : 0;
+          w.images.subs_ = counted ? info->dlpi_subs : 0;
+          w.images.read_ = counted;
+        }
         for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
           const ElfW(Phdr)& segment = info->dlpi_phdr[i];
-          const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
-          if (segment.p_type == PT_LOAD && (segment.p_flags & PF_W) == 0 &&
-              wanted.address >= begin && wanted.address < begin + segment.p_memsz) {
-            wanted.found = true;
-            return 1;  // stops the walk
+          if (segment.p_type == PT_LOAD && (segment.p_flags & PF_W) == 0) {
+            const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+            try {
+              w.images.segments_.push_back(Segment{begin, begin + segment.p_memsz});
+            } catch (const std::bad_alloc&) {
+              w.failed = true;
+              return 1;
+            }
           }
         }
         return 0;
       },
-      &search);
-  return search.found;
+      &walk);
+  if (walk.failed) {
+    read_ = false;  // read again next time; meanwhile nothing is taken as read-only
+    segments_.clear();
+    return false;
+  }
+  if (walk.stale) {
+    std::sort(segments_.begin(), segments_.end(),
+              [](const Segment& a, const Segment& b) { return a.begin < b.begin; });
+  }
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  const auto after =
+      std::upper_bound(segments_.begin(), segments_.end(), at,
+                       [](std::uintptr_t a, const Segment& s) { return a < s.begin; });
+  return after != segments_.begin() && at < std::prev(after)->end;
+}
+
+bool in_read_only_image(const void* address) noexcept {
+  ReadOnlyImages images;
+  return images.contains(address);
 }
 
 int usable_cpus() noexcept {

@@ -6,7 +6,7 @@
 #include <new>
 #include <string_view>
 
-#include "base/proc.hpp"  // in_read_only_image
+#include "base/proc.hpp"  // ReadOnlyImages
 #include "base/text.hpp"  // printable, rounded_seconds, utf8_head, utf8_tail
 
 namespace lockstep::detail {
@@ -96,7 +96,7 @@ CallRecorder::Known CallRecorder::lookup(const SourceLocation& site) noexcept {
     }
   }
   Known found{file, function, site.line(), 0,
-              in_read_only_image(file) && (function == nullptr || in_read_only_image(function))};
+              images_.contains(file) && (function == nullptr || images_.contains(function))};
   const std::string_view function_text = function != nullptr ? function : "";
   const auto same = std::find_if(texts_.begin(), texts_.end(), [&](const Text& text) {
     return text.line == site.line() && text.file == file && text.function == function_text;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/proc.hpp"  // ReadOnlyImages
 #include "engine/layout.hpp"
 #include "lockstep/source_location.hpp"
 
@@ -105,6 +106,7 @@ class CallRecorder {
   Known last_{};              // the last site asked for, the common case
   std::vector<Known> known_;  // fixed sites by address
   std::vector<Text> texts_;   // every site's text
+  ReadOnlyImages images_;     // what `fixed` asks
 };
 
 // The recorder's per-call writes are inline: every call makes them. Out of line, a call around

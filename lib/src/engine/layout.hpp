@@ -205,8 +205,8 @@ struct SiteText {
 };
 // In the segment, zeroed by the kernel; a test's own log is value-initialized.
 struct alignas(kCacheLine) CallLog {  // NOLINT(cppcoreguidelines-pro-type-member-init)
-  std::atomic<std::uint64_t> calls;  // calls begun; the latest is ring[(calls - 1) % kCallRing]
-  std::atomic<std::uint32_t> sites;  // site[0, sites) are written
+  std::atomic<std::uint64_t> calls;   // calls begun; the latest is ring[(calls - 1) % kCallRing]
+  std::atomic<std::uint32_t> sites;   // site[0, sites) are written
   alignas(kCacheLine) CallEntry ring[kCallRing];
   SiteText site[kMaxSites];
 };

@@ -44,16 +44,31 @@ ProcessMark read_process(ByteReader& r) {
   return mark;
 }
 
+// A node as a hello and each of a welcome's entries end: its index, ranks, address and process
+// mark (Hello and Welcome's entries name them alike).
+template <class Node>
+void put_node(ByteWriter& w, const Node& node) {
+  w.u32(node.node);
+  put_ranks(w, node.ranks);
+  w.sized(node.address);
+  put_process(w, node.process);
+}
+
+template <class Node>
+void read_node(ByteReader& r, Node& node) {
+  node.node = r.u32();
+  node.ranks = read_ranks(r, "ranks");
+  node.address = read_bytes(r, kMaxAddress, "address");
+  node.process = read_process(r);
+}
+
 // Each message after the magic and version: its kind, then its fields.
 void put(ByteWriter& w, const Hello& m) {
   w.u16(static_cast<std::uint16_t>(Kind::hello));
   w.text(m.identity);
   w.u32(m.num_nodes);
   w.u32(m.world_size);
-  w.u32(m.node);
-  put_ranks(w, m.ranks);
-  w.sized(m.address);
-  put_process(w, m.process);
+  put_node(w, m);
 }
 
 void put(ByteWriter& w, const Welcome& m) {
@@ -61,10 +76,7 @@ void put(ByteWriter& w, const Welcome& m) {
   w.u64(m.token);
   w.u32(static_cast<std::uint32_t>(m.nodes.size()));
   for (const auto& node : m.nodes) {
-    w.u32(node.node);
-    put_ranks(w, node.ranks);
-    w.sized(node.address);
-    put_process(w, node.process);
+    put_node(w, node);
   }
 }
 
@@ -118,10 +130,7 @@ Hello read_hello(ByteReader& r) {
   m.identity = r.text(kMaxText, "identity");
   m.num_nodes = r.u32();
   m.world_size = r.u32();
-  m.node = r.u32();
-  m.ranks = read_ranks(r, "ranks");
-  m.address = read_bytes(r, kMaxAddress, "address");
-  m.process = read_process(r);
+  read_node(r, m);
   return m;
 }
 
@@ -132,10 +141,7 @@ Welcome read_welcome(ByteReader& r) {
   std::size_t n = r.count(kMaxNodes, 12 + kProcessMarkBytes, "nodes");
   m.nodes.resize(n);
   for (auto& node : m.nodes) {
-    node.node = r.u32();
-    node.ranks = read_ranks(r, "ranks");
-    node.address = read_bytes(r, kMaxAddress, "address");
-    node.process = read_process(r);
+    read_node(r, node);
   }
   return m;
 }

@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report_module import fail, load_bench_report  # noqa: E402
 
 ROOT, BUILD, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
-report = load_bench_report(ROOT)
+load_bench_report(ROOT)
+tables = sys.modules["bench_load_tables"]
 
 
 def rows(table_lines):
@@ -27,17 +28,17 @@ def rows(table_lines):
 # 1. This build 1.5x the baseline in every pair: ratio 1.50x, faster in 0 of 4.
 base = [10.0, 20.0, 5.0, 40.0]
 cells = {("ab", "1", 2, "this"): [{"us": 1.5 * b, "p99_us": 3 * b} for b in base],
-         ("ab", "1", 2, report.BASELINE): [{"us": b, "p99_us": b} for b in base]}
+         ("ab", "1", 2, tables.BASELINE): [{"us": b, "p99_us": b} for b in base]}
 info = {"build": "/tmp/base", "commit": "abc", "rounds": 4}
-line = rows(report.load_baseline_table(report.LoadCells(cells), [2], ["1"], info))
+line = rows(tables.load_baseline_table(tables.LoadCells(cells), [2], ["1"], info))
 if len(line) != 1 or "| 1.50x | 0/4 | 3.00x |" not in line[0]:
     fail(f"a build 1.5x slower in every pair: {line}")
 
 # 2. A failed run of the baseline in the second pair: that pair is dropped, the others stay
 # paired with their own (this build faster in each of the three left).
 cells = {("ab", "1", 2, "this"): [{"us": 1.0}, {"us": 100.0}, {"us": 2.0}, {"us": 3.0}],
-         ("ab", "1", 2, report.BASELINE): [{"us": 2.0}, {}, {"us": 4.0}, {"us": 6.0}]}
-line = rows(report.load_baseline_table(report.LoadCells(cells), [2], ["1"], info))
+         ("ab", "1", 2, tables.BASELINE): [{"us": 2.0}, {}, {"us": 4.0}, {"us": 6.0}]}
+line = rows(tables.load_baseline_table(tables.LoadCells(cells), [2], ["1"], info))
 if len(line) != 1 or "| 0.50x | 3/3 |" not in line[0]:
     fail(f"a failed run did not drop just its pair: {line}")
 
@@ -61,7 +62,7 @@ if [r.split(" | ")[0:2] for r in got] != [["| 0", "2"], ["| 1", "2"]]:
 with open(os.path.join(out, "load.json")) as f:
     data = json.load(f)
 for load in ("0", "1"):
-    for family in ("this", report.BASELINE):
+    for family in ("this", tables.BASELINE):
         passes = [c["passes"] for c in data["cells"] if c["kind"] == "ab"
                   and c["load"] == load and c["family"] == family]
         if len(passes) != 1 or len(passes[0]) != 2 or not all(p.get("us") for p in passes[0]):

@@ -20,7 +20,9 @@ from report_module import fail, load_bench_report  # noqa: E402
 
 ROOT, SLEEP_AB, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 os.makedirs(OUT, exist_ok=True)
-report = load_bench_report(ROOT)
+load_bench_report(ROOT)
+load = sys.modules["bench_load"]
+tables = sys.modules["bench_load_tables"]
 
 
 def quantile(values, q):
@@ -47,10 +49,10 @@ for name, tails in raw["tails"].items():
     if any(not 0 <= cycle < 4 for _, cycle in tails["top"]):
         fail(f"{name}: a cycle outside 0-3 in {tails['top']}")
 cells = {}
-report.read_paired(raw_path, "1", 2, cells)
+load.read_paired(raw_path, "1", 2, cells)
 rows = cells[("paired", "1", 2, "tails")]
 for q, key in ((0.99, "p99"), (0.999, "p999")):
-    adaptive, block, pthread, ratio, interval = report.pooled_tails(rows, q)
+    adaptive, block, pthread, ratio, interval = tables.pooled_tails(rows, q)
     for name, value in (("adaptive", adaptive), ("block", block), ("pthread", pthread)):
         if value is None or abs(value - raw["tails"][name][key]) > 0.006:
             fail(f"{name}'s pooled {key} of one pass is {value}, sleep-ab said "
@@ -83,7 +85,7 @@ def made_up_pass(scale_of, slow_phases=0.1):
 passes = [made_up_pass(lambda name, cycle: 1.0) for _ in range(3)]
 rows = [row for row, _ in passes]
 for q in (0.99, 0.999):
-    result = report.pooled_tails(rows, q)
+    result = tables.pooled_tails(rows, q)
     for index, name in enumerate(("adaptive", "block", "pthread")):
         everything = [v for _, episodes in passes for v in episodes[name]]
         if result[index] != quantile(everything, q):
@@ -95,18 +97,18 @@ rows = [row for row, _ in passes]
 for row in rows:
     row["pooled"]["adaptive"] = row["pooled"]["pthread"]
 for q in (0.99, 0.999):
-    _, _, _, ratio, interval = report.pooled_tails(rows, q)
+    _, _, _, ratio, interval = tables.pooled_tails(rows, q)
     if ratio != 1.0 or not interval[0] <= 1.0 <= interval[1]:
         fail(f"the same episodes: ratio {ratio}, interval {interval}")
 slower = [made_up_pass(lambda name, cycle: 1.5 if name == "adaptive" else 1.0)
           for _ in range(3)]
 for q in (0.99, 0.999):
-    _, _, _, ratio, interval = report.pooled_tails([row for row, _ in slower], q)
+    _, _, _, ratio, interval = tables.pooled_tails([row for row, _ in slower], q)
     if not interval[0] > 1.0:
         fail(f"adaptive 1.5x slower in every cycle: ratio {ratio}, interval {interval}")
-table = report.LoadCells({("paired", "1", 2, "tails"): [row for row, _ in slower]})
+table = tables.LoadCells({("paired", "1", 2, "tails"): [row for row, _ in slower]})
 verdicts = []
-lines = report.load_paired_tails_table(table, [2], ["1"], verdicts, 60)
+lines = tables.load_paired_tails_table(table, [2], ["1"], verdicts, 60)
 if not verdicts or verdicts[0]["verdict"] != "MISSED" or verdicts[0]["met"]:
     fail(f"adaptive 1.5x slower is not MISSED: {verdicts} {lines[-1]}")
 
@@ -117,7 +119,7 @@ if not verdicts or verdicts[0]["verdict"] != "MISSED" or verdicts[0]["met"]:
 generator.seed(3)
 disagree = [made_up_pass(lambda name, cycle, k=k: k if name == "adaptive" else 1.0, 0)[0]
             for k in (1.3, 1.0, 1.0)]
-_, _, _, ratio, interval = report.pooled_tails(disagree, 0.99)
+_, _, _, ratio, interval = tables.pooled_tails(disagree, 0.99)
 if not ratio > 1.0 or interval is None or not interval[0] <= 1.0:
     fail(f"passes at 1.3x, 1x and 1x: ratio {ratio}, interval {interval}: not within noise")
 

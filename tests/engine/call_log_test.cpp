@@ -62,6 +62,22 @@ TEST(CallLog, LiteralsAreKnownByAddressAndTheirTextIsWrittenOnce) {
   EXPECT_EQ(log->sites.load(), 2U);
 }
 
+// The barrier takes a call as a word made already or as a kind and a site, whose word it asks
+// for after its arrival: both give the word the site has, and a site is counted once.
+TEST(CallLog, ACallAtASiteHasTheSitesWord) {
+  auto log = std::make_unique<CallLog>();
+  CallRecorder recorder(*log);
+  const SourceLocation here = SourceLocation::current();
+  const std::uint32_t word = recorder.word(CallKind::first_wait, here);
+  EXPECT_EQ(recorder.word(CallAt(CallKind::first_wait, here)), word);
+  EXPECT_EQ(recorder.word(CallAt(word)), word);
+  EXPECT_EQ(recorder.word(CallAt()), call_word(CallKind::unknown, 0));
+  EXPECT_EQ(recorder.word(CallAt(CallKind::gather, SourceLocation())),
+            call_word(CallKind::gather, 0));
+  EXPECT_EQ(call_kind(recorder.word(CallAt(CallKind::gather, here))), CallKind::gather);
+  EXPECT_EQ(log->sites.load(), 1U);
+}
+
 TEST(CallLog, OnlyReadOnlyMemoryOfALoadedImageIsTakenAsFixed) {
   static char writable[] = "writable.c";  // NOLINT: the test needs writable static memory
   const std::string heap = "heap.c";

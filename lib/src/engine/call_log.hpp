@@ -50,6 +50,21 @@ inline constexpr CallKind call_kind(std::uint32_t word) noexcept {
   return static_cast<CallKind>((word >> 8) & 0xff);
 }
 
+// A call to record: its word (call_word), or what and where it is, whose word CallRecorder makes
+// when asked (the barrier asks after its arrival, so that a site's look-up delays no peer).
+class CallAt {
+ public:
+  // NOLINTNEXTLINE(google-explicit-constructor): a word is a call made already
+  constexpr CallAt(std::uint32_t word = call_word(CallKind::unknown, 0)) noexcept : word_(word) {}
+  constexpr CallAt(CallKind kind, const SourceLocation& site) noexcept
+      : word_(call_word(kind, 0)), site_(&site) {}
+
+ private:
+  friend class CallRecorder;
+  std::uint32_t word_;                    // the word, or the kind's with no site
+  const SourceLocation* site_ = nullptr;  // null: word_ is the word
+};
+
 // The steady clock as of the last scheduler tick (CLOCK_MONOTONIC_COARSE, ~4 ns a read here
 // against ~26 for the precise one), in ns: what the log's times are.
 [[nodiscard]] std::int64_t coarse_clock_ns() noexcept;
@@ -65,6 +80,9 @@ class CallRecorder {
   // (string literals, __func__, std::source_location's), whose text cannot change, are taken
   // by address once their text is known.
   [[nodiscard]] std::uint32_t word(CallKind kind, const SourceLocation& site) noexcept;
+  [[nodiscard]] std::uint32_t word(const CallAt& call) noexcept {
+    return call.site_ == nullptr ? call.word_ : word(call_kind(call.word_), *call.site_);
+  }
   // A call begins: the entry is written whole (see CallEntry) with the coarse clock's time.
   void begin(std::uint32_t word, std::uint64_t episode) noexcept;
   // A call that meets nobody (flags mode's stream barrier: no episode) begins: it takes the

@@ -22,7 +22,7 @@ void NodeBarrier::check_intact(const char* what) {
 
 template <bool kTry>
 bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, const char* what,
-                                     std::uint32_t call) {
+                                     CallAt at) {
   SegmentHeader& header = segment_.header();
   check_intact(what);
   if (tokens_ == 1) {
@@ -35,7 +35,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     }
   }
   if (segment_.num_slots() == 1) {
-    recorder_.begin(call, episode_);
+    recorder_.begin(recorder_.word(at), episode_);
     lead(0, deadline, what);  // the node's only process: nobody local to wait for
     recorder_.end(true);
     return true;
@@ -46,8 +46,9 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
   // (see wake_sleepers).
   const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
-  // After the arrival, so that its few stores and coarse clock read (~4 ns) delay no peer: a
-  // waiter spins meanwhile, a completer's peers are on their way out.
+  // After the arrival, so that the site's look-up, the entry's stores and the coarse clock read
+  // delay no peer: a waiter spins meanwhile, a completer's peers are on their way out.
+  const std::uint32_t call = recorder_.word(at);
   recorder_.begin(call, episode_);
   fault_point("barrier.arrived");
   if (ticket + 1 == full) {
@@ -123,12 +124,11 @@ bool NodeBarrier::give_up_or_pass(Outcome outcome, std::uint64_t full, const cha
 }
 
 void NodeBarrier::arrive_and_wait(std::optional<Clock::time_point> deadline, const char* what,
-                                  std::uint32_t call) {
+                                  CallAt call) {
   (void)arrive_and_wait_as<false>(deadline, what, call);
 }
 
-bool NodeBarrier::try_arrive_and_wait(Clock::time_point deadline, const char* what,
-                                      std::uint32_t call) {
+bool NodeBarrier::try_arrive_and_wait(Clock::time_point deadline, const char* what, CallAt call) {
   return arrive_and_wait_as<true>(deadline, what, call);
 }
 

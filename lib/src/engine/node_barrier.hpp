@@ -61,10 +61,10 @@ class NodeBarrier {
   // process that has not arrived dies or leaves. `what` names the caller in messages.
   // Memory ordering: every write before any process's arrival happens-before every read after
   // any process's return.
-  // `call`: what and where the call is (CallRecorder::word), recorded in this process's call
-  // log after the arrival, for the peers' messages and lockstep-run --status.
+  // `call`: what and where the call is (CallAt), recorded in this process's call log after the
+  // arrival, for the peers' messages and lockstep-run --status; a site's word is made then too.
   void arrive_and_wait(std::optional<std::chrono::steady_clock::time_point> deadline,
-                       const char* what, std::uint32_t call = call_word(CallKind::unknown, 0));
+                       const char* what, CallAt call = {});
 
   // One node only: arrives and waits until `deadline`, never interrupted (the interrupt
   // descriptor is not read); true once the episode is complete (as arrive_and_wait), false if it
@@ -72,7 +72,7 @@ class NodeBarrier {
   // job false at once, without arriving (the leader's arrival there cannot be taken back).
   // Throws PeerLostError as arrive_and_wait does.
   bool try_arrive_and_wait(std::chrono::steady_clock::time_point deadline, const char* what,
-                           std::uint32_t call = call_word(CallKind::unknown, 0));
+                           CallAt call = {});
 
   // This process's call log: the words of its calls, and the end of one that failed.
   [[nodiscard]] CallRecorder& recorder() noexcept { return recorder_; }
@@ -100,7 +100,7 @@ class NodeBarrier {
   // arrive_and_wait (kTry false: returns true or throws) and try_arrive_and_wait (kTry true).
   template <bool kTry>
   bool arrive_and_wait_as(std::optional<std::chrono::steady_clock::time_point> deadline,
-                          const char* what, std::uint32_t call);
+                          const char* what, CallAt at);
   // After an arrival that waits: says so in this process's slot, for the peers' diagnostics and
   // scheduling hints (and keeps when, for throw_timeout, where a deadline is set).
   void note_waiting(std::optional<std::chrono::steady_clock::time_point> deadline) noexcept;

@@ -194,8 +194,7 @@ void Context::join(const SourceLocation& site) {
   barrier_->check_strictly(config_.strict_check);
   // The others wait a little longer than the leader, whose error says more than theirs would.
   barrier_->arrive_and_wait(local_index_ == 0 ? deadline : deadline + std::chrono::seconds(5),
-                            "lockstep: joining the job",
-                            barrier_->recorder().word(CallKind::join, site));
+                            "lockstep: joining the job", CallAt(CallKind::join, site));
 }
 
 Context::~Context() {
@@ -316,7 +315,7 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   if (backend_) [[unlikely]] {  // a leader across nodes (one node: nothing more to read)
     settle_streams(deadline, what);
   }
-  arrive(deadline, what, barrier_->recorder().word(kind, site));
+  arrive(deadline, what, CallAt(kind, site));
 }
 
 void Context::settle_streams(std::optional<std::chrono::steady_clock::time_point> deadline,
@@ -337,14 +336,14 @@ bool Context::try_wait(const char* what, const SourceLocation& site) {
   }
   try {
     return barrier_->try_arrive_and_wait(std::chrono::steady_clock::now() + kTryWait, what,
-                                         barrier_->recorder().word(CallKind::wait, site));
+                                         CallAt(CallKind::wait, site));
   } catch (...) {
     arrival_failed(what);
   }
 }
 
 void Context::arrive(std::optional<std::chrono::steady_clock::time_point> deadline,
-                     const char* what, std::uint32_t call) {
+                     const char* what, CallAt call) {
   try {
     barrier_->arrive_and_wait(deadline, what, call);
   } catch (...) {
@@ -422,8 +421,7 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
             own = nullptr;
           }
           if (barrier_) {
-            barrier_->arrive_and_wait(deadline, what,
-                                      barrier_->recorder().word(CallKind::stream, site));
+            barrier_->arrive_and_wait(deadline, what, CallAt(CallKind::stream, site));
           }
         },
         what);

@@ -118,7 +118,7 @@ class Context {
   void describe(std::chrono::steady_clock::duration joining) const;
   // One arrival at the barrier, and what a failed one does (the log, parking while exiting).
   void arrive(std::optional<std::chrono::steady_clock::time_point> deadline, const char* what,
-              std::uint32_t call);
+              CallAt call);
   // What a failed arrival does before its error goes on (called in the handler: rethrows it).
   [[noreturn, gnu::noinline]] void arrival_failed(const char* what);
   // Throws if this process may not wait now (a forked copy, a deferred error, after leaving).

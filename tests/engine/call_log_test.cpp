@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 
 #include "base/proc.hpp"
 
@@ -18,7 +21,7 @@ namespace {
 
 // The file and function the log names for its latest call.
 std::string latest_place(const CallLog& log) {
-  const auto call = latest_call(log);
+  const auto call = latest_call({&log, 1}, 0);
   return call ? call->file + ":" + std::to_string(call->line) + " " + call->function : "none";
 }
 
@@ -76,6 +79,57 @@ TEST(CallLog, ACallAtASiteHasTheSitesWord) {
             call_word(CallKind::gather, 0));
   EXPECT_EQ(call_kind(recorder.word(CallAt(CallKind::gather, here))), CallKind::gather);
   EXPECT_EQ(log->sites.load(), 1U);
+}
+
+// The process whose arrival completes an episode reads no clock: its call's time is the
+// episode's end, which the node's other processes recorded (the latest of their times for it).
+// Nothing a reader gets carries the marker.
+TEST(CallLog, ACompletersTimeIsItsEpisodesEnd) {
+  auto logs = std::make_unique<std::array<CallLog, 3>>();
+  std::array<CallRecorder, 3> recorders{CallRecorder((*logs)[0]), CallRecorder((*logs)[1]),
+                                        CallRecorder((*logs)[2])};
+  const std::span<const CallLog> node(*logs);
+  const std::uint32_t wait = call_word(CallKind::wait, 0);
+  recorders[0].begin(wait, 7);  // arrives first, and sleeps until the episode's end
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  recorders[1].begin(wait, 7);  // arrives later, and passes in its quick spins
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  recorders[2].begin(wait, 7, true);  // completes the episode
+  recorders[1].end(false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  recorders[0].end(true);  // woken
+  recorders[2].end(false);
+  const auto first = latest_call(node, 0);
+  const auto second = latest_call(node, 1);
+  const auto completer = latest_call(node, 2);
+  ASSERT_TRUE(first && second && completer);
+  EXPECT_GT(first->ended, second->began);
+  EXPECT_EQ(completer->began, first->ended);
+  EXPECT_EQ(completer->ended, first->ended);
+  // Its flight record says the same.
+  const auto recent = recent_calls(node, 2);
+  ASSERT_EQ(recent.size(), 1U);
+  EXPECT_EQ(recent[0].began, first->ended);
+
+  // The completer's next call, whose episode no other log holds any more (rewritten since):
+  // its time is its next call's beginning, or, for the latest, now.
+  const std::int64_t before = coarse_clock_ns();
+  recorders[2].begin(wait, 8, true);
+  recorders[2].end(false);
+  recorders[2].begin(call_word(CallKind::join, 0), kNoEpisode);
+  const auto calls = recent_calls(node, 2);
+  ASSERT_EQ(calls.size(), 3U);
+  EXPECT_EQ(calls[1].began, calls[2].began);
+  EXPECT_GE(calls[1].began, before);
+  recorders[2].begin(wait, 9, true);
+  const auto latest = latest_call(node, 2);
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(latest->ended, 0);  // it lasts
+  EXPECT_GE(latest->began, before);
+  for (const CallView& call : recent_calls(node, 2)) {
+    EXPECT_NE(call.began, kEpisodeEnd);
+    EXPECT_NE(call.ended, kEpisodeEnd);
+  }
 }
 
 TEST(CallLog, OnlyReadOnlyMemoryOfALoadedImageIsTakenAsFixed) {

@@ -191,9 +191,55 @@ std::optional<CallView> read_call(const CallLog& log, std::uint64_t number) {
   return std::nullopt;
 }
 
+// The time a process of the node other than `slot` recorded for `episode` (the latest: its
+// episode's end, when it stopped waiting, or its arrival where it ended in its quick spins), or
+// 0 if none holds it now.
+std::int64_t episode_end(std::span<const CallLog> node, int slot, std::uint64_t episode) {
+  std::int64_t latest = 0;
+  for (std::size_t other = 0; other < node.size(); ++other) {
+    if (static_cast<int>(other) == slot) {
+      continue;
+    }
+    const CallLog& log = node[other];
+    const std::uint64_t calls = log.calls.load(std::memory_order_acquire);  // as latest_call
+    const std::uint64_t first = calls > kCallRing ? calls - kCallRing : 0;
+    for (std::uint64_t number = calls; number-- > first;) {  // the latest first
+      const auto call = read_call(log, number);
+      if (call && (call->episode == kNoEpisode || call->episode > episode)) {
+        continue;  // a call that met nobody (a join, a stream's), or a later episode's
+      }
+      if (call && call->episode == episode) {
+        latest = std::max({latest, call->began > kEpisodeEnd ? call->began : 0,
+                           call->ended > kEpisodeEnd ? call->ended : 0});
+      }
+      break;  // its call of the episode, an earlier one's, or an entry rewritten now
+    }
+  }
+  return latest;
+}
+
+// A completer's times (kEpisodeEnd) from the node's other processes; failing that (their entries
+// of the episode rewritten since), from this process's next call's beginning, or now.
+void put_episode_end(std::span<const CallLog> node, int slot, std::vector<CallView>& calls) {
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CallView& call = calls[i];
+    if (call.began != kEpisodeEnd) {
+      continue;
+    }
+    std::int64_t when = call.episode != kNoEpisode ? episode_end(node, slot, call.episode) : 0;
+    for (std::size_t next = i + 1; when == 0 && next < calls.size(); ++next) {
+      when = calls[next].began > kEpisodeEnd ? calls[next].began : 0;
+    }
+    when = when != 0 ? when : coarse_clock_ns();
+    call.began = when;
+    call.ended = call.ended == kEpisodeEnd ? when : call.ended;
+  }
+}
+
 }  // namespace
 
-std::optional<CallView> latest_call(const CallLog& log) {
+std::optional<CallView> latest_call(std::span<const CallLog> node, int slot) {
+  const CallLog& log = node[static_cast<std::size_t>(slot)];
   for (int attempt = 0; attempt < 4; ++attempt) {
     // Acquire: the entry the count names is whole (CallRecorder::begin).
     const std::uint64_t calls = log.calls.load(std::memory_order_acquire);
@@ -201,7 +247,9 @@ std::optional<CallView> latest_call(const CallLog& log) {
       return std::nullopt;
     }
     if (auto call = read_call(log, calls - 1)) {
-      return call;
+      std::vector<CallView> one{std::move(*call)};
+      put_episode_end(node, slot, one);
+      return std::move(one.front());
     }
   }
   return std::nullopt;
@@ -245,7 +293,8 @@ bool same_place(const CallLog& log_a, std::uint32_t a, const CallLog& log_b,
   return one.line == other.line && strncmp(one.text, other.text, sizeof one.text) == 0;
 }
 
-std::vector<CallView> recent_calls(const CallLog& log) {
+std::vector<CallView> recent_calls(std::span<const CallLog> node, int slot) {
+  const CallLog& log = node[static_cast<std::size_t>(slot)];
   std::vector<CallView> out;
   const std::uint64_t calls = log.calls.load(std::memory_order_acquire);  // as latest_call
   const std::uint64_t first = calls > kCallRing ? calls - kCallRing : 0;
@@ -254,6 +303,7 @@ std::vector<CallView> recent_calls(const CallLog& log) {
       out.push_back(std::move(*call));
     }
   }
+  put_episode_end(node, slot, out);
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,9 +66,13 @@ class CallAt {
   const SourceLocation* site_ = nullptr;  // null: word_ is the word
 };
 
-// The steady clock as of the last scheduler tick (CLOCK_MONOTONIC_COARSE, ~4 ns a read here
+// The steady clock as of the last scheduler tick (CLOCK_MONOTONIC_COARSE, ~6 ns a read here
 // against ~26 for the precise one), in ns: what the log's times are.
 [[nodiscard]] std::int64_t coarse_clock_ns() noexcept;
+// An entry's time that no clock read gave: the call completed its episode as it arrived, so
+// its time is the episode's end, which the node's other processes of that episode recorded
+// (they waited for it). The readers below put that time in its place.
+inline constexpr std::int64_t kEpisodeEnd = 1;
 
 // This process's writer of its own log. One thread at a time (the barrier's BusyGuard).
 class CallRecorder {
@@ -83,14 +88,16 @@ class CallRecorder {
   [[nodiscard]] std::uint32_t word(const CallAt& call) noexcept {
     return call.site_ == nullptr ? call.word_ : word(call_kind(call.word_), *call.site_);
   }
-  // A call begins: the entry is written whole (see CallEntry) with the coarse clock's time.
-  void begin(std::uint32_t word, std::uint64_t episode) noexcept;
+  // A call begins: the entry is written whole (see CallEntry) with the coarse clock's time, or,
+  // for a call whose arrival completed its episode on the node (`completed`), kEpisodeEnd: the
+  // completer reads no clock on its way to its next arrival, which its peers wait for.
+  void begin(std::uint32_t word, std::uint64_t episode, bool completed = false) noexcept;
   // A call that meets nobody (flags mode's stream barrier: no episode) begins: it takes the
   // latest entry's place if that was one too, so that a run of them keeps one entry and the
   // ring keeps the calls that met (the check of an episode looks for each process's there).
   void begin_unmet(std::uint32_t word) noexcept;
   // The call returned: `now` read anew, or, for a call that did not wait past its quick spins,
-  // its beginning (the coarse clock could not tell them apart).
+  // its beginning (the coarse clock could not tell them apart; kEpisodeEnd for a completer).
   void end(bool read_clock) noexcept;
   // The call gave up or failed (if it has not ended yet).
   void end_as(CallEnd how) noexcept;
@@ -113,8 +120,10 @@ class CallRecorder {
   // The site's index (0: unknown), by address for a fixed site seen before, else by text.
   Known lookup(const SourceLocation& site) noexcept;
   std::uint32_t intern(const SourceLocation& site) noexcept;
-  // Writes entry `number` whole, as a call that begins now (began_), and opens it.
-  void write(std::uint64_t number, std::uint32_t word, std::uint64_t episode) noexcept;
+  // Writes entry `number` whole, as a call that begins now (began_: the clock's, or
+  // kEpisodeEnd for a completer), and opens it.
+  void write(std::uint64_t number, std::uint32_t word, std::uint64_t episode,
+             bool completed = false) noexcept;
 
   CallLog& log_;
   std::uint64_t calls_ = 0;   // this process's count of log_.calls
@@ -127,18 +136,20 @@ class CallRecorder {
   ReadOnlyImages images_;     // what `fixed` asks
 };
 
-// The recorder's per-call writes are inline: every call makes them. Out of line, a call around
-// which the barrier's live values were spilled, they cost the idle barrier at N = 2 6.7% over a
-// build that records nothing; inline, 3.9% (tools/bench-ab, 24 alternated rounds each, 2 vCPUs
-// on separate cores); the clock read is about half of what is left.
-inline void CallRecorder::write(std::uint64_t number, std::uint32_t word,
-                                std::uint64_t episode) noexcept {
+// The recorder's per-call writes are inline: every call makes them (out of line, a call around
+// which the barrier's live values were spilled, they cost the idle barrier at N = 2 a few percent
+// more). The completer reads no clock: its work after its arrival delays its next arrival, for
+// which its peers wait when it is the last again. Against a build that records nothing, at N = 2
+// on separate cores (tools/bench-ab, finely alternated, 2 vCPUs): 8% with the completer's clock
+// read (~6 ns), 5% without it.
+inline void CallRecorder::write(std::uint64_t number, std::uint32_t word, std::uint64_t episode,
+                                bool completed) noexcept {
   CallEntry& entry = log_.ring[number % kCallRing];
   // A seqlock's writer (see CallEntry): relaxed stores between the odd mark and the even one;
   // the release fence keeps them after the odd mark for a reader that reads them.
   entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  began_ = coarse_clock_ns();
+  began_ = completed ? kEpisodeEnd : coarse_clock_ns();
   entry.episode.store(episode, std::memory_order_relaxed);
   entry.call.store(word, std::memory_order_relaxed);
   entry.began.store(began_, std::memory_order_relaxed);
@@ -147,8 +158,9 @@ inline void CallRecorder::write(std::uint64_t number, std::uint32_t word,
   open_ = true;
 }
 
-inline void CallRecorder::begin(std::uint32_t word, std::uint64_t episode) noexcept {
-  write(calls_, word, episode);
+inline void CallRecorder::begin(std::uint32_t word, std::uint64_t episode,
+                                bool completed) noexcept {
+  write(calls_, word, episode, completed);
   calls_ += 1;
   log_.calls.store(calls_, std::memory_order_release);  // release: the entry is whole
   unmet_ = false;
@@ -175,11 +187,12 @@ struct CallView {
   std::string function;
 };
 
-// The latest call in `log`, if there is one and it reads whole (a few tries while the owner
-// rewrites it).
-[[nodiscard]] std::optional<CallView> latest_call(const CallLog& log);
-// The last kCallRing calls at most, oldest first, each read whole.
-[[nodiscard]] std::vector<CallView> recent_calls(const CallLog& log);
+// The latest call in the log of `node`'s process `slot`, if there is one and it reads whole (a
+// few tries while the owner rewrites it). `node`: every log of the node, where a completer's
+// time is (kEpisodeEnd).
+[[nodiscard]] std::optional<CallView> latest_call(std::span<const CallLog> node, int slot);
+// The last kCallRing calls at most of the same log, oldest first, each read whole.
+[[nodiscard]] std::vector<CallView> recent_calls(std::span<const CallLog> node, int slot);
 // The word (call_word) of `log`'s call in `episode`, other than a try that withdrew, if the log
 // still holds it whole: what a check of an episode compares first. Reads no site's text.
 [[nodiscard]] std::optional<std::uint32_t> episode_call(const CallLog& log, std::uint64_t episode);

@@ -16,8 +16,9 @@ namespace lockstep::detail {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
-// Bump whenever the layout below changes: processes of two layouts must never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 15;
+// Bump whenever the layout below or a field's meaning changes: processes of two layouts must
+// never share a segment.
+inline constexpr std::uint32_t kLayoutVersion = 16;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -193,7 +194,8 @@ struct CallEntry {
   std::atomic<std::uint64_t> sequence;
   std::atomic<std::uint64_t> episode;  // the barrier's episode (kNoEpisode: none, as a join)
   std::atomic<std::uint32_t> call;     // call_word(): the kind, the site and how it ended
-  std::atomic<std::int64_t> began;     // steady clock, ns, as of the last tick (coarse)
+  std::atomic<std::int64_t> began;     // steady clock, ns, as of the last tick (coarse), or
+                                       // kEpisodeEnd (call_log.hpp): the episode's end
   std::atomic<std::int64_t> ended;     // 0 while the call lasts
 };
 inline constexpr std::uint64_t kNoEpisode = ~0ULL;
@@ -220,10 +222,10 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 15, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 16, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 15, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 16, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 2048 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
                   sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12 &&

@@ -46,10 +46,11 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
   // (see wake_sleepers).
   const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
-  // After the arrival, so that the site's look-up, the entry's stores and the coarse clock read
-  // delay no peer: a waiter spins meanwhile, a completer's peers are on their way out.
+  // After the arrival, so that the site's look-up and the entry's stores delay no peer: a waiter
+  // spins meanwhile, a completer's peers are on their way out. The completer reads no clock: its
+  // time is the episode's end, which the waiters record (CallRecorder::begin).
   const std::uint32_t call = recorder_.word(at);
-  recorder_.begin(call, episode_);
+  recorder_.begin(call, episode_, ticket + 1 == full);
   fault_point("barrier.arrived");
   if (ticket + 1 == full) {
     wake_sleepers();

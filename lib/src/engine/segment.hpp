@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,12 @@ class NodeSegment {
                                              broadcast_area_offset(header_->num_slots));
   }
   // Slot `index`'s call log (layout.hpp, engine/call_log.hpp).
-  [[nodiscard]] CallLog& call_log(int index) const noexcept {
-    return reinterpret_cast<CallLog*>(reinterpret_cast<unsigned char*>(header_) +
-                                      call_log_offset(header_->num_slots))[index];
+  [[nodiscard]] CallLog& call_log(int index) const noexcept { return call_logs()[index]; }
+  // Every slot's, in slot order.
+  [[nodiscard]] std::span<CallLog> call_logs() const noexcept {
+    return {reinterpret_cast<CallLog*>(reinterpret_cast<unsigned char*>(header_) +
+                                       call_log_offset(header_->num_slots)),
+            static_cast<std::size_t>(num_slots_)};
   }
   // The GPU area (layout.hpp): page-aligned, gpu_area_size(num_slots()) bytes.
   [[nodiscard]] void* gpu_area() const noexcept { return gpu_area_; }

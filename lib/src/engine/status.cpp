@@ -19,13 +19,13 @@
 namespace lockstep::detail {
 namespace {
 
-ProcessStatus process_status(const Slot& slot, const CallLog& log, bool same_namespace,
-                             std::int64_t now) {
+ProcessStatus process_status(const Slot& slot, std::span<const CallLog> logs, int index,
+                             bool same_namespace, std::int64_t now) {
   ProcessStatus out;
   const SlotStatus status = status_of(slot);
   out.rank = slot.rank.load(std::memory_order_relaxed);  // after the status (acquire)
   out.pid = slot.pid.load(std::memory_order_relaxed);
-  if (const auto call = latest_call(log)) {
+  if (const auto call = latest_call(logs, index)) {
     out.call = call_kind_name(call->kind);
     out.file = call->file;
     out.function = call->function;
@@ -59,7 +59,7 @@ std::uint64_t episodes_passed(const SegmentHeader& header, std::uint32_t num_slo
     const bool across = header.world_size > num_slots;  // a release per episode too
     return header.episode.arrivals.load(std::memory_order_relaxed) / (num_slots + (across ? 1 : 0));
   }
-  const auto call = latest_call(logs[0]);
+  const auto call = latest_call({logs, 1}, 0);
   if (!call || call->episode == kNoEpisode) {
     return 0;
   }
@@ -114,7 +114,8 @@ std::optional<JobStatus> read_job(const std::string& name, std::int64_t now) {
   const auto* logs = reinterpret_cast<const CallLog*>(static_cast<const unsigned char*>(base) +
                                                       call_log_offset(num_slots));
   for (std::uint32_t slot = 0; slot < num_slots; ++slot) {
-    job.processes.push_back(process_status(slots[slot], logs[slot], same_namespace, now));
+    job.processes.push_back(process_status(slots[slot], {logs, num_slots}, static_cast<int>(slot),
+                                           same_namespace, now));
   }
   job.episode = episodes_passed(header, num_slots, logs);
   ::munmap(base, size);

@@ -177,7 +177,7 @@ std::string Whereabouts::met_there(int slot, const std::optional<CallView>& call
     if (other == slot) {
       continue;
     }
-    for (const CallView& theirs : recent_calls(segment_.call_log(other))) {
+    for (const CallView& theirs : recent_calls(segment_.call_logs(), other)) {
       if (theirs.episode == call->episode && met_at_a_place(theirs)) {
         add_place(places, call_place(theirs), rank_of(other));
       }
@@ -199,10 +199,10 @@ std::string Whereabouts::around(std::uint64_t episode, const std::vector<int>& l
   const std::int64_t now = coarse_clock_ns();
   std::string text;
   for (const int slot : late) {
-    text += "; " + absent_line(slot, latest_call(segment_.call_log(slot)), now, false);
+    text += "; " + absent_line(slot, latest_call(segment_.call_logs(), slot), now, false);
   }
   if (lost >= 0) {
-    text += "; " + absent_line(lost, latest_call(segment_.call_log(lost)), now, true);
+    text += "; " + absent_line(lost, latest_call(segment_.call_logs(), lost), now, true);
   }
   // The others that are in this episode's call, grouped by what and where.
   Places groups;
@@ -210,7 +210,7 @@ std::string Whereabouts::around(std::uint64_t episode, const std::vector<int>& l
     if (slot == lost || std::find(late.begin(), late.end(), slot) != late.end()) {
       continue;
     }
-    const auto call = latest_call(segment_.call_log(slot));
+    const auto call = latest_call(segment_.call_logs(), slot);
     if (!call || call->episode != episode) {
       continue;  // not in this episode's call (or it wrote a later one meanwhile)
     }
@@ -282,7 +282,7 @@ std::string Whereabouts::met_apart(std::uint64_t episode, bool same_call) const 
   Places places;
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     std::optional<CallView> found;
-    for (CallView& call : recent_calls(segment_.call_log(slot))) {
+    for (CallView& call : recent_calls(segment_.call_logs(), slot)) {
       if (call.episode == episode && call.end != CallEnd::tried) {
         found = std::move(call);
       }
@@ -304,7 +304,7 @@ std::string Whereabouts::met_apart_before(std::uint64_t episode) const {
   std::map<std::uint64_t, std::map<int, std::string>> met;
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     const int rank = segment_.slot(slot).rank.load(std::memory_order_relaxed);
-    for (const CallView& call : recent_calls(segment_.call_log(slot))) {
+    for (const CallView& call : recent_calls(segment_.call_logs(), slot)) {
       if (call.episode < episode && met_at_a_place(call)) {
         met[call.episode][rank] = call_place(call);
       }
@@ -331,7 +331,7 @@ std::vector<std::string> Whereabouts::flight_record() const {
   lines.reserve(static_cast<std::size_t>(segment_.num_slots()));
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     lines.push_back(flight_text("flight record of " + segment_.describe(slot),
-                                recent_calls(segment_.call_log(slot)), now));
+                                recent_calls(segment_.call_logs(), slot), now));
   }
   return lines;
 }
@@ -343,7 +343,7 @@ std::string Whereabouts::now() const {
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
     const Slot& peer = segment_.slot(slot);
     const int rank = peer.rank.load(std::memory_order_relaxed);  // set before joining
-    const auto call = latest_call(segment_.call_log(slot));
+    const auto call = latest_call(segment_.call_logs(), slot);
     const bool gone = status_of(peer) == SlotStatus::left || joined_and(peer, Liveness::dead);
     if (call && call->ended == 0 && !gone) {
       add_place(waiting, call_text(*call), rank);

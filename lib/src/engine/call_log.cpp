@@ -111,14 +111,11 @@ CallRecorder::Known CallRecorder::lookup(const SourceLocation& site) noexcept {
   return found;
 }
 
-std::uint32_t CallRecorder::word(CallKind kind, const SourceLocation& site) noexcept {
+std::uint32_t CallRecorder::word_anew(CallKind kind, const SourceLocation& site) noexcept {
   if (site.file_name() == nullptr) {
     return call_word(kind, 0);
   }
-  if (site.file_name() != last_.file || site.line() != last_.line ||
-      site.function_name() != last_.function || !last_.fixed) {
-    last_ = lookup(site);
-  }
+  last_ = lookup(site);
   return call_word(kind, last_.index);
 }
 

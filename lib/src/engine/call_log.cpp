@@ -217,7 +217,7 @@ std::int64_t episode_end(std::span<const CallLog> node, int slot, std::uint64_t 
 
 // A completer's times (kEpisodeEnd) from the node's other processes; failing that (their entries
 // of the episode rewritten since), from this process's next call's beginning, or now.
-void put_episode_end(std::span<const CallLog> node, int slot, std::vector<CallView>& calls) {
+void put_episode_end(std::span<const CallLog> node, int slot, std::span<CallView> calls) {
   for (std::size_t i = 0; i < calls.size(); ++i) {
     CallView& call = calls[i];
     if (call.began != kEpisodeEnd) {
@@ -244,9 +244,8 @@ std::optional<CallView> latest_call(std::span<const CallLog> node, int slot) {
       return std::nullopt;
     }
     if (auto call = read_call(log, calls - 1)) {
-      std::vector<CallView> one{std::move(*call)};
-      put_episode_end(node, slot, one);
-      return std::move(one.front());
+      put_episode_end(node, slot, std::span(&*call, 1));
+      return call;
     }
   }
   return std::nullopt;

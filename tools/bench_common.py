@@ -13,7 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def log(text):
-    print(f"bench-report: {text}", file=sys.stderr, flush=True)
+    """A line on standard error, named by the tool that runs (bench-report, bench-exchanges)."""
+    print(f"{os.path.basename(sys.argv[0])}: {text}", file=sys.stderr, flush=True)
 
 
 run = bench_process.run  # each child within --child-timeout (tools/bench_process.py)

@@ -21,6 +21,18 @@ RAW_ARCHIVE = "raw.tar.xz"
 # (about 0.05 us); above, separate cores (0.13-0.3 us). The host moves a VM's vCPUs between the
 # two, which moves every figure: the tools compare rounds within one placement.
 SMT_ROUND_TRIP_US = 0.1
+# A round whose round trip before and after differ by more than this saw its vCPUs move.
+MOVED = 1.25
+
+
+def placement(before, after):
+    """Where two vCPUs were during a round, told by the round trips (us) before and after it:
+    "SMT siblings", "separate cores", "moved" (between the two), or "unknown" (one not measured)."""
+    if before is None or after is None:
+        return "unknown"
+    if max(before, after) > MOVED * min(before, after):
+        return "moved"
+    return "SMT siblings" if max(before, after) < SMT_ROUND_TRIP_US else "separate cores"
 
 
 def machine():

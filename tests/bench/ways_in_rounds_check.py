@@ -22,7 +22,7 @@ def fail(message):
     sys.exit(f"FAIL: {message}")
 
 
-smt = ways_in.SMT_ROUND_TRIP_US
+smt = sys.modules["bench_provenance"].SMT_ROUND_TRIP_US
 if ways_in.placement(smt / 2, smt / 2 * 1.1) != "SMT siblings" or \
         ways_in.placement(smt * 3, smt * 3.3) != "separate cores" or \
         ways_in.placement(smt / 2, smt * 3) != "moved" or ways_in.placement(None, 1.0) != "unknown":

@@ -99,20 +99,39 @@ def _check(status):
     raise _ERRORS.get(status, Error)(message)
 
 
-@contextlib.contextmanager
-def _viewed(address, size):
-    """The `size` bytes at `address` (liblockstep's buffer, a c_void_p) as a memoryview, released
-    when the block ends (before the buffer is freed): pickle.loads reads them where they are, the
-    bytes of every process unpickled without a copy of their own (a gather of 1 MiB per process at
-    N = 4 copied each process's pickle twice more before it was unpickled)."""
-    if not size:
-        yield memoryview(b"")
-        return
-    view = memoryview((ctypes.c_char * size).from_address(address.value)).cast("B")
-    try:
-        yield view
-    finally:
-        view.release()
+class _Unpickled:
+    """What a gather or broadcast read in place gives: each process's object, unpickled where
+    its bytes lie (liblockstep's lockstep_bytes_fn, called during the exchange: a mapping of the
+    writer's file, the node segment), without a copy of its own; a gather of 1 MiB per process
+    at N = 4 copied each process's pickle once more before it was unpickled, into memory new to
+    the process. What unpickling raises (KeyboardInterrupt included) is raised once the exchange
+    is over: the callback may not raise through the C call."""
+
+    def __init__(self, count):
+        self.objects = [None] * count
+        self.error = None
+        self.each = _library.BYTES_FN(self._each)
+
+    def _each(self, _context, index, address, size):
+        try:
+            if not size:
+                self.objects[index] = pickle.loads(b"")
+                return
+            view = memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+            try:
+                self.objects[index] = pickle.loads(view)
+            finally:
+                view.release()
+        except BaseException as error:  # pylint: disable=broad-exception-caught
+            if self.error is None:
+                self.error = error
+
+    def result(self, status):
+        """The objects, once the call returned `status`; what it or unpickling raised."""
+        _check(status)
+        if self.error is not None:
+            raise self.error
+        return self.objects
 
 
 _TORCH = []  # [torch module or None], once looked for
@@ -251,7 +270,9 @@ def gather_object(object):  # pylint: disable=redefined-builtin
     Accelerate's evaluation loops give it), pickled, joined into one list in process order, on
     every process; in a job of one process, `object` itself. Any size that memory allows (a
     process's pickled bytes past its share of the node segment are read by the others in its
-    memory, or through a file of /dev/shm removed when every process has read it). Every process
+    memory, or, where the others would copy 512 KiB or more together, unpickled by every process
+    from a file of /dev/shm that it maps, removed when every process has read it). What unpickling raises (an object that cannot be
+    unpickled here) is raised on that process only, once every process has read. Every process
     must call it, as wait_for_everyone(),
     which it implies. Not interrupted by signal handlers: a Ctrl-C takes effect when it
     returns."""
@@ -508,32 +529,16 @@ class PartialState:
         Every process must call it, as wait_for_everyone(), which it implies. Not interrupted by
         signal handlers: a Ctrl-C takes effect when it returns."""
         data = pickle.dumps(obj) if self.is_main_process else b""
-        out = ctypes.c_void_p()
-        size = ctypes.c_size_t()
-        _check(_lib.lockstep_broadcast_at(PartialState._handle, data, len(data), ctypes.byref(out),
-                                          ctypes.byref(size), *_site()))
-        try:
-            with _viewed(out, size.value) as received:
-                return pickle.loads(received)
-        finally:
-            _lib.lockstep_free(out)
+        unpickled = _Unpickled(1)
+        return unpickled.result(_lib.lockstep_broadcast_in_place_at(
+            PartialState._handle, data, len(data), unpickled.each, None, *_site()))[0]
 
     def _gather(self, obj):
         """Every process's object, by process index, pickled on the way (gather_object)."""
         data = pickle.dumps(obj)
-        out = ctypes.c_void_p()
-        sizes = (ctypes.c_size_t * self.num_processes)()
-        _check(_lib.lockstep_gather_object_at(PartialState._handle, data, len(data),
-                                              ctypes.byref(out), sizes, len(sizes), *_site()))
-        try:
-            with _viewed(out, sum(sizes)) as received:
-                objects, at = [], 0
-                for size in sizes:
-                    objects.append(pickle.loads(received[at:at + size]))
-                    at += size
-                return objects
-        finally:
-            _lib.lockstep_free(out)
+        unpickled = _Unpickled(self.num_processes)
+        return unpickled.result(_lib.lockstep_gather_object_in_place_at(
+            PartialState._handle, data, len(data), unpickled.each, None, *_site()))
 
     def _set_trigger(self):
         _check(_lib.lockstep_set_trigger(PartialState._handle))

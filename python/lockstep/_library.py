@@ -7,6 +7,10 @@ from . import _where
 (OK, ERROR, TIMEOUT, PEER_LOST, CONFIG_ERROR, SYSTEM_ERROR, INVALID_ARGUMENT,
  INTERRUPTED) = range(8)
 
+# lockstep.h's lockstep_bytes_fn: (context, process index, bytes, size), the bytes valid during
+# the call only.
+BYTES_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+
 _QUERIES = ("process_index", "local_process_index", "num_processes", "num_local_processes",
             "node_index", "num_nodes", "is_main_process", "is_local_main_process",
             "is_last_process", "device", "use_distributed")
@@ -75,6 +79,11 @@ def load():
                        ("gather_object_at", [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
                                              ctypes.POINTER(ctypes.c_void_p),
                                              ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]),
+                       ("broadcast_in_place_at", [ctypes.c_void_p, ctypes.c_char_p,
+                                                  ctypes.c_size_t, BYTES_FN, ctypes.c_void_p]),
+                       ("gather_object_in_place_at", [ctypes.c_void_p, ctypes.c_char_p,
+                                                      ctypes.c_size_t, BYTES_FN,
+                                                      ctypes.c_void_p]),
                        ("check_trigger_at", [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]),
                        ("main_process_first_begin_at", [ctypes.c_void_p]),
                        ("main_process_first_end_at", [ctypes.c_void_p]),

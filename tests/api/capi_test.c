@@ -16,6 +16,30 @@
     }                                                                                      \
   } while (0)
 
+/* What lockstep_gather_object_in_place and lockstep_broadcast_in_place gave: calls by process
+ * index, and how many of them had that process's 1 MiB of its letter. */
+struct seen {
+  int calls[64];
+  int whole[64];
+  int other;
+};
+
+static void see(void* context, int process_index, const void* bytes, size_t size) {
+  struct seen* seen = context;
+  const char* at = bytes;
+  size_t k = 0;
+  int whole = size == (size_t)1 << 20;
+  if (process_index < 0 || process_index >= 64) {
+    ++seen->other;
+    return;
+  }
+  for (k = 0; whole && k < size; ++k) {
+    whole = at[k] == 'a' + process_index;
+  }
+  ++seen->calls[process_index];
+  seen->whole[process_index] += whole;
+}
+
 int main(void) {
   lockstep_state* state = NULL;
   int common_line = 0;
@@ -83,6 +107,24 @@ int main(void) {
               all[(size_t)i * big + big - 1] == 'A' + i);
       }
       lockstep_free(all);
+      /* Read in place: each process's bytes once, where they lie (1 MiB each: mapped from
+       * spills); a null `each` is refused. */
+      {
+        const size_t large = (size_t)1 << 20;
+        struct seen seen = {{0}, {0}, 0};
+        char* bigger = realloc(given, large);
+        CHECK(bigger != NULL);
+        given = bigger;
+        memset(given, 'a' + rank, large);
+        CHECK(lockstep_gather_object_in_place(state, given, large, NULL, NULL) ==
+              LOCKSTEP_INVALID_ARGUMENT);
+        CHECK(lockstep_gather_object_in_place(state, given, large, see, &seen) == LOCKSTEP_OK);
+        for (i = 0; i < n; ++i) {
+          CHECK(seen.calls[i] == 1 && seen.whole[i] == 1);
+        }
+        CHECK(lockstep_broadcast_in_place(state, given, large, see, &seen) == LOCKSTEP_OK);
+        CHECK(seen.calls[0] == 2 && seen.whole[0] == 2 && seen.other == 0);
+      }
       free(given);
     }
     /* Stop everyone when one says so. */

@@ -107,13 +107,84 @@ TEST(Exchanges, IntoTheCallersMemoryTheBytesLandInProcessOrder) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// The exchanges read in place (State::gather_object_in_place, broadcast_in_place, what Python's
+// gather_object and broadcast_object use): `each` has every process's bytes once, wherever they
+// lie (inline, copied from a writer's memory, mapped from a writer's spill: spilled_in_place), also
+// beside a process that gathers into copies; an `each` that throws fails this process's call only,
+// after every process has read; no spill is left.
+TEST(Exchanges, ReadInPlaceEachProcessHasItsBytesOnceWhereverTheyLie) {
+  constexpr int kProcesses = 3;
+  auto ends = run_ranks(Job::of(kProcesses), [](int rank) {
+    lockstep::State state;
+    for (const std::size_t size : {std::size_t{0}, std::size_t{100}, std::size_t{100000},
+                                   std::size_t{300000}, 2 * kMiB + 3}) {
+      const auto of_rank = [size](int of) {
+        return pattern(size + static_cast<std::size_t>(of), size + static_cast<std::uint64_t>(of));
+      };
+      const std::string mine = of_rank(rank);
+      const auto bytes = std::as_bytes(std::span(mine.data(), mine.size()));
+      std::vector<std::string> got(kProcesses);
+      std::vector<int> calls(kProcesses, 0);
+      if (rank == 1) {  // a process that gathers into copies, in the same exchange
+        const auto all = state.gather_object(bytes);
+        for (int of = 0; of < kProcesses; ++of) {
+          got[static_cast<std::size_t>(of)].assign(
+              reinterpret_cast<const char*>(all[static_cast<std::size_t>(of)].data()),
+              all[static_cast<std::size_t>(of)].size());
+          calls[static_cast<std::size_t>(of)] = 1;
+        }
+      } else {
+        state.gather_object_in_place(bytes, [&](int of, std::span<const std::byte> theirs) {
+          RANK_CHECK(of >= 0 && of < kProcesses);
+          got[static_cast<std::size_t>(of)].assign(reinterpret_cast<const char*>(theirs.data()),
+                                                   theirs.size());
+          ++calls[static_cast<std::size_t>(of)];
+        });
+      }
+      for (int of = 0; of < kProcesses; ++of) {
+        RANK_CHECK(calls[static_cast<std::size_t>(of)] == 1);
+        RANK_CHECK(got[static_cast<std::size_t>(of)] == of_rank(of));
+      }
+      const std::string text = rank == 0 ? pattern(size, size * 5) : "not this";
+      int broadcasts = 0;
+      std::string received;
+      state.broadcast_in_place(std::as_bytes(std::span(text.data(), text.size())),
+                               [&](std::span<const std::byte> theirs) {
+                                 ++broadcasts;
+                                 received.assign(reinterpret_cast<const char*>(theirs.data()),
+                                                 theirs.size());
+                               });
+      RANK_CHECK(broadcasts == 1 && received == pattern(size, size * 5));
+    }
+    bool threw = false;
+    const std::string large = pattern(kMiB, 3);
+    try {
+      state.gather_object_in_place(std::as_bytes(std::span(large.data(), large.size())),
+                                   [&](int /*of*/, std::span<const std::byte> /*theirs*/) {
+                                     if (rank == 2) {
+                                       throw std::runtime_error("cannot decode");
+                                     }
+                                   });
+    } catch (const std::runtime_error& error) {
+      threw = std::string(error.what()) == "cannot decode";
+    }
+    RANK_CHECK(threw == (rank == 2));
+    state.wait_for_everyone();  // the job goes on in step
+    RANK_CHECK(lockstep::testing::spill_files().empty());
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 // A process killed with its bytes given, before it arrived (a gather's: in its memory, which the
 // others then cannot read; a broadcast's: in its spill): every other process gets PeerLostError
 // naming it, and once they have exited nothing of the job is left in /dev/shm.
 TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
   constexpr int kProcesses = 4;
   constexpr int kVictim = 2;
-  for (const bool gather : {true, false}) {
+  // A gather read in place: the victim's bytes are in its spill.
+  for (const char* const kind : {"gather", "broadcast", "gather in place"}) {
+    const bool gather = std::string(kind) != "broadcast";
     Job job = Job::of(kProcesses);
     // The broadcast's writer is the main process: the victim there is process 0.
     const int victim = gather ? kVictim : 0;
@@ -123,7 +194,11 @@ TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
       lockstep::State state;
       state.wait_for_everyone();
       try {
-        if (gather) {
+        if (std::string(kind) == "gather in place") {
+          const std::string mine = pattern(4 * kMiB, static_cast<std::uint64_t>(rank));
+          state.gather_object_in_place(std::as_bytes(std::span(mine.data(), mine.size())),
+                                       [](int /*of*/, std::span<const std::byte> /*bytes*/) {});
+        } else if (gather) {
           (void)state.gather_object(pattern(4 * kMiB, static_cast<std::uint64_t>(rank)));
         } else {
           (void)state.broadcast(pattern(rank == 0 ? 4 * kMiB : 0, 7));
@@ -132,10 +207,10 @@ TEST(Exchanges, AProcessKilledMidExchangeLeavesNothingBehind) {
         lost[rank] = error.process_index() == victim ? 1 : 2;
       }
     });
-    EXPECT_EQ(failures(ends, victim), "") << (gather ? "gather" : "broadcast");
+    EXPECT_EQ(failures(ends, victim), "") << kind;
     for (int rank = 0; rank < kProcesses; ++rank) {
       if (rank != victim) {
-        EXPECT_EQ(lost[rank], 1) << "process " << rank << (gather ? ", gather" : ", broadcast");
+        EXPECT_EQ(lost[rank], 1) << "process " << rank << ", " << kind;
       }
     }
     EXPECT_EQ(lockstep::testing::spill_files(), std::vector<std::string>{}) << "spills left";

@@ -11,6 +11,22 @@ def expect(what, got, wanted):
         sys.exit(f"partial_state: {what} is {got!r}, not {wanted!r}")
 
 
+class _Refused:
+    """An object that process `index` cannot unpickle."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return (_refuse_on, (self.index,))
+
+
+def _refuse_on(index):
+    if lockstep.PartialState().process_index == index:
+        raise ValueError(f"refused on process {index}")
+    return index
+
+
 def main():
     try:
         lockstep.PartialState(mixed_precision="fp16")
@@ -70,6 +86,20 @@ def main():
     expect("a large gather", gathered, [f"{p}:{k}:" + "y" * 100 for p in range(2)
                                         for k in range(1000)])
     expect("a gather after the large one", lockstep.gather_object([state.process_index]), [0, 1])
+    # From 512 KiB (at N = 2) a process's pickle goes to its spill, and each process unpickles
+    # it there.
+    texts = [f"{state.process_index}:{k}:" + "z" * 1000 for k in range(600)]
+    expect("a gather read in place", lockstep.gather_object(texts),
+           [f"{p}:{k}:" + "z" * 1000 for p in range(2) for k in range(600)])
+    # What unpickling raises is raised on that process once every process has read; the others
+    # have their objects, and the job goes on.
+    try:
+        got = lockstep.gather_object([_Refused(1), "z" * 600000])
+        expect("the gather beside a refusal", got[1::2], ["z" * 600000] * 2)
+        expect("the process that refused", state.process_index, 0)
+    except ValueError as error:
+        expect("the refusal", (str(error), state.process_index), ("refused on process 1", 1))
+    expect("a gather after a refusal", lockstep.gather_object([state.process_index]), [0, 1])
     accelerator = lockstep.Accelerator(cpu=True)
     expect("check_trigger, none set", accelerator.check_trigger(), False)
     if state.process_index == 1:

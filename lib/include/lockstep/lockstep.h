@@ -93,6 +93,21 @@ LOCKSTEP_C_API void lockstep_free(void* buffer);
 LOCKSTEP_C_API lockstep_status lockstep_gather_object(lockstep_state* state, const void* data,
                                                       size_t size, void** out, size_t* out_sizes,
                                                       size_t out_sizes_count);
+/* lockstep_broadcast and lockstep_gather_object read where the bytes lie, without a copy
+ * (State::broadcast_in_place, State::gather_object_in_place): `each` is called on this process's
+ * thread, before the call returns, with `context`, a process index and that process's bytes
+ * (valid during the call only; null when there are none): once with the main process's
+ * (broadcast), or once for every process, in no particular order (gather). For a reader that
+ * decodes the bytes anyway (Python's gather_object unpickles them in place). `each` must not
+ * call lockstep with this state; the others wait for it to return. */
+typedef void (*lockstep_bytes_fn)(void* context, int process_index, const void* bytes, size_t size);
+LOCKSTEP_C_API lockstep_status lockstep_broadcast_in_place(lockstep_state* state, const void* data,
+                                                           size_t size, lockstep_bytes_fn each,
+                                                           void* context);
+LOCKSTEP_C_API lockstep_status lockstep_gather_object_in_place(lockstep_state* state,
+                                                               const void* data, size_t size,
+                                                               lockstep_bytes_fn each,
+                                                               void* context);
 /* Stop everyone when one says so (State::set_trigger, State::check_trigger): set marks this
  * process; check, which every process calls at the same point, sets `*out_triggered` to 1 on
  * every process when any process set its mark since its last check (and clears every mark),
@@ -192,6 +207,16 @@ LOCKSTEP_C_API lockstep_status lockstep_gather_object_at(lockstep_state* state, 
                                                          size_t size, void** out, size_t* out_sizes,
                                                          size_t out_sizes_count, const char* file,
                                                          int line, const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_broadcast_in_place_at(lockstep_state* state,
+                                                              const void* data, size_t size,
+                                                              lockstep_bytes_fn each, void* context,
+                                                              const char* file, int line,
+                                                              const char* function);
+LOCKSTEP_C_API lockstep_status lockstep_gather_object_in_place_at(lockstep_state* state,
+                                                                  const void* data, size_t size,
+                                                                  lockstep_bytes_fn each,
+                                                                  void* context, const char* file,
+                                                                  int line, const char* function);
 LOCKSTEP_C_API lockstep_status lockstep_check_trigger_at(lockstep_state* state, int* out_triggered,
                                                          const char* file, int line,
                                                          const char* function);
@@ -243,6 +268,10 @@ LOCKSTEP_C_API lockstep_status lockstep_local_main_process_first_end_at(lockstep
 #define lockstep_gather_object(state, data, size, out, out_sizes, out_sizes_count)          \
   lockstep_gather_object_at((state), (data), (size), (out), (out_sizes), (out_sizes_count), \
                             LOCKSTEP_HERE)
+#define lockstep_broadcast_in_place(state, data, size, each, context) \
+  lockstep_broadcast_in_place_at((state), (data), (size), (each), (context), LOCKSTEP_HERE)
+#define lockstep_gather_object_in_place(state, data, size, each, context) \
+  lockstep_gather_object_in_place_at((state), (data), (size), (each), (context), LOCKSTEP_HERE)
 #define lockstep_check_trigger(state, out_triggered) \
   lockstep_check_trigger_at((state), (out_triggered), LOCKSTEP_HERE)
 #define lockstep_wait_for_everyone_on_stream(state, cuda_stream) \

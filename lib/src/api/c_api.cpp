@@ -271,6 +271,54 @@ lockstep_status lockstep_gather_object_at(lockstep_state* state, const void* dat
   return status;
 }
 
+lockstep_status lockstep_broadcast_in_place(lockstep_state* state, const void* data, size_t size,
+                                            lockstep_bytes_fn each, void* context) {
+  return lockstep_broadcast_in_place_at(state, data, size, each, context, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_broadcast_in_place_at(lockstep_state* state, const void* data, size_t size,
+                                               lockstep_bytes_fn each, void* context,
+                                               const char* file, int line, const char* function) {
+  if (state == nullptr || each == nullptr || (data == nullptr && size != 0)) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_broadcast_in_place: state and each must not be null, nor data when size "
+                "is not 0");
+  }
+  return guarded([&] {
+    state->state.broadcast_in_place(
+        std::span(static_cast<const std::byte*>(data), size),
+        [&](std::span<const std::byte> bytes) {
+          each(context, 0, bytes.empty() ? nullptr : bytes.data(), bytes.size());
+        },
+        site_of(file, line, function));
+  });
+}
+
+lockstep_status lockstep_gather_object_in_place(lockstep_state* state, const void* data,
+                                                size_t size, lockstep_bytes_fn each,
+                                                void* context) {
+  return lockstep_gather_object_in_place_at(state, data, size, each, context, nullptr, 0, nullptr);
+}
+
+lockstep_status lockstep_gather_object_in_place_at(lockstep_state* state, const void* data,
+                                                   size_t size, lockstep_bytes_fn each,
+                                                   void* context, const char* file, int line,
+                                                   const char* function) {
+  if (state == nullptr || each == nullptr || (data == nullptr && size != 0)) {
+    return fail(LOCKSTEP_INVALID_ARGUMENT,
+                "lockstep_gather_object_in_place: state and each must not be null, nor data when "
+                "size is not 0");
+  }
+  return guarded([&] {
+    state->state.gather_object_in_place(
+        std::span(static_cast<const std::byte*>(data), size),
+        [&](int rank, std::span<const std::byte> bytes) {
+          each(context, rank, bytes.empty() ? nullptr : bytes.data(), bytes.size());
+        },
+        site_of(file, line, function));
+  });
+}
+
 lockstep_status lockstep_set_trigger(lockstep_state* state) {
   if (state == nullptr) {
     return fail(LOCKSTEP_INVALID_ARGUMENT, "lockstep_set_trigger: state must not be null");

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 
+#include "engine/spill.hpp"  // prefault
 #include "gpu/devices.hpp"
 #include "membership/context.hpp"
 
@@ -157,6 +159,46 @@ void State::gather_object_into(std::span<const std::byte> data,
                          },
                          [&](int rank) { return base + offsets[static_cast<std::size_t>(rank)]; }},
                         "gather_object", where);
+}
+
+void State::broadcast_in_place(std::span<const std::byte> data,
+                               const std::function<void(std::span<const std::byte>)>& each,
+                               SourceLocation where) {
+  context_->broadcast_into(data, each, "broadcast", where);
+}
+
+void State::gather_object_in_place(std::span<const std::byte> data,
+                                   const std::function<void(int, std::span<const std::byte>)>& each,
+                                   SourceLocation where) {
+  // A process whose bytes stay in its memory (small ones, or a process that called
+  // gather_object) is read into a copy, given to `each` once the exchange is over; a copy that
+  // could not be read is given by `put`, from the writer's spill, meanwhile.
+  std::vector<std::uint64_t> sizes;
+  std::vector<std::unique_ptr<std::byte[]>> copies;  // NOLINT(*-avoid-c-arrays): not zeroed
+  std::vector<bool> given;
+  context_->gather_into(data,
+                        {[&](const std::vector<std::uint64_t>& of) {
+                           sizes = of;
+                           copies.resize(of.size());
+                           given.assign(of.size(), false);
+                         },
+                         [&](int rank, std::span<const std::byte> bytes) {
+                           given[static_cast<std::size_t>(rank)] = true;
+                           each(rank, bytes);
+                         },
+                         [&](int rank) {
+                           const auto at = static_cast<std::size_t>(rank);
+                           copies[at] = std::make_unique_for_overwrite<std::byte[]>(sizes[at]);
+                           detail::prefault(copies[at].get(), sizes[at]);
+                           return copies[at].get();
+                         },
+                         true},
+                        "gather_object", where);
+  for (std::size_t rank = 0; rank < given.size(); ++rank) {
+    if (!given[rank]) {
+      each(static_cast<int>(rank), std::span(copies[rank].get(), sizes[rank]));
+    }
+  }
 }
 
 std::vector<std::string> State::gather_object(std::string_view text, SourceLocation where) {

@@ -73,11 +73,14 @@ class Context {
   // during the call only: a spill's mapping). What they throw is thrown once every process has
   // read, in step.
   // `place` instead of `put`, for bytes read from another process's memory: where that rank's
-  // bytes go (room for its size).
+  // bytes go (room for its size). `in_place`: the sink reads what `put` gives where it lies, so
+  // this process's own bytes, large ones (spilled_in_place), go to its spill, which the others map
+  // and read there too, rather than stay in its memory for the others to copy (exchange.cpp).
   struct GatherSink {
     FunctionRef<void(const std::vector<std::uint64_t>&)> sized;
     FunctionRef<void(int, std::span<const std::byte>)> put;
     FunctionRef<std::byte*(int)> place;
+    bool in_place = false;
   };
   // gather(), each process's bytes copied once, straight to where `sink` puts them (the C API's
   // one buffer).

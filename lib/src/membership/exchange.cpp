@@ -471,7 +471,9 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   // a failure is thrown by every process after it, in step.
   std::optional<Spill> spill;  // this process's entry, when it does not fit its region
   const bool one_machine = config_.num_nodes == 1;
-  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill, what);
+  const bool in_memory =
+      one_machine && !(sink.in_place && spilled_in_place(data.size(), segment_->num_slots()));
+  put_entry(*segment_, local_index_, config_.rank, data, in_memory, spill, what);
   fault_point("exchange.written");
   arrive(std::nullopt, what, call);
   if (one_machine) {

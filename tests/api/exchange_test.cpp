@@ -282,6 +282,30 @@ TEST(Exchanges, ASpillThatDevShmRefusesIsAnErrorOnEveryProcess) {
   }
 }
 
+// A process reading in place whose spill /dev/shm refuses (LOCKSTEP_FAULT_POINT's spill.full):
+// its bytes stay in its memory, where the others read them, and the gather passes.
+TEST(Exchanges, AReaderInPlaceWhoseSpillIsRefusedKeepsItsBytesInMemory) {
+  constexpr int kProcesses = 3;
+  Job job = Job::of(kProcesses);
+  job.env["LOCKSTEP_FAULT_POINT"] = "spill.full@1";
+  auto ends = run_ranks(job, [](int rank) {
+    lockstep::State state;
+    const std::string mine = pattern(kMiB, static_cast<std::uint64_t>(rank));
+    std::vector<int> whole(kProcesses, 0);
+    state.gather_object_in_place(std::as_bytes(std::span(mine.data(), mine.size())),
+                                 [&](int of, std::span<const std::byte> theirs) {
+                                   whole[static_cast<std::size_t>(of)] +=
+                                       std::string(reinterpret_cast<const char*>(theirs.data()),
+                                                   theirs.size()) ==
+                                       pattern(kMiB, static_cast<std::uint64_t>(of));
+                                 });
+    for (int of = 0; of < kProcesses; ++of) {
+      RANK_CHECK(whole[static_cast<std::size_t>(of)] == 1);
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 // A gather's regions of the node segment's area at every number of processes a machine allows
 // (1 to 4,096), without starting them: each region holds an entry's head and lies within the area,
 // or the machine's gathers are refused naming its process count. (Above 2,048 the regions were

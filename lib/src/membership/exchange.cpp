@@ -170,9 +170,12 @@ void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const
               std::string(reinterpret_cast<const char*>(data), inline_size));
 }
 
-// Region `local` is the process's of that local index, and so is its spill's name.
+// Region `local` is the process's of that local index, and so is its spill's name. Bytes that
+// do not fit the region stay in this process's memory where `in_memory` allows it, else go to
+// its spill; with `spill_first` (a reader in place, spilled_in_place) to its spill, and where
+// /dev/shm refuses them, to its memory where `in_memory` allows it.
 void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::byte> data,
-               bool in_memory, std::optional<Spill>& spill, const char* what) {
+               bool in_memory, bool spill_first, std::optional<Spill>& spill, const char* what) {
   BroadcastArea& area = segment.broadcast_area();
   const std::size_t region = region_size(segment.num_slots());
   std::byte* const at =
@@ -186,18 +189,26 @@ void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::b
     std::copy(data.begin(), data.end(), at + kEntryHead);
     return;
   }
-  if (in_memory && kInMemory <= region) {
+  const auto hold_in_memory = [&] {
     put_head(Held::in_memory, data.size());
     const auto where =
         encode_in_memory(InMemory{static_cast<std::uint32_t>(::getpid()), pid_namespace(),
                                   reinterpret_cast<std::uintptr_t>(data.data())});
     std::copy(where.begin(), where.end(), at + kEntryHead);
+  };
+  in_memory = in_memory && kInMemory <= region;
+  if (in_memory && !spill_first) {
+    hold_in_memory();
     return;
   }
   try {
     spill.emplace(spill_name(segment.name(), local), data, what);
     put_head(Held::spilled, data.size());
   } catch (const std::exception& error) {
+    if (in_memory) {
+      hold_in_memory();
+      return;
+    }
     const std::string why = error.what();
     const std::size_t n = std::min(why.size(), region - kEntryHead);
     put_head(Held::failed, n);
@@ -471,9 +482,8 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   // a failure is thrown by every process after it, in step.
   std::optional<Spill> spill;  // this process's entry, when it does not fit its region
   const bool one_machine = config_.num_nodes == 1;
-  const bool in_memory =
-      one_machine && !(sink.in_place && spilled_in_place(data.size(), segment_->num_slots()));
-  put_entry(*segment_, local_index_, config_.rank, data, in_memory, spill, what);
+  const bool spill_first = sink.in_place && spilled_in_place(data.size(), segment_->num_slots());
+  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill_first, spill, what);
   fault_point("exchange.written");
   arrive(std::nullopt, what, call);
   if (one_machine) {
@@ -566,7 +576,7 @@ void Context::spill_in_memory(std::span<const std::byte> data, std::optional<Spi
   auto* const at = reinterpret_cast<std::byte*>(segment_->broadcast_area().data) +
                    static_cast<std::size_t>(local_index_) * region;
   if (decode_head(std::span<const std::byte, kEntryHead>(at, kEntryHead)).held == Held::in_memory) {
-    put_entry(*segment_, local_index_, config_.rank, data, false, spill, what);
+    put_entry(*segment_, local_index_, config_.rank, data, false, false, spill, what);
   }
   arrive(std::nullopt, what, call);
   std::exception_ptr failed;

@@ -294,10 +294,11 @@ TEST(Exchanges, AReaderInPlaceWhoseSpillIsRefusedKeepsItsBytesInMemory) {
     std::vector<int> whole(kProcesses, 0);
     state.gather_object_in_place(std::as_bytes(std::span(mine.data(), mine.size())),
                                  [&](int of, std::span<const std::byte> theirs) {
-                                   whole[static_cast<std::size_t>(of)] +=
-                                       std::string(reinterpret_cast<const char*>(theirs.data()),
-                                                   theirs.size()) ==
-                                       pattern(kMiB, static_cast<std::uint64_t>(of));
+                                   const std::string got(
+                                       reinterpret_cast<const char*>(theirs.data()), theirs.size());
+                                   if (got == pattern(kMiB, static_cast<std::uint64_t>(of))) {
+                                     ++whole[static_cast<std::size_t>(of)];
+                                   }
                                  });
     for (int of = 0; of < kProcesses; ++of) {
       RANK_CHECK(whole[static_cast<std::size_t>(of)] == 1);

@@ -100,6 +100,7 @@ LOCKSTEP_C_API lockstep_status lockstep_gather_object(lockstep_state* state, con
  * (broadcast), or once for every process, in no particular order (gather). For a reader that
  * decodes the bytes anyway (Python's gather_object unpickles them in place). `each` must not
  * call lockstep with this state; the others wait for it to return. */
+/* NOLINTNEXTLINE(modernize-use-using): this header is C */
 typedef void (*lockstep_bytes_fn)(void* context, int process_index, const void* bytes, size_t size);
 LOCKSTEP_C_API lockstep_status lockstep_broadcast_in_place(lockstep_state* state, const void* data,
                                                            size_t size, lockstep_bytes_fn each,

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/fault_points.hpp"
 #include "base/unique_fd.hpp"
 #include "lockstep/error.hpp"
 
@@ -320,6 +322,30 @@ void fill_random(std::span<std::byte> bytes, const std::string& what) {
     }
     bytes = bytes.subspan(static_cast<std::size_t>(got));
   }
+}
+
+// Reads `size` bytes at `address` of process `pid` into `to` (process_vm_readv: one copy, no
+// file between); false when it cannot (not permitted, the process gone, a fault point).
+bool read_other_memory(pid_t pid, std::uint64_t address, std::byte* to,
+                       std::uint64_t size) noexcept {
+  if (fault_fails("exchange.no-memory-read")) {
+    return false;
+  }
+  std::uint64_t done = 0;
+  while (done < size) {
+    iovec local{to + done, size - done};
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): another process's address, never dereferenced
+    iovec remote{reinterpret_cast<void*>(address + done), size - done};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  return true;
 }
 
 }  // namespace lockstep::detail

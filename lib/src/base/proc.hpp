@@ -5,6 +5,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -34,6 +35,11 @@ std::optional<pid_t> flock_holder(ino_t inode);
 // The inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown: pids and start
 // times mean something only within one namespace.
 std::uint64_t pid_namespace();
+
+// Reads `size` bytes at `address` of process `pid` into `to` (process_vm_readv: one copy, no
+// file between); false when it cannot (not permitted, the process gone, a fault point).
+bool read_other_memory(pid_t pid, std::uint64_t address, std::byte* to,
+                       std::uint64_t size) noexcept;
 
 // This boot of this host (/proc/sys/kernel/random/boot_id, its 32 hex digits as two words),
 // {0, 0} if unknown: with pid_namespace(), whether a process of another machine runs beside this

@@ -76,6 +76,7 @@ class Context {
   // bytes go (room for its size). `in_place`: the sink reads what `put` gives where it lies, so
   // this process's own bytes, large ones (spilled_in_place), go to its spill, which the others map
   // and read there too, rather than stay in its memory for the others to copy (exchange.cpp).
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init): an aggregate, its FunctionRefs given
   struct GatherSink {
     FunctionRef<void(const std::vector<std::uint64_t>&)> sized;
     FunctionRef<void(int, std::span<const std::byte>)> put;

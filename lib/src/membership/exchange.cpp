@@ -2,7 +2,6 @@
 // and State::gather_object (every process's bytes to every process), of any size: through the
 // node segment's broadcast area where they fit, through spills (engine/spill.hpp) where they do
 // not, and across machines through the leaders' backend (Leaders::share, Leaders::allgather).
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +14,7 @@
 #include <vector>
 
 #include "base/fault_points.hpp"
-#include "base/proc.hpp"  // pid_namespace
+#include "base/proc.hpp"  // pid_namespace, read_other_memory
 #include "engine/call_log.hpp"
 #include "engine/spill.hpp"
 #include "lockstep/error.hpp"
@@ -280,29 +279,6 @@ std::vector<Entry> entries_by_rank(const NodeSegment& segment, const char* what)
   return entries;
 }
 
-// Reads `size` bytes at `address` of process `pid` into `to` (process_vm_readv: one copy, no
-// file between); false when it cannot (not permitted, the process gone, a fault point).
-bool read_other(pid_t pid, std::uint64_t address, std::byte* to, std::uint64_t size) noexcept {
-  if (fault_fails("exchange.no-memory-read")) {
-    return false;
-  }
-  std::uint64_t done = 0;
-  while (done < size) {
-    iovec local{to + done, size - done};
-    // NOLINTNEXTLINE(performance-no-int-to-ptr): another process's address, never dereferenced
-    iovec remote{reinterpret_cast<void*>(address + done), size - done};
-    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    done += static_cast<std::uint64_t>(n);
-  }
-  return true;
-}
-
 // A gather on one machine: every process's bytes, by rank, to `sink`, each read once (this
 // process's own from `mine`; another's in its memory straight into place); throws a process's
 // failure (the first by rank), or Error when the entries are not every rank's once. Puts in
@@ -329,7 +305,8 @@ bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
       const InMemory where = decode_in_memory(
           std::span<const std::byte, kInMemoryTail>(entry.at + kEntryHead, kInMemoryTail));
       if (where.pid_namespace != my_namespace ||
-          !read_other(static_cast<pid_t>(where.pid), where.address, sink.place(rank), entry.size)) {
+          !read_other_memory(static_cast<pid_t>(where.pid), where.address, sink.place(rank),
+                             entry.size)) {
         missing.push_back(rank);
       }
     } else if (entry.held == Held::spilled) {

@@ -271,7 +271,8 @@ def gather_object(object):  # pylint: disable=redefined-builtin
     every process; in a job of one process, `object` itself. Any size that memory allows (a
     process's pickled bytes past its share of the node segment are read by the others in its
     memory, or, where the others would copy 512 KiB or more together, unpickled by every process
-    from a file of /dev/shm that it maps, removed when every process has read it). What unpickling raises (an object that cannot be
+    from shared memory: up to 4 MiB one of the writer's three windows, kept mapped until it
+    leaves the job, larger a file of /dev/shm removed when every process has read it). What unpickling raises (an object that cannot be
     unpickled here) is raised on that process only, once every process has read. Every process
     must call it, as wait_for_everyone(),
     which it implies. Not interrupted by signal handlers: a Ctrl-C takes effect when it

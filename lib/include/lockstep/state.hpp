@@ -256,9 +256,11 @@ class LOCKSTEP_API State {
   // mapping of the writer's file, the node segment, the caller's `data`). For a reader that
   // decodes them anyway (Python's gather_object unpickles each process's bytes in place): a
   // process's bytes that the others would copy 512 KiB of together (at least 64 KiB each: from
-  // 512 KiB at N = 2, 256 KiB at N = 3, 171 KiB at N = 4) go to a file of /dev/shm that every
-  // reader maps, instead of being copied by each reader from its memory. What `each` throws is
-  // thrown on this process once every process has read (the others pass).
+  // 512 KiB at N = 2, 256 KiB at N = 3, 171 KiB at N = 4) go to one of its three windows (files of
+  // /dev/shm of at most 4 MiB, kept mapped by it and its readers until it leaves the job, used in
+  // turn: at most 12 MiB a process) or, larger, to a file removed when every process has read
+  // it, instead of being copied by each reader from its memory. What `each` throws is thrown on
+  // this process once every process has read (the others pass).
   void broadcast_in_place(std::span<const std::byte> data,
                           const std::function<void(std::span<const std::byte>)>& each,
                           SourceLocation where = SourceLocation::current());

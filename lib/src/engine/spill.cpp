@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "base/fault_points.hpp"
@@ -56,17 +58,32 @@ std::string spill_name(const std::string& segment, int slot) {
   return segment + std::string(kMark) + (slot == kNodeSpill ? "all" : std::to_string(slot));
 }
 
+std::string window_name(const std::string& segment, int slot, int window) {
+  return spill_name(segment, slot) + "w" + std::to_string(window);
+}
+
+namespace {
+
+bool digits(std::string_view text) {
+  bool all = !text.empty() && text.size() <= 10;
+  for (const char c : text) {
+    all = all && c >= '0' && c <= '9';
+  }
+  return all;
+}
+
+}  // namespace
+
 bool is_spill(std::string_view name, std::string* segment) {
   const std::size_t mark = name.rfind(kMark);
   if (mark == std::string_view::npos || mark == 0) {
     return false;
   }
   const std::string_view tail = name.substr(mark + kMark.size());
-  bool digits = !tail.empty() && tail.size() <= 10;
-  for (const char c : tail) {
-    digits = digits && c >= '0' && c <= '9';
-  }
-  if (tail != "all" && !digits) {
+  const std::size_t w = tail.find('w');  // a window's: "<slot>w<window>"
+  const bool window =
+      w != std::string_view::npos && digits(tail.substr(0, w)) && digits(tail.substr(w + 1));
+  if (tail != "all" && !digits(tail) && !window) {
     return false;
   }
   if (segment != nullptr) {
@@ -143,6 +160,109 @@ SpillView::SpillView(const std::string& name, std::uint64_t size, const char* wh
 
 SpillView::~SpillView() {
   (void)::munmap(const_cast<std::byte*>(bytes_.data()), bytes_.size());
+}
+
+Windows::~Windows() {
+  for (int window = 0; window < kWindows; ++window) {
+    const Window& one = windows_[static_cast<std::size_t>(window)];
+    if (one.mapped != nullptr) {
+      (void)::munmap(one.mapped, one.capacity);
+      (void)::unlink(shm_path(window_name(segment_, slot_, window)).c_str());
+    }
+  }
+}
+
+Windows::Placed Windows::put(std::span<const std::byte> data, const char* what) {
+  const int index = next_;
+  Window& window = windows_[static_cast<std::size_t>(index)];
+  if (window.capacity < data.size() || window.mapped == nullptr) {
+    // Grown to the next power of two from 1 MiB: a few sizes over a job's life.
+    std::uint64_t capacity = std::uint64_t{1} << 20;
+    while (capacity < data.size()) {
+      capacity *= 2;
+    }
+    const std::string path = shm_path(window_name(segment_, slot_, index));
+    const std::string context = std::string(what) + ": " + path + " (" + std::to_string(capacity) +
+                                " bytes, this process's window)";
+    if (window.mapped == nullptr) {
+      // A window of this name is a dead writer's (this slot's): ours to replace, as a spill.
+      (void)::unlink(path.c_str());
+    }
+    const UniqueFd fd(::open(
+        path.c_str(),
+        O_RDWR | O_NOFOLLOW | O_CLOEXEC | (window.mapped == nullptr ? O_CREAT | O_EXCL : 0), 0600));
+    if (!fd) {
+      throw_errno(context, "open");
+    }
+    if (fault_fails("spill.full")) {
+      errno = ENOSPC;
+      throw_errno(context, "fallocate");
+    }
+    if (const int error = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(capacity))) {
+      errno = error;
+      throw_errno(context, "fallocate");
+    }
+    void* mapped = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (mapped == MAP_FAILED) {
+      throw_errno(context, "mmap");
+    }
+    if (window.mapped != nullptr) {
+      (void)::munmap(window.mapped, window.capacity);
+    }
+    window.mapped = static_cast<std::byte*>(mapped);
+    window.capacity = capacity;
+  }
+  if (!data.empty()) {
+    std::memcpy(window.mapped, data.data(), data.size());
+  }
+  next_ = (next_ + 1) % kWindows;
+  return {index, window.capacity};
+}
+
+WindowViews::~WindowViews() {
+  for (const Mapping& mapping : mappings_) {
+    (void)::munmap(const_cast<std::byte*>(mapping.mapped), mapping.capacity);
+  }
+}
+
+std::span<const std::byte> WindowViews::view(const std::string& segment, int slot, int window,
+                                             std::uint64_t capacity, std::uint64_t size,
+                                             const char* what) {
+  if (window < 0 || window >= kWindows || size > capacity) {
+    throw Error(std::string(what) + ": the node's entries are not lockstep's (window " +
+                std::to_string(window) + ", " + std::to_string(size) + " of " +
+                std::to_string(capacity) + " bytes)");
+  }
+  auto known = std::find_if(mappings_.begin(), mappings_.end(), [&](const Mapping& mapping) {
+    return mapping.slot == slot && mapping.window == window;
+  });
+  if (known != mappings_.end() && known->capacity == capacity) {
+    return {known->mapped, size};
+  }
+  const std::string path = shm_path(window_name(segment, slot, window));
+  // O_NONBLOCK: a FIFO put at the name must not block the reader.
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    throw_errno(std::string(what) + ": another process's window at " + path, "open");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !made_by_us(st) ||
+      static_cast<std::uint64_t>(st.st_size) < capacity || capacity == 0) {
+    throw Error(std::string(what) + ": " + path + " is not the window of " +
+                std::to_string(capacity) +
+                " bytes or more that lockstep wrote there (a regular file of this user's, "
+                "owner-only)");
+  }
+  void* mapped = ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (mapped == MAP_FAILED) {
+    throw_errno(std::string(what) + ": " + path, "mmap");
+  }
+  if (known != mappings_.end()) {  // the window grew: its old mapping goes
+    (void)::munmap(const_cast<std::byte*>(known->mapped), known->capacity);
+    mappings_.erase(known);
+  }
+  mappings_.push_back({slot, window, static_cast<const std::byte*>(mapped), capacity});
+  return {static_cast<const std::byte*>(mapped), size};
 }
 
 std::vector<std::byte> prefaulted_copy(std::span<const std::byte> bytes) {

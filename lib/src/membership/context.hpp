@@ -160,6 +160,8 @@ class Context {
   std::atomic<bool> has_deferred_{false};
   std::atomic<bool> trigger_{false};  // set_trigger's mark
   std::uint64_t gathers_ = 0;         // gathers on one machine so far (Slot::unread_gather)
+  std::optional<Windows> windows_;    // a reader in place's (engine/spill.hpp), from its first
+  WindowViews window_views_;          // the other processes' windows this process has read
   std::mutex deferred_mutex_;
   std::exception_ptr deferred_;
 };

@@ -160,7 +160,8 @@ void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const
       throw ConfigError("lockstep: " + std::string(what) +
                         ": the main process (process 0) must lead machine 0 (be its local process "
                         "0) for a broadcast across machines; this job places it elsewhere");
-    case Held::in_memory:  // a gather's entry, never the node's copy
+    case Held::in_memory:  // a gather's entries, never the node's copy
+    case Held::windowed:
       throw Error("lockstep: " + std::string(what) + ": the node's copy is not lockstep's");
     case Held::failed:
       break;
@@ -174,7 +175,8 @@ void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const
 // its spill; with `spill_first` (a reader in place, spilled_in_place) to its spill, and where
 // /dev/shm refuses them, to its memory where `in_memory` allows it.
 void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::byte> data,
-               bool in_memory, bool spill_first, std::optional<Spill>& spill, const char* what) {
+               bool in_memory, bool spill_first, std::optional<Spill>& spill, const char* what,
+               Windows* windows = nullptr) {
   BroadcastArea& area = segment.broadcast_area();
   const std::size_t region = region_size(segment.num_slots());
   std::byte* const at =
@@ -196,6 +198,18 @@ void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::b
     std::copy(where.begin(), where.end(), at + kEntryHead);
   };
   in_memory = in_memory && kInMemory <= region;
+  if (spill_first && windows != nullptr && data.size() <= kWindowMost && kWindowed <= region) {
+    try {
+      const Windows::Placed placed = windows->put(data, what);
+      put_head(Held::windowed, data.size());
+      const auto where =
+          encode_windowed(Windowed{static_cast<std::uint32_t>(placed.window), placed.capacity});
+      std::copy(where.begin(), where.end(), at + kEntryHead);
+      return;
+    } catch (const std::exception&) {
+      // /dev/shm refused the window: a spill, else this process's memory, as for larger bytes.
+    }
+  }
   if (in_memory && !spill_first) {
     hold_in_memory();
     return;
@@ -231,7 +245,8 @@ Entry entry_at(const NodeSegment& segment, int local) {
                    static_cast<std::size_t>(local) * region;
   const EntryHead head = decode_head(std::span<const std::byte, kEntryHead>(at, kEntryHead));
   Entry entry{head.rank, head.held, head.size, {}, at, local};
-  const bool elsewhere = entry.held == Held::spilled || entry.held == Held::in_memory;
+  const bool elsewhere =
+      entry.held == Held::spilled || entry.held == Held::in_memory || entry.held == Held::windowed;
   entry.bytes = std::span(at + kEntryHead,
                           elsewhere ? 0 : std::min<std::uint64_t>(entry.size, region - kEntryHead));
   return entry;
@@ -242,7 +257,7 @@ std::vector<std::byte> node_records(const NodeSegment& segment, const char* what
   std::vector<std::byte> records;
   for (int local = 0; local < segment.num_slots(); ++local) {
     const Entry entry = entry_at(segment, local);
-    if (entry.held == Held::in_memory) {  // one machine's alone (put_entry)
+    if (entry.held == Held::in_memory || entry.held == Held::windowed) {  // one machine's alone
       throw Error("lockstep: " + std::string(what) + ": the node's entries are not lockstep's");
     }
     if (entry.held == Held::spilled) {
@@ -286,7 +301,7 @@ std::vector<Entry> entries_by_rank(const NodeSegment& segment, const char* what)
 // from spills); returns whether any entry was held in memory.
 bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::byte> mine,
                       const Context::GatherSink& sink, std::vector<int>& missing,
-                      const char* what) {
+                      WindowViews& windows, const char* what) {
   const std::vector<Entry> entries = entries_by_rank(segment, what);
   std::vector<std::uint64_t> sizes;
   sizes.reserve(entries.size());
@@ -312,6 +327,11 @@ bool node_gather_into(const NodeSegment& segment, int me, std::span<const std::b
     } else if (entry.held == Held::spilled) {
       const SpillView view(spill_name(segment.name(), entry.local), entry.size, what);
       sink.put(rank, view.bytes());
+    } else if (entry.held == Held::windowed) {
+      const Windowed where = decode_windowed(
+          std::span<const std::byte, kWindowedTail>(entry.at + kEntryHead, kWindowedTail));
+      sink.put(rank, windows.view(segment.name(), entry.local, static_cast<int>(where.window),
+                                  where.capacity, entry.size, what));
     } else {
       sink.put(rank, entry.bytes);
     }
@@ -460,7 +480,11 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   std::optional<Spill> spill;  // this process's entry, when it does not fit its region
   const bool one_machine = config_.num_nodes == 1;
   const bool spill_first = sink.in_place && spilled_in_place(data.size(), segment_->num_slots());
-  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill_first, spill, what);
+  if (spill_first && one_machine && !windows_) {
+    windows_.emplace(segment_->name(), local_index_);
+  }
+  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill_first, spill, what,
+            spill_first && one_machine ? &*windows_ : nullptr);
   fault_point("exchange.written");
   arrive(std::nullopt, what, call);
   if (one_machine) {
@@ -476,7 +500,7 @@ void Context::gather_here(std::span<const std::byte> data, std::optional<Spill>&
   std::vector<int> missing;
   bool in_memory = true;  // unknown after a failure: the slots are looked at
   try {
-    in_memory = node_gather_into(*segment_, config_.rank, data, sink, missing, what);
+    in_memory = node_gather_into(*segment_, config_.rank, data, sink, missing, window_views_, what);
   } catch (...) {
     failed = std::current_exception();
   }

@@ -51,6 +51,23 @@ std::array<std::byte, kInMemoryTail> encode_in_memory(const InMemory& where) {
   return fixed<kInMemoryTail>(w);
 }
 
+std::array<std::byte, kWindowedTail> encode_windowed(const Windowed& where) {
+  ByteWriter w;
+  w.u32(where.window);
+  w.u32(0);
+  w.u64(where.capacity);
+  return fixed<kWindowedTail>(w);
+}
+
+Windowed decode_windowed(std::span<const std::byte, kWindowedTail> bytes) {
+  ByteReader r(bytes);
+  Windowed where;
+  where.window = r.u32();
+  (void)r.u32();
+  where.capacity = r.u64();
+  return where;
+}
+
 InMemory decode_in_memory(std::span<const std::byte, kInMemoryTail> bytes) {
   ByteReader r(bytes);
   InMemory where;

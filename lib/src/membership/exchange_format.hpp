@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "membership/exchange_regions.hpp"  // kEntryHead, kInMemory
+#include "membership/exchange_regions.hpp"  // kEntryHead, kInMemory, kWindowed
 
 namespace lockstep::detail {
 
@@ -23,6 +23,7 @@ enum class Held : std::uint32_t {
   failed = 2,          // nothing: the bytes after its head are why (a one-line message)
   main_elsewhere = 3,  // a broadcast across machines whose main process does not lead node 0
   in_memory = 4,       // a gather's entry on one machine: in its writer's memory (kInMemory)
+  windowed = 5,        // a gather's entry on one machine: in one of its writer's windows
 };
 
 // An entry's or a record's head: the process's rank (4 bytes), how it is held (4), its size (8).
@@ -44,6 +45,16 @@ struct InMemory {
 inline constexpr std::size_t kInMemoryTail = kInMemory - kEntryHead;
 std::array<std::byte, kInMemoryTail> encode_in_memory(const InMemory& where);
 InMemory decode_in_memory(std::span<const std::byte, kInMemoryTail> bytes);
+
+// What follows a windowed entry's head: which of its writer's windows (4 bytes, below
+// kWindows), 4 unused, and that window's capacity (8), which readers map.
+struct Windowed {
+  std::uint32_t window = 0;
+  std::uint64_t capacity = 0;
+};
+inline constexpr std::size_t kWindowedTail = kWindowed - kEntryHead;
+std::array<std::byte, kWindowedTail> encode_windowed(const Windowed& where);
+Windowed decode_windowed(std::span<const std::byte, kWindowedTail> bytes);
 
 // A record: a head (held: inline_bytes or failed) and its bytes (the data, or why it failed).
 struct Record {

@@ -21,6 +21,11 @@ inline constexpr std::size_t kEntryHead = 16;
 // and every process then reads such entries from spills, in two more episodes.
 inline constexpr std::size_t kInMemory = kEntryHead + 24;
 
+// An entry whose bytes are in one of its writer's windows (engine/spill.hpp's Windows: a reader
+// in place's, where they fit): after the head, which window (4 bytes), 4 unused, and its
+// capacity (8).
+inline constexpr std::size_t kWindowed = kEntryHead + 16;
+
 // Whether a gather whose sink reads in place (Context::GatherSink::in_place: Python's
 // gather_object, which unpickles each process's bytes where they lie) spills a process's `size`
 // bytes on a machine of `processes`, which every reader maps, instead of holding them in memory,

@@ -73,27 +73,6 @@ void deliver_records(std::span<const std::byte> records, int world_size,
   }
 }
 
-// A leader's outcome of a gather across machines (every leader makes the same of the same parts):
-// the nodes' parts, each a run of records, one after the other; a part that is not is the failure
-// of the job's every process.
-std::vector<std::byte> join_parts(std::vector<std::vector<std::byte>>& parts, int world_size) {
-  std::vector<std::byte> job;
-  for (std::size_t node = 0; node < parts.size(); ++node) {
-    if (!read_records(parts[node])) {
-      job.clear();
-      const std::string why = "node " + std::to_string(node) + "'s part of the gather (" +
-                              std::to_string(parts[node].size()) + " bytes) is not lockstep's";
-      for (int rank = 0; rank < world_size; ++rank) {
-        append_record(job, rank, Held::failed, as_bytes(why));
-      }
-      return job;
-    }
-    job.insert(job.end(), parts[node].begin(), parts[node].end());
-    std::vector<std::byte>().swap(parts[node]);  // one copy of the job's bytes at a time
-  }
-  return job;
-}
-
 // What `exchange` returns: the leader's exchange with the other machines, recorded in its log as
 // a call of the exchange's (`call`, no episode), so that lockstep-run --status and the other
 // machines' messages say it waits in the gather or broadcast, not that it runs its own code.

@@ -67,6 +67,11 @@ void append_record(std::vector<std::byte>& out, int rank, Held held,
 // The records that `bytes` are a run of; nullopt when they are not (a torn or foreign part).
 std::optional<std::vector<Record>> read_records(std::span<const std::byte> bytes);
 
+// A leader's outcome of a gather across machines (every leader makes the same of the same parts):
+// the nodes' parts, each a run of records, one after the other; a part that is not is the failure
+// of the job's every process. Empties `parts` as it goes (one copy of the job's bytes at a time).
+std::vector<std::byte> join_parts(std::vector<std::vector<std::byte>>& parts, int world_size);
+
 // A broadcast between machines: how it is held (4 bytes: inline_bytes, failed or
 // main_elsewhere), its size (8), then that many bytes (the data, or the message).
 inline constexpr std::size_t kBroadcastHead = 12;

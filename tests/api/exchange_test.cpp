@@ -2,11 +2,14 @@
 // content checked byte for byte; a process killed in the middle of an exchange; a /dev/shm that
 // takes no more bytes; the gather's regions at every number of processes a machine allows.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <lockstep/lockstep.hpp>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -185,6 +188,48 @@ TEST(Exchanges, ReadInPlaceEachProcessHasItsBytesOnceWhereverTheyLie) {
   });
   EXPECT_EQ(failures(ends), "");
   EXPECT_EQ(lockstep::testing::spill_files(), std::vector<std::string>{}) << "windows left";
+}
+
+// A forked child whose copy of the process's State goes (at its exit) leaves the parent's windows
+// where they are (the others still map them by name), and the parent's next gathers pass; the
+// parent's windows go when it leaves the job.
+TEST(Exchanges, AForkedChildLeavesItsParentsWindows) {
+  constexpr int kProcesses = 2;
+  auto ends = run_ranks(Job::of(kProcesses), [](int rank) {
+    auto state = std::make_unique<lockstep::State>();
+    const std::string mine = pattern(kMiB, static_cast<std::uint64_t>(rank));
+    const auto bytes = std::as_bytes(std::span(mine.data(), mine.size()));
+    const auto gather = [&] {
+      int whole = 0;
+      state->gather_object_in_place(bytes, [&](int of, std::span<const std::byte> theirs) {
+        const std::string got(reinterpret_cast<const char*>(theirs.data()), theirs.size());
+        whole += got == pattern(kMiB, static_cast<std::uint64_t>(of)) ? 1 : 0;
+      });
+      return whole;
+    };
+    RANK_CHECK(gather() == kProcesses);
+    const std::string window = "-x" + std::to_string(rank) + "w0";
+    const auto has_window = [&] {
+      const auto names = lockstep::testing::spill_files();
+      return std::any_of(names.begin(), names.end(),
+                         [&](const std::string& name) { return name.ends_with(window); });
+    };
+    RANK_CHECK(has_window());
+    const pid_t child = ::fork();
+    if (child == 0) {
+      std::exit(0);  // NOLINT(concurrency-mt-unsafe): the copy's Context goes with the statics
+    }
+    int status = 0;
+    RANK_CHECK(child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status));
+    RANK_CHECK(has_window());
+    for (int round = 0; round < 4; ++round) {
+      RANK_CHECK(gather() == kProcesses);
+    }
+    state->wait_for_everyone();
+    state->leave();
+    RANK_CHECK(!has_window());
+  });
+  EXPECT_EQ(failures(ends), "");
 }
 
 // A process killed with its bytes given, before it arrived (a gather's: in its memory, which the

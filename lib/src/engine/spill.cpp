@@ -165,8 +165,10 @@ SpillView::~SpillView() {
 Windows::~Windows() {
   for (int window = 0; window < kWindows; ++window) {
     const Window& one = windows_[static_cast<std::size_t>(window)];
-    if (one.mapped != nullptr) {
+    if (one.mapped != nullptr && unmap_) {
       (void)::munmap(one.mapped, one.capacity);
+    }
+    if (one.mapped != nullptr && unlink_) {
       (void)::unlink(shm_path(window_name(segment_, slot_, window)).c_str());
     }
   }
@@ -220,6 +222,9 @@ Windows::Placed Windows::put(std::span<const std::byte> data, const char* what) 
 }
 
 WindowViews::~WindowViews() {
+  if (!unmap_) {
+    return;
+  }
   for (const Mapping& mapping : mappings_) {
     (void)::munmap(const_cast<std::byte*>(mapping.mapped), mapping.capacity);
   }

@@ -95,6 +95,11 @@ class Windows {
     std::uint64_t capacity;
   };
   Placed put(std::span<const std::byte> data, const char* what);
+  // What the destructor then does: `abandon` (a forked child's copy) unmaps and leaves the files
+  // to the process that made them; `keep_mapped` (another thread may still write: the process
+  // exits) unlinks them and leaves the mappings.
+  void abandon() noexcept { unlink_ = false; }
+  void keep_mapped() noexcept { unmap_ = false; }
 
  private:
   struct Window {
@@ -104,6 +109,8 @@ class Windows {
   std::string segment_;
   int slot_;
   int next_ = 0;
+  bool unlink_ = true;
+  bool unmap_ = true;
   std::array<Window, kWindows> windows_{};
 };
 
@@ -120,6 +127,8 @@ class WindowViews {
   // SystemError when it cannot be mapped.
   std::span<const std::byte> view(const std::string& segment, int slot, int window,
                                   std::uint64_t capacity, std::uint64_t size, const char* what);
+  // The destructor leaves the mappings (another thread may still read: the process exits).
+  void keep_mapped() noexcept { unmap_ = false; }
 
  private:
   struct Mapping {
@@ -129,6 +138,7 @@ class WindowViews {
     std::uint64_t capacity;
   };
   std::vector<Mapping> mappings_;
+  bool unmap_ = true;
 };
 
 // Removes every spill of `segment` (its processes have all gone, or the segment is replaced).

@@ -214,6 +214,10 @@ bool Context::leave() noexcept {
     if (segment_) {
       segment_->leave_mapped();
     }
+    if (windows_) {
+      windows_->keep_mapped();
+    }
+    window_views_.keep_mapped();
     if (watch_) {
       watch_->stop();  // the exit ends the waiting thread's wait; nothing is left to watch for
     }
@@ -241,6 +245,10 @@ bool Context::leave() noexcept {
     segment_->abandon();  // a forked child's copy: the parent still belongs to the job
   }
   segment_.reset();
+  if (windows_ && ::getpid() != owner_) {
+    windows_->abandon();  // a forked child's copy: the files are the parent's
+  }
+  windows_.reset();  // released as the process leaves, not only as it exits
   return true;
 }
 

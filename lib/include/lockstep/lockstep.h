@@ -98,8 +98,10 @@ LOCKSTEP_C_API lockstep_status lockstep_gather_object(lockstep_state* state, con
  * thread, before the call returns, with `context`, a process index and that process's bytes
  * (valid during the call only; null when there are none): once with the main process's
  * (broadcast), or once for every process, in no particular order (gather). For a reader that
- * decodes the bytes anyway (Python's gather_object unpickles them in place). `each` must not
- * call lockstep with this state; the others wait for it to return. */
+ * decodes the bytes anyway (Python's gather_object unpickles them in place). A process's large
+ * bytes go to windows of shared memory that it keeps mapped until it leaves the job (at most
+ * 12 MiB; see State::gather_object_in_place). `each` must not call lockstep with this state;
+ * the others wait for it to return. */
 /* NOLINTNEXTLINE(modernize-use-using): this header is C */
 typedef void (*lockstep_bytes_fn)(void* context, int process_index, const void* bytes, size_t size);
 LOCKSTEP_C_API lockstep_status lockstep_broadcast_in_place(lockstep_state* state, const void* data,

@@ -1,7 +1,9 @@
 // Gathers and broadcasts of any size, on one machine: 1 MiB and 64 MiB per process at N = 4,
 // content checked byte for byte; a process killed in the middle of an exchange; a /dev/shm that
 // takes no more bytes; the gather's regions at every number of processes a machine allows.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/spill.hpp"  // kWindows
+#include "engine/segment_file.hpp"  // shm_path
+#include "engine/spill.hpp"
 #include "membership/exchange_regions.hpp"
 #include "pattern.hpp"
 #include "ranks.hpp"
@@ -361,6 +364,71 @@ TEST(Exchanges, AReaderInPlaceWhoseSpillIsRefusedKeepsItsBytesInMemory) {
     }
   });
   EXPECT_EQ(failures(ends), "");
+}
+
+// What another process finds at a spill's or a window's name in /dev/shm where lockstep's file
+// should be: a FIFO (never blocking the reader), a link, a file others may read, one of the wrong
+// size: an Error naming the path, never a mapping. A writer replaces whatever is at its own names.
+TEST(Spills, AFifoALinkOrAnOpenFileAtTheNameIsRefused) {
+  using lockstep::detail::shm_path;
+  const std::string segment = "lockstep-u" + std::to_string(::geteuid()) + "-spilltest" +
+                              std::to_string(::getpid()) + "-n0";
+  const std::string spill = lockstep::detail::spill_name(segment, 0);
+  const std::string window = lockstep::detail::window_name(segment, 1, 0);
+  const auto refused = [&](const char* what) {
+    std::string why;
+    try {
+      const lockstep::detail::SpillView view(spill, kMiB, "test");
+    } catch (const lockstep::Error& error) {
+      why = error.what();
+    }
+    EXPECT_NE(why.find(shm_path(spill)), std::string::npos) << what << ": " << why;
+    why.clear();
+    try {
+      lockstep::detail::WindowViews views;
+      (void)views.view(segment, 1, 0, kMiB, 10, "test");
+    } catch (const lockstep::Error& error) {
+      why = error.what();
+    }
+    EXPECT_NE(why.find(shm_path(window)), std::string::npos) << what << ": " << why;
+    (void)::unlink(shm_path(spill).c_str());
+    (void)::unlink(shm_path(window).c_str());
+  };
+  for (const std::string& name : {spill, window}) {
+    ASSERT_EQ(::mkfifo(shm_path(name).c_str(), 0600), 0);
+  }
+  refused("a FIFO");
+  for (const std::string& name : {spill, window}) {
+    ASSERT_EQ(::symlink("/etc/passwd", shm_path(name).c_str()), 0);
+  }
+  refused("a link");
+  for (const std::string& name : {spill, window}) {
+    const int fd = ::open(shm_path(name).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(kMiB)), 0);
+    ASSERT_EQ(::fchmod(fd, 0644), 0);
+    ::close(fd);
+  }
+  refused("a file others may read");
+  for (const std::string& name : {spill, window}) {
+    const int fd = ::open(shm_path(name).c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(kMiB / 2)), 0);
+    ::close(fd);
+  }
+  refused("a file too small");
+  // The writer's own name: a FIFO there is replaced, and its bytes are read back.
+  ASSERT_EQ(::mkfifo(shm_path(window).c_str(), 0600), 0);
+  {
+    lockstep::detail::Windows windows(segment, 1);
+    const std::string mine = pattern(1000, 5);
+    const auto placed = windows.put(std::as_bytes(std::span(mine.data(), mine.size())), "test");
+    lockstep::detail::WindowViews views;
+    const auto got = views.view(segment, 1, placed.window, placed.capacity, mine.size(), "test");
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()), mine);
+  }
+  struct stat st {};
+  EXPECT_NE(::lstat(shm_path(window).c_str(), &st), 0) << "the window is removed with its writer";
 }
 
 // A gather's regions of the node segment's area at every number of processes a machine allows

@@ -172,18 +172,16 @@ void State::gather_object_in_place(std::span<const std::byte> data,
                                    SourceLocation where) {
   // A process whose bytes stay in its memory (small ones, or a process that called
   // gather_object) is read into a copy, given to `each` once the exchange is over; a copy that
-  // could not be read is given by `put`, from the writer's spill, meanwhile.
+  // could not be read is dropped when `put` gives its bytes, from the writer's spill, meanwhile.
   std::vector<std::uint64_t> sizes;
   std::vector<std::unique_ptr<std::byte[]>> copies;  // NOLINT(*-avoid-c-arrays): not zeroed
-  std::vector<bool> given;
   context_->gather_into(data,
                         {[&](const std::vector<std::uint64_t>& of) {
                            sizes = of;
                            copies.resize(of.size());
-                           given.assign(of.size(), false);
                          },
                          [&](int rank, std::span<const std::byte> bytes) {
-                           given[static_cast<std::size_t>(rank)] = true;
+                           copies[static_cast<std::size_t>(rank)].reset();
                            each(rank, bytes);
                          },
                          [&](int rank) {
@@ -194,8 +192,8 @@ void State::gather_object_in_place(std::span<const std::byte> data,
                          },
                          true},
                         "gather_object", where);
-  for (std::size_t rank = 0; rank < given.size(); ++rank) {
-    if (!given[rank]) {
+  for (std::size_t rank = 0; rank < copies.size(); ++rank) {
+    if (copies[rank]) {
       each(static_cast<int>(rank), std::span(copies[rank].get(), sizes[rank]));
     }
   }

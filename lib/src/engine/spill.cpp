@@ -39,6 +39,44 @@ void advise_huge_pages(void* memory, std::size_t size) noexcept {
   }
 }
 
+// A new file at `path` (a spill, a window) for this process alone: one of this name is a dead
+// writer's (this slot's, of an exchange that failed): ours to replace. Another user's stays
+// (/dev/shm is sticky), and O_EXCL then refuses to share it. SystemError naming `context`.
+UniqueFd create_ours(const std::string& path, int flags, const std::string& context) {
+  (void)::unlink(path.c_str());
+  UniqueFd fd(::open(path.c_str(), flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) {
+    throw_errno(context, "open");
+  }
+  return fd;
+}
+
+// The first `size` bytes of the `noun` ("bytes", "window") that another of this user's processes
+// wrote owner-only at `path`, mapped read-only: a file of exactly `size` bytes, or of `size` or
+// more where `at_least`. Error when it is absent or not such a file (a link, a FIFO, another
+// user's); SystemError when it cannot be mapped.
+const std::byte* map_theirs(const std::string& path, std::uint64_t size, bool at_least,
+                            const char* noun, const char* what) {
+  // O_NONBLOCK: a FIFO put at the name must not block the reader.
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    throw_errno(std::string(what) + ": another process's " + noun + " at " + path, "open");
+  }
+  struct stat st {};
+  const auto file_size = [&] { return static_cast<std::uint64_t>(st.st_size); };
+  if (::fstat(fd.get(), &st) != 0 || !made_by_us(st) || size == 0 ||
+      (at_least ? file_size() < size : file_size() != size)) {
+    throw Error(std::string(what) + ": " + path + " is not the " + std::to_string(size) + "-byte" +
+                (at_least ? " or larger" : "") +
+                " file that lockstep wrote there (a regular file of this user's, owner-only)");
+  }
+  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (mapped == MAP_FAILED) {
+    throw_errno(std::string(what) + ": " + path, "mmap");
+  }
+  return static_cast<const std::byte*>(mapped);
+}
+
 }  // namespace
 
 void prefault(void* memory, std::size_t size) noexcept {
@@ -97,14 +135,7 @@ Spill::Spill(std::string name, std::span<const std::byte> data, const char* what
   const std::string path = shm_path(name_);
   const std::string context = std::string(what) + ": " + path + " (" + std::to_string(data.size()) +
                               " bytes, past the segment's area)";
-  // A spill of this name is a dead writer's (this slot's, of an exchange that failed): ours to
-  // replace. Another user's stays (/dev/shm is sticky), and O_EXCL then refuses to share it.
-  (void)::unlink(path.c_str());
-  const UniqueFd fd(
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd) {
-    throw_errno(context, "open");
-  }
+  const UniqueFd fd = create_ours(path, O_WRONLY, context);
   try {
     if (fault_fails("spill.full")) {
       errno = ENOSPC;
@@ -135,28 +166,11 @@ Spill::~Spill() {
   (void)::unlink(shm_path(name_).c_str());
 }
 
-SpillView::SpillView(const std::string& name, std::uint64_t size, const char* what) {
-  const std::string path = shm_path(name);
-  // O_NONBLOCK: a FIFO put at the name must not block the reader.
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!fd) {
-    throw_errno(std::string(what) + ": another process's bytes at " + path, "open");
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !made_by_us(st) ||
-      static_cast<std::uint64_t>(st.st_size) != size || size == 0) {
-    throw Error(std::string(what) + ": " + path + " is not the " + std::to_string(size) +
-                "-byte file that lockstep wrote there (a regular file of this user's, owner-only)");
-  }
-  // Mapped, so that each reader copies the bytes once, straight to where they go (a read into
-  // new memory would zero it first: N = 4, 1 MiB each, 4.9 ms a gather against 2.3 through a
-  // pipe ring).
-  void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (mapped == MAP_FAILED) {
-    throw_errno(std::string(what) + ": " + path, "mmap");
-  }
-  bytes_ = std::span(static_cast<const std::byte*>(mapped), size);
-}
+SpillView::SpillView(const std::string& name, std::uint64_t size, const char* what)
+    // Mapped, so that each reader copies the bytes once, straight to where they go (a read into
+    // new memory would zero it first: N = 4, 1 MiB each, 4.9 ms a gather against 2.3 through a
+    // pipe ring).
+    : bytes_(map_theirs(shm_path(name), size, false, "bytes", what), size) {}
 
 SpillView::~SpillView() {
   (void)::munmap(const_cast<std::byte*>(bytes_.data()), bytes_.size());
@@ -186,13 +200,10 @@ Windows::Placed Windows::put(std::span<const std::byte> data, const char* what) 
     const std::string path = shm_path(window_name(segment_, slot_, index));
     const std::string context = std::string(what) + ": " + path + " (" + std::to_string(capacity) +
                                 " bytes, this process's window)";
-    if (window.mapped == nullptr) {
-      // A window of this name is a dead writer's (this slot's): ours to replace, as a spill.
-      (void)::unlink(path.c_str());
-    }
-    const UniqueFd fd(::open(
-        path.c_str(),
-        O_RDWR | O_NOFOLLOW | O_CLOEXEC | (window.mapped == nullptr ? O_CREAT | O_EXCL : 0), 0600));
+    // Created once; grown in the file this process made (a name replaced since is refused).
+    const UniqueFd fd = window.mapped == nullptr
+                            ? create_ours(path, O_RDWR, context)
+                            : UniqueFd(::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) {
       throw_errno(context, "open");
     }
@@ -244,30 +255,14 @@ std::span<const std::byte> WindowViews::view(const std::string& segment, int slo
   if (known != mappings_.end() && known->capacity == capacity) {
     return {known->mapped, size};
   }
-  const std::string path = shm_path(window_name(segment, slot, window));
-  // O_NONBLOCK: a FIFO put at the name must not block the reader.
-  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  if (!fd) {
-    throw_errno(std::string(what) + ": another process's window at " + path, "open");
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !made_by_us(st) ||
-      static_cast<std::uint64_t>(st.st_size) < capacity || capacity == 0) {
-    throw Error(std::string(what) + ": " + path + " is not the window of " +
-                std::to_string(capacity) +
-                " bytes or more that lockstep wrote there (a regular file of this user's, "
-                "owner-only)");
-  }
-  void* mapped = ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (mapped == MAP_FAILED) {
-    throw_errno(std::string(what) + ": " + path, "mmap");
-  }
+  const std::byte* mapped =
+      map_theirs(shm_path(window_name(segment, slot, window)), capacity, true, "window", what);
   if (known != mappings_.end()) {  // the window grew: its old mapping goes
     (void)::munmap(const_cast<std::byte*>(known->mapped), known->capacity);
     mappings_.erase(known);
   }
-  mappings_.push_back({slot, window, static_cast<const std::byte*>(mapped), capacity});
-  return {static_cast<const std::byte*>(mapped), size};
+  mappings_.push_back({slot, window, mapped, capacity});
+  return {mapped, size};
 }
 
 std::vector<std::byte> prefaulted_copy(std::span<const std::byte> bytes) {

@@ -151,10 +151,11 @@ void with_node_copy(const NodeSegment& segment, FunctionRef<void(std::span<const
 
 // Region `local` is the process's of that local index, and so is its spill's name. Bytes that
 // do not fit the region stay in this process's memory where `in_memory` allows it, else go to
-// its spill; with `spill_first` (a reader in place, spilled_in_place) to its spill, and where
-// /dev/shm refuses them, to its memory where `in_memory` allows it.
+// its spill; with `windows` (a reader in place's, for its large bytes: spilled_in_place) to its
+// next window where they fit, else its spill, and where /dev/shm refuses them, to its memory
+// where `in_memory` allows it.
 void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::byte> data,
-               bool in_memory, bool spill_first, std::optional<Spill>& spill, const char* what,
+               bool in_memory, std::optional<Spill>& spill, const char* what,
                Windows* windows = nullptr) {
   BroadcastArea& area = segment.broadcast_area();
   const std::size_t region = region_size(segment.num_slots());
@@ -177,7 +178,7 @@ void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::b
     std::copy(where.begin(), where.end(), at + kEntryHead);
   };
   in_memory = in_memory && kInMemory <= region;
-  if (spill_first && windows != nullptr && data.size() <= kWindowMost && kWindowed <= region) {
+  if (windows != nullptr && data.size() <= kWindowMost && kWindowed <= region) {
     try {
       const Windows::Placed placed = windows->put(data, what);
       put_head(Held::windowed, data.size());
@@ -189,7 +190,7 @@ void put_entry(NodeSegment& segment, int local, int rank, std::span<const std::b
       // /dev/shm refused the window: a spill, else this process's memory, as for larger bytes.
     }
   }
-  if (in_memory && !spill_first) {
+  if (in_memory && windows == nullptr) {
     hold_in_memory();
     return;
   }
@@ -458,12 +459,14 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   // a failure is thrown by every process after it, in step.
   std::optional<Spill> spill;  // this process's entry, when it does not fit its region
   const bool one_machine = config_.num_nodes == 1;
-  const bool spill_first = sink.in_place && spilled_in_place(data.size(), segment_->num_slots());
-  if (spill_first && one_machine && !windows_) {
-    windows_.emplace(segment_->name(), local_index_);
+  Windows* windows = nullptr;  // a reader in place's, for its large bytes, on one machine
+  if (one_machine && sink.in_place && spilled_in_place(data.size(), segment_->num_slots())) {
+    if (!windows_) {
+      windows_.emplace(segment_->name(), local_index_);
+    }
+    windows = &*windows_;
   }
-  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill_first, spill, what,
-            spill_first && one_machine ? &*windows_ : nullptr);
+  put_entry(*segment_, local_index_, config_.rank, data, one_machine, spill, what, windows);
   fault_point("exchange.written");
   arrive(std::nullopt, what, call);
   if (one_machine) {
@@ -556,7 +559,7 @@ void Context::spill_in_memory(std::span<const std::byte> data, std::optional<Spi
   auto* const at = reinterpret_cast<std::byte*>(segment_->broadcast_area().data) +
                    static_cast<std::size_t>(local_index_) * region;
   if (decode_head(std::span<const std::byte, kEntryHead>(at, kEntryHead)).held == Held::in_memory) {
-    put_entry(*segment_, local_index_, config_.rank, data, false, false, spill, what);
+    put_entry(*segment_, local_index_, config_.rank, data, false, spill, what);
   }
   arrive(std::nullopt, what, call);
   std::exception_ptr failed;

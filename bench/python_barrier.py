@@ -11,7 +11,10 @@ Each process loops PartialState().wait_for_everyone(); rank 0 prints one JSON ob
 
 With --exchange BYTES, each repetition also times, in turn, broadcast_object and gather_object of
 a BYTES-long text (a str) per process (K / 10 calls each), and what pickling costs alone: one
-pickle.dumps of the process's object and a pickle.loads of each process's, as a gather makes them.
+pickle.dumps of the process's object and a pickle.loads of each process's into one list, as a
+gather makes and returns them. The list matters: N megabytes alive together and then freed
+together are what glibc gives back to the kernel (its trim threshold), so each call's objects
+land on fresh pages, at a page fault each; N loads freed one by one reuse one chunk.
 The JSON gains "broadcast_us", "gather_us" and "pickle_us" (one per repetition), "gather_target":
 issue 46's, a gather within 3x one barrier plus one broadcast of the same size, and
 "pickle_target": issue 58's, a gather within 2x its pickling alone, each judged on the medians.
@@ -47,10 +50,9 @@ def main():
     payload = "".join(chr(32 + (k * 7919) % 95) for k in range(min(args.exchange, 4096)))
     payload = (payload * (args.exchange // 4096 + 1))[:args.exchange]
 
-    def pickled_alone():
+    def pickled_alone():  # the objects a gather returns: one list of them all, alive together
         mine = pickle.dumps([payload])
-        for _ in range(state.num_processes):
-            pickle.loads(mine)
+        return [pickle.loads(mine) for _ in range(state.num_processes)]
     calls = args.episodes // 10
     for _ in range(args.repetitions):
         begin = time.perf_counter()

@@ -99,39 +99,39 @@ def _check(status):
     raise _ERRORS.get(status, Error)(message)
 
 
-class _Unpickled:
+def _read_in_place(count, call):
     """What a gather or broadcast read in place gives: each process's object, unpickled where
     its bytes lie (liblockstep's lockstep_bytes_fn, called during the exchange: a mapping of the
     writer's file, the node segment), without a copy of its own; a gather of 1 MiB per process
     at N = 4 copied each process's pickle once more before it was unpickled, into memory new to
-    the process. What unpickling raises (KeyboardInterrupt included) is raised once the exchange
-    is over: the callback may not raise through the C call."""
+    the process. `call` makes the exchange with the callback it is given. What unpickling raises
+    (KeyboardInterrupt included) is raised once the exchange is over: the callback may not raise
+    through the C call.
 
-    def __init__(self, count):
-        self.objects = [None] * count
-        self.error = None
-        self.each = _library.BYTES_FN(self._each)
+    Nothing here may hold the objects in a reference cycle: a gather's result then lived until
+    the cyclic collector ran, each call's megabytes on fresh pages (a callback stored on an
+    object whose bound method it wraps is such a cycle)."""
+    objects = [None] * count
+    errors = []
 
-    def _each(self, _context, index, address, size):
+    def each(_context, index, address, size):
         try:
             if not size:
-                self.objects[index] = pickle.loads(b"")
+                objects[index] = pickle.loads(b"")
                 return
             view = memoryview((ctypes.c_char * size).from_address(address)).cast("B")
             try:
-                self.objects[index] = pickle.loads(view)
+                objects[index] = pickle.loads(view)
             finally:
                 view.release()
         except BaseException as error:  # pylint: disable=broad-exception-caught
-            if self.error is None:
-                self.error = error
+            if not errors:
+                errors.append(error)
 
-    def result(self, status):
-        """The objects, once the call returned `status`; what it or unpickling raised."""
-        _check(status)
-        if self.error is not None:
-            raise self.error
-        return self.objects
+    _check(call(_library.BYTES_FN(each)))
+    if errors:
+        raise errors.pop()  # held by no local, so its traceback's frames make no cycle
+    return objects
 
 
 _TORCH = []  # [torch module or None], once looked for
@@ -272,11 +272,11 @@ def gather_object(object):  # pylint: disable=redefined-builtin
     process's pickled bytes past its share of the node segment are read by the others in its
     memory, or, where the others would copy 512 KiB or more together, unpickled by every process
     from shared memory: up to 4 MiB one of the writer's three windows, kept mapped until it
-    leaves the job, larger a file of /dev/shm removed when every process has read it). What unpickling raises (an object that cannot be
-    unpickled here) is raised on that process only, once every process has read. Every process
-    must call it, as wait_for_everyone(),
-    which it implies. Not interrupted by signal handlers: a Ctrl-C takes effect when it
-    returns."""
+    leaves the job, larger a file of /dev/shm removed when every process has read it). The
+    objects are the caller's alone: dropped, they are freed at once. What unpickling raises (an
+    object that cannot be unpickled here) is raised on that process only, once every process
+    has read. Every process must call it, as wait_for_everyone(), which it implies. Not
+    interrupted by signal handlers: a Ctrl-C takes effect when it returns."""
     state = PartialState()
     if not state.use_distributed:
         return object
@@ -530,16 +530,17 @@ class PartialState:
         Every process must call it, as wait_for_everyone(), which it implies. Not interrupted by
         signal handlers: a Ctrl-C takes effect when it returns."""
         data = pickle.dumps(obj) if self.is_main_process else b""
-        unpickled = _Unpickled(1)
-        return unpickled.result(_lib.lockstep_broadcast_in_place_at(
-            PartialState._handle, data, len(data), unpickled.each, None, *_site()))[0]
+        site = _site()
+        return _read_in_place(1, lambda each: _lib.lockstep_broadcast_in_place_at(
+            PartialState._handle, data, len(data), each, None, *site))[0]
 
     def _gather(self, obj):
         """Every process's object, by process index, pickled on the way (gather_object)."""
         data = pickle.dumps(obj)
-        unpickled = _Unpickled(self.num_processes)
-        return unpickled.result(_lib.lockstep_gather_object_in_place_at(
-            PartialState._handle, data, len(data), unpickled.each, None, *_site()))
+        site = _site()
+        return _read_in_place(self.num_processes,
+                              lambda each: _lib.lockstep_gather_object_in_place_at(
+                                  PartialState._handle, data, len(data), each, None, *site))
 
     def _set_trigger(self):
         _check(_lib.lockstep_set_trigger(PartialState._handle))

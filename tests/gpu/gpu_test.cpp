@@ -2,11 +2,14 @@
 // Every test that needs a GPU skips, saying why, where there is none (or no driver); the CPU-only
 // tests check what such a machine must see. CUDA is never touched in the test process itself:
 // a CUDA context does not survive fork, so every check runs in forked ranks.
+#include <cuda.h>  // the driver's types, for the entry points the runtime gives
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -16,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ranks.hpp"
 
@@ -461,6 +465,94 @@ TEST(GpuBarrier, ACapturingStreamIsRefused) {
     });
     EXPECT_EQ(failures(ends), "") << mode;
   }
+}
+
+// What flags mode depends on, and what one flag costs, printed on one line that tools/gpu-check
+// copies into its summary: the device's support for 64-bit stream memory operations and for
+// registering host memory, its compute mode, and a round trip through a page of shared memory
+// registered as flags mode registers its GPU area (the host raises a word that the stream waits
+// on; the stream then raises a word that the host polls). Checks that every round arrives.
+TEST(GpuBarrier, FlagsModeFactsAndAFlagRoundTrip) {
+  SKIP_WITHOUT_GPU();
+  auto ends = run_ranks(Job::of(1), [](int) {
+    auto entry = [](const char* symbol) {
+      void* function = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      CUDA(cudaGetDriverEntryPointByVersion(symbol, &function, 12000, cudaEnableDefault, &found));
+      RANK_CHECK(function != nullptr && found == cudaDriverEntryPointSuccess);
+      return function;
+    };
+    using GetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+    using GetDevice = CUresult (*)(CUdevice*);
+    using ValueOp = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+    CUDA(cudaSetDevice(0));
+    CUDA(cudaFree(nullptr));  // device 0's primary context, current
+    CUdevice device = 0;
+    RANK_CHECK(reinterpret_cast<GetDevice>(entry("cuCtxGetDevice"))(&device) == CUDA_SUCCESS);
+    const auto get_attribute = reinterpret_cast<GetAttribute>(entry("cuDeviceGetAttribute"));
+    const auto attribute = [&](CUdevice_attribute which) {
+      int value = -1;
+      RANK_CHECK(get_attribute(&value, which, device) == CUDA_SUCCESS);
+      return value;
+    };
+    const int memops = attribute(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
+    const int host_register = attribute(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED);
+    const int compute_mode = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE);
+    cudaDeviceProp properties{};
+    CUDA(cudaGetDeviceProperties(&properties, 0));
+    std::string trip = "not measured (no 64-bit stream memory operations)";
+    if (memops == 1 && host_register == 1) {
+      const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+      void* area = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+      RANK_CHECK(area != MAP_FAILED);
+      CUDA(cudaHostRegister(area, page, cudaHostRegisterPortable | cudaHostRegisterMapped));
+      auto* ping = new (area) std::atomic<std::uint64_t>(0);
+      auto* pong = new (static_cast<char*>(area) + 64) std::atomic<std::uint64_t>(0);
+      void* on_device = nullptr;
+      CUDA(cudaHostGetDevicePointer(&on_device, area, 0));
+      const auto ping_at = reinterpret_cast<CUdeviceptr>(on_device);
+      cudaStream_t stream = nullptr;
+      CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      const auto wait_value = reinterpret_cast<ValueOp>(entry("cuStreamWaitValue64"));
+      const auto write_value = reinterpret_cast<ValueOp>(entry("cuStreamWriteValue64"));
+      constexpr int kRounds = 200;
+      for (std::uint64_t k = 1; k <= kRounds; ++k) {
+        RANK_CHECK(wait_value(stream, ping_at, k, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
+        RANK_CHECK(write_value(stream, ping_at + 64, k, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+                   CUDA_SUCCESS);
+      }
+      std::vector<double> us;
+      for (std::uint64_t k = 1; k <= kRounds; ++k) {
+        const auto start = Clock::now();
+        ping->store(k, std::memory_order_release);
+        while (pong->load(std::memory_order_acquire) < k) {
+          if (Clock::now() - start > std::chrono::seconds(5)) {
+            throw std::runtime_error("round " + std::to_string(k) +
+                                     ": the stream's write did "
+                                     "not arrive within 5 s");
+          }
+        }
+        us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      }
+      CUDA(cudaStreamSynchronize(stream));
+      std::sort(us.begin(), us.end());
+      char text[160];
+      std::snprintf(text, sizeof text, "%.2f us at the median of %d, %.2f at the least",
+                    us[us.size() / 2], kRounds, us.front());
+      trip = text;
+      CUDA(cudaStreamDestroy(stream));
+      CUDA(cudaHostUnregister(area));
+      ::munmap(area, page);
+    }
+    std::printf(
+        "flags-mode facts: device 0 (%s): 64-bit stream memory operations %s, host "
+        "memory registration %s, compute mode %d (0 default, 2 prohibited, 3 exclusive "
+        "process); a flag's round trip, host to stream to host: %s\n",
+        properties.name, memops == 1 ? "yes" : "no", host_register == 1 ? "yes" : "no",
+        compute_mode, trip.c_str());
+    std::fflush(stdout);
+  });
+  EXPECT_EQ(failures(ends), "");
 }
 
 // A program that never calls the GPU barrier (or device()) never loads the CUDA driver.

@@ -825,6 +825,25 @@ TEST_P(MultiNode, StreamBarriersAcrossNodesNeverPassEarly) {
   }
 }
 
+// A device that cannot run flags mode on one machine (issue 62, item 3): every process of
+// every machine fails the set-up with one clear error, and the job goes on. Before the marks
+// were gathered across machines, the other machine's processes passed their set-up and their
+// leader's relay waited, without a deadline, for a machine whose relay never started.
+TEST_P(MultiNode, ADeviceWithoutFlagsFailsEveryMachineTogether) {
+  if (GetParam() != std::string("tcp")) {
+    GTEST_SKIP() << "the stream barrier's set-up is the same code over any transport: run in tcp";
+  }
+  for (int refuser : {3, 0}) {
+    nodes_.clear();
+    run_job(2, 2, {"stream-refused", shared_.string(), std::to_string(refuser)});
+    auto ends = results();
+    ASSERT_EQ(ends.size(), 4U) << all_output();
+    for (const auto& [rank, text] : ends) {
+      EXPECT_EQ(text, "refused together") << "refuser " << refuser << ", rank " << rank;
+    }
+  }
+}
+
 // A process SIGKILLed while every stream waits in a stream barrier across nodes: every
 // survivor's stream, on its node and the other, is released within the bound, and the next call
 // names the dead process. A node's main process, and another.

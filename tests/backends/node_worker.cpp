@@ -307,6 +307,32 @@ int stream_rounds(lockstep::State& state, Shared& shared, int rounds) {
   return 0;
 }
 
+// Flags mode across nodes on a fake GPU whose device refuses it in process `refuser` only:
+// every process of every node fails its stream barrier's set-up alike, twice, with one clear
+// error (the refuser with its reason, the others naming it), and the host barrier goes on.
+int stream_refused(lockstep::State& state, int refuser) {
+  lockstep::testing::FakeStream stream(static_cast<unsigned>(state.process_index()) + 5U);
+  const std::string wanted =
+      state.process_index() == refuser
+          ? "has no 64-bit stream memory operations"
+          : "process " + std::to_string(refuser) + " could not set up LOCKSTEP_GPU_BARRIER=flags";
+  for (int call = 0; call < 2; ++call) {
+    try {
+      state.wait_for_everyone(stream.handle());
+      std::cout << "RESULT a stream barrier returned" << std::endl;
+      return 1;
+    } catch (const lockstep::Error& error) {
+      if (std::string(error.what()).find(wanted) == std::string::npos) {
+        std::cout << "RESULT another error: " << error.what() << std::endl;
+        return 1;
+      }
+    }
+  }
+  state.wait_for_everyone();
+  std::cout << "RESULT refused together" << std::endl;
+  return 0;
+}
+
 // Flags mode across nodes on a fake GPU: 10 stream barriers, then process `victim` queues 1 s of
 // work and a barrier, and dies 300 ms later. Every other process's stream, waiting in that
 // barrier, must be released (on every node) within 0.5 s of the death (2 s under a sanitizer),
@@ -387,7 +413,8 @@ int main(int argc, char** argv) {
   // report how their wait ended (the test gives the launcher a long grace period).
   (void)std::signal(SIGTERM, SIG_IGN);
   if (scenario.starts_with("streams") || scenario.starts_with("stream-")) {
-    lockstep::testing::use_fake_gpu();
+    // stream-refused: process `arg`'s device cannot run flags mode.
+    lockstep::testing::use_fake_gpu(scenario == "stream-refused" && env_int("RANK") == arg);
   }
   try {
     lockstep::State state;
@@ -445,6 +472,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "stream-kill") {
       return stream_kill(state, shared, arg);
+    }
+    if (scenario == "stream-refused") {
+      return stream_refused(state, arg);
     }
     if (scenario == "stall") {  // node 1's processes come `arg` ms late to an untimed wait
       if (state.node_index() == 1) {

@@ -46,12 +46,12 @@ const volatile std::uint32_t* FlagBarrier::release_word() const noexcept {
 }
 
 void FlagBarrier::wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                       const Meet& meet, const char* what) {
+                       const Meet& /*meet*/, const Agree& agree, const char* what) {
   if (stream_ops_->capturing(stream, what)) {
     throw Error(capture_refusal(what));
   }
   if (!set_up_) {
-    set_up(meet, what);
+    set_up(agree, what);
   }
   const int me = segment_.my_slot();
   const std::uint64_t stream_id = stream_ops_->stream_id(stream, what);
@@ -89,35 +89,32 @@ void FlagBarrier::settle(std::optional<Clock::time_point> deadline, const char* 
   relay_.settle(deadline, what);  // nothing to wait for where no relay runs
 }
 
-void FlagBarrier::set_up(const Meet& meet, const char* what) {
+void FlagBarrier::set_up(const Agree& agree, const char* what) {
   if (refused_) {
     std::rethrow_exception(refused_);  // the set-up failed: every later call fails as it did
   }
   // A device that cannot run flags mode (no stream memory operations, no host registration)
-  // still comes to the set-up meet, marked refused, so that its peers fail there too, naming it,
-  // instead of waiting for it without a deadline; it throws its own reason after the meet.
+  // still comes to the set-up meet, marked refused, so that every process of every machine fails
+  // there too, naming it, instead of waiting for it without a deadline; it throws its own reason
+  // after the meet. The meet gathers the marks across machines: a machine's processes alone
+  // knowing, the other machines' streams would wait for a relay that never starts.
   GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
+  std::uint32_t mark = kFlagsReady;
   try {
     stream_ops_->map(segment_.gpu_area(), segment_.gpu_area_bytes(), what);
-    // Release: a peer that reads the mark after the meet below sees this process set up.
-    own.ready.store(kFlagsReady, std::memory_order_release);
   } catch (const Error&) {
     refused_ = std::current_exception();
-    own.ready.store(kFlagsRefused, std::memory_order_release);
+    mark = kFlagsRefused;
   }
-  meet(std::nullopt);  // once: every process has mapped the area (or refused); never again
+  own.ready.store(mark, std::memory_order_release);
+  const std::vector<std::uint32_t> marks = agree(mark);  // once; never again
   if (refused_) {
     std::rethrow_exception(refused_);
   }
-  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    if (slot == segment_.my_slot()) {
-      continue;
-    }
-    // Acquire: pairs with the peer's release above.
-    if (std::uint32_t ready = segment_.gpu_slot(slot).ready.load(std::memory_order_acquire);
-        ready != kFlagsReady) {
-      refused_ = std::make_exception_ptr(Error(
-          peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready)));
+  for (std::size_t rank = 0; rank < marks.size(); ++rank) {
+    if (marks[rank] != kFlagsReady) {
+      refused_ = std::make_exception_ptr(
+          Error(peer_form_error(what, static_cast<int>(rank), marks[rank])));
       std::rethrow_exception(refused_);
     }
   }

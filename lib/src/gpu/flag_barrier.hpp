@@ -124,7 +124,7 @@ class FlagBarrier final : public StreamBarrier {
   FlagBarrier& operator=(const FlagBarrier&) = delete;
 
   void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout, const Meet& meet,
-            const char* what) override;
+            const Agree& agree, const char* what) override;
   [[nodiscard]] bool released() const noexcept override;
   [[nodiscard]] const volatile std::uint32_t* release_word() const noexcept override;
   void abandon() noexcept override;
@@ -133,7 +133,7 @@ class FlagBarrier final : public StreamBarrier {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void set_up(const Meet& meet, const char* what);
+  void set_up(const Agree& agree, const char* what);
   NodeSegment& segment_;
   std::unique_ptr<StreamOps> stream_ops_;
   bool set_up_ = false;

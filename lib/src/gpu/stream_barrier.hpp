@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 struct CUstream_st;  // CUDA's stream (cudaStream_t and CUstream are CUstream_st*)
 
@@ -36,6 +37,10 @@ class StreamBarrier {
  public:
   // Runs the host barrier (all nodes) with an optional deadline.
   using Meet = std::function<void(std::optional<std::chrono::steady_clock::time_point>)>;
+  // The set-up's meet (all nodes, untimed): gathers every process's mark (kFlagsReady, ...),
+  // by rank, so that every process of every machine sees the mode each chose, or that a device
+  // refused it (then every process fails alike, none waits for a machine that will not come).
+  using Agree = std::function<std::vector<std::uint32_t>(std::uint32_t)>;
 
   StreamBarrier() = default;
   virtual ~StreamBarrier() = default;
@@ -45,7 +50,7 @@ class StreamBarrier {
   // One episode on `stream`; `timeout`: see State::wait_for_everyone(stream, timeout). `what`
   // names the call in errors.
   virtual void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
-                    const Meet& meet, const char* what) = 0;
+                    const Meet& meet, const Agree& agree, const char* what) = 0;
   // Whether wait() meets the others on the host (through `meet`, which records the call in the
   // process's call log); flags mode never does, and its caller records the call itself.
   [[nodiscard]] virtual bool meets_on_host() const noexcept { return true; }

@@ -158,12 +158,12 @@ class IpcEventBarrier final : public StreamBarrier {
   // The events are left to the process's end: at exit the driver may already be gone.
 
   void wait(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout, const Meet& meet,
-            const char* what) override {
+            const Agree& agree, const char* what) override {
     if (is_capturing(cuda_, stream, what)) {
       throw Error(capture_refusal(what));
     }
     if (!set_up_) {
-      set_up(meet, what);
+      set_up(agree, what);
     }
     if (const CUdevice current = cuda::current_device(cuda_, what); current != device_) {
       throw Error(std::string(what) + ": the current device is " + std::to_string(current) +
@@ -189,7 +189,7 @@ class IpcEventBarrier final : public StreamBarrier {
   }
 
  private:
-  void set_up(const Meet& meet, const char* what) {
+  void set_up(const Agree& agree, const char* what) {
     device_ = cuda::current_device(cuda_, what);
     GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
     for (std::size_t i = 0; i < mine_.size(); ++i) {
@@ -203,16 +203,20 @@ class IpcEventBarrier final : public StreamBarrier {
     }
     own.device = device_;
     own.ready.store(kEventsReady, std::memory_order_release);  // read after the meet (acquire)
-    meet(std::nullopt);  // every process has published its handles
+    // Every process has published its handles, and every machine's mode is known to all.
+    const std::vector<std::uint32_t> marks = agree(kEventsReady);
+    for (std::size_t rank = 0; rank < marks.size(); ++rank) {
+      if (marks[rank] != kEventsReady) {
+        throw Error(peer_form_error(what, static_cast<int>(rank), marks[rank]));
+      }
+    }
     for (int slot = 0; slot < segment_.num_slots(); ++slot) {
       if (slot == segment_.my_slot()) {
         continue;
       }
       GpuSlot& peer = segment_.gpu_slot(slot);
-      if (std::uint32_t ready = peer.ready.load(std::memory_order_acquire); ready != kEventsReady) {
-        throw Error(
-            peer_form_error(what, segment_.slot(slot).rank.load(std::memory_order_relaxed), ready));
-      }
+      // Acquire: pairs with the peer's release before the meet (kEventsReady, as agreed).
+      (void)peer.ready.load(std::memory_order_acquire);
       std::array<CUevent, kGpuRing> events{};
       for (std::size_t i = 0; i < events.size(); ++i) {
         CUipcEventHandle handle{};
@@ -239,7 +243,7 @@ class IpcEventBarrier final : public StreamBarrier {
 class SoleProcessBarrier final : public StreamBarrier {
  public:
   void wait(CUstream_st* /*stream*/, std::optional<std::chrono::milliseconds> /*timeout*/,
-            const Meet& /*meet*/, const char* what) override {
+            const Meet& /*meet*/, const Agree& /*agree*/, const char* what) override {
     (void)cuda::current_device(cuda::driver(what), what);
   }
 };

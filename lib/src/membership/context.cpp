@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "engine/whereabouts.hpp"
 #include "lockstep/error.hpp"
 #include "membership/busy_guard.hpp"
+#include "membership/exchange_regions.hpp"  // gathers_fit, gather_refusal
 
 #ifndef LOCKSTEP_DEFAULT_WAIT_POLICY
 #define LOCKSTEP_DEFAULT_WAIT_POLICY adaptive
@@ -432,6 +434,13 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
             barrier_->arrive_and_wait(deadline, what, CallAt(CallKind::stream, site));
           }
         },
+        [&](std::uint32_t mark) {
+          if (own != nullptr) {
+            own->end(false);
+            own = nullptr;
+          }
+          return agree_marks(mark, what, site);
+        },
         what);
   } catch (...) {
     if (own != nullptr) {
@@ -442,6 +451,43 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
   if (own != nullptr) {
     own->end(false);
   }
+}
+
+std::vector<std::uint32_t> Context::agree_marks(std::uint32_t mark, const char* what,
+                                                const SourceLocation& site) {
+  if (!barrier_) {
+    return {mark};  // a job of one
+  }
+  if (!gathers_fit(segment_->num_slots())) {
+    throw Error(std::string(what) + ": " + gather_refusal(segment_->num_slots()));
+  }
+  std::array<std::byte, 4> mine{};
+  put_le(mine.data(), mark, mine.size());
+  std::vector<std::uint64_t> sizes;
+  std::vector<std::vector<std::byte>> got;
+  gather_held(mine,
+              {[&](const std::vector<std::uint64_t>& of) {
+                 sizes = of;
+                 got.assign(of.size(), {});
+               },
+               [&](int rank, std::span<const std::byte> bytes) {
+                 got[static_cast<std::size_t>(rank)].assign(bytes.begin(), bytes.end());
+               },
+               [&](int rank) {
+                 auto& one = got[static_cast<std::size_t>(rank)];
+                 one.resize(sizes[static_cast<std::size_t>(rank)]);
+                 return one.data();
+               }},
+              what, barrier_->recorder().word(CallKind::stream, site));
+  // Not 4 bytes: a peer whose call was no stream barrier's set-up (0: the calls' check has said
+  // so first, unless it met a plain wait, which does not check).
+  std::vector<std::uint32_t> marks(got.size(), 0);
+  for (std::size_t rank = 0; rank < got.size(); ++rank) {
+    if (got[rank].size() == 4) {
+      marks[rank] = static_cast<std::uint32_t>(get_le(got[rank].data(), 4));
+    }
+  }
+  return marks;
 }
 
 bool Context::stream_released() const noexcept {

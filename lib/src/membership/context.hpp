@@ -132,6 +132,15 @@ class Context {
   [[gnu::noinline]] void settle_streams(
       std::optional<std::chrono::steady_clock::time_point> deadline, const char* what);
   [[noreturn, gnu::noinline]] void throw_left(const char* what) const;
+  // The stream barrier's set-up meet (StreamBarrier::Agree): every process's `mark`, by rank,
+  // gathered across the job, recorded as the stream call at `site`.
+  std::vector<std::uint32_t> agree_marks(std::uint32_t mark, const char* what,
+                                         const SourceLocation& site);
+  // gather_into's work once this process holds the context (its BusyGuard, not left, a job of
+  // more than one): every episode recorded as `call` (the stream barrier's set-up gathers its
+  // processes' marks as a stream call).
+  void gather_held(std::span<const std::byte> data, const GatherSink& sink, const char* what,
+                   std::uint32_t call);
   // gather_into's steps after the first episode (exchange.cpp): on one machine, and across
   // machines.
   void gather_here(std::span<const std::byte> data, std::optional<Spill>& spill,

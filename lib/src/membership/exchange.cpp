@@ -449,9 +449,13 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }
-  InterruptsHeldOff no_interrupts;
   settle_streams(std::nullopt, what);
-  const std::uint32_t call = barrier_->recorder().word(CallKind::gather, site);
+  gather_held(data, sink, what, barrier_->recorder().word(CallKind::gather, site));
+}
+
+void Context::gather_held(std::span<const std::byte> data, const GatherSink& sink, const char* what,
+                          std::uint32_t call) {
+  InterruptsHeldOff no_interrupts;
   // Each process writes its entry (inline, in its memory on one machine, or its spill) and meets
   // the others. On one machine every process then reads every entry; across machines each
   // leader sends its node's records to node 0's, which shares the job's, and the leaders hold

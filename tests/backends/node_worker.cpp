@@ -151,7 +151,7 @@ int broadcast_rounds(lockstep::State& state, int rounds) {
 int gather_rounds(lockstep::State& state, int rounds) {
   const int n = state.num_processes();
   const auto bytes_of = [](int of, int round) {
-    const auto k = static_cast<std::size_t>(round * 5 + of);
+    const std::size_t k = static_cast<std::size_t>(round) * 5 + static_cast<std::size_t>(of);
     const std::size_t sizes[] = {0, k * 389 % 4000, 9000, 70000 + k * 97};
     return pattern(sizes[k % 4], k);
   };
@@ -168,7 +168,7 @@ int gather_rounds(lockstep::State& state, int rounds) {
       }
     }
   }
-  const auto seed = [](int of) { return static_cast<std::size_t>(1000 + of); };
+  const auto seed = [](int of) { return std::size_t{1000} + static_cast<std::size_t>(of); };
   const auto large = state.gather_object(pattern(1 << 20, seed(state.process_index())));
   for (int of = 0; of < n; ++of) {
     if (large.size() != static_cast<std::size_t>(n) ||

@@ -132,29 +132,6 @@ TEST(CallLog, ACompletersTimeIsItsEpisodesEnd) {
   }
 }
 
-// A call's time may be an earlier call's clock read, but only one made less than kStampTicks of
-// an invariant time-stamp counter before: a call after a pause reads the clock anew, however few
-// calls came between.
-TEST(CallLog, ACallAfterAPauseReadsTheClockAnew) {
-  auto logs = std::make_unique<std::array<CallLog, 1>>();
-  CallRecorder recorder((*logs)[0]);
-  const std::span<const CallLog> node(*logs);
-  const std::uint32_t wait = call_word(CallKind::wait, 0);
-  for (std::uint64_t episode = 0; episode < 6; ++episode) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(episode % 2 == 0 ? 0 : 30));
-    const std::int64_t before = coarse_clock_ns();
-    recorder.begin(wait, episode);
-    recorder.end(false);
-    const auto call = latest_call(node, 0);
-    ASSERT_TRUE(call);
-    if (episode % 2 == 1) {  // after the pause
-      EXPECT_GE(call->began, before) << "episode " << episode;
-    }
-    EXPECT_LE(call->began, coarse_clock_ns());
-    EXPECT_GT(call->began, before - 20'000'000) << "episode " << episode;
-  }
-}
-
 TEST(CallLog, OnlyReadOnlyMemoryOfALoadedImageIsTakenAsFixed) {
   static char writable[] = "writable.c";  // NOLINT: the test needs writable static memory
   const std::string heap = "heap.c";

@@ -6,10 +6,6 @@
 #include <new>
 #include <string_view>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include "base/proc.hpp"  // ReadOnlyImages
 #include "base/text.hpp"  // printable, rounded_seconds, utf8_head, utf8_tail
 
@@ -55,19 +51,6 @@ const char* call_end_name(CallEnd end) noexcept {
       break;
   }
   return "failed";
-}
-
-bool invariant_tsc() noexcept {
-#if defined(__x86_64__)
-  unsigned eax = 0;
-  unsigned ebx = 0;
-  unsigned ecx = 0;
-  unsigned edx = 0;
-  // Leaf 0x80000007 (advanced power management): EDX bit 8, the invariant TSC.
-  return __get_cpuid(0x80000007U, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1U << 8)) != 0;
-#else
-  return false;
-#endif
 }
 
 std::int64_t coarse_clock_ns() noexcept {

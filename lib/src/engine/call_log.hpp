@@ -74,17 +74,10 @@ class CallAt {
 // (they waited for it). The readers below put that time in its place.
 inline constexpr std::int64_t kEpisodeEnd = 1;
 
-// Whether this CPU's time-stamp counter is invariant (x86-64: it runs at one rate in every
-// power state, on every core), so that a difference of two reads tells how much time passed.
-[[nodiscard]] bool invariant_tsc() noexcept;
-// What CallRecorder's stamp counts as no time passed: 2^20 counter ticks, 0.25-0.5 ms at the
-// counters' 2-4 GHz, within the coarse clock's own tick (1-4 ms).
-inline constexpr std::uint64_t kStampTicks = std::uint64_t{1} << 20;
-
 // This process's writer of its own log. One thread at a time (the barrier's BusyGuard).
 class CallRecorder {
  public:
-  explicit CallRecorder(CallLog& log) noexcept : log_(log), tsc_(invariant_tsc()) {}
+  explicit CallRecorder(CallLog& log) noexcept : log_(log) {}
 
   // The word of a call of `kind` at `site`, writing the site's text into the log the first
   // time (after kMaxSites sites, later ones are unknown). Sites are known by their text: the
@@ -141,24 +134,15 @@ class CallRecorder {
   void write(std::uint64_t number, std::uint32_t word, std::uint64_t episode,
              bool completed = false) noexcept;
 
-  // The coarse clock's time for a call that begins: read anew, or, where the time-stamp counter
-  // is invariant and shows less than kStampTicks since the last read, that read's time again.
-  // A waiter's clock read (a call out of line) cost the idle barrier at N = 2 about 2% on
-  // separate cores; the counter's read is in line.
-  [[nodiscard]] std::int64_t stamp() noexcept;
-
   CallLog& log_;
-  bool tsc_;                       // invariant_tsc(): stamp may reuse a read
-  std::uint64_t stamped_tsc_ = 0;  // the counter at the last read (tsc_)
-  std::int64_t stamped_ns_ = 0;    // the last read's time; 0: none yet
-  std::uint64_t calls_ = 0;        // this process's count of log_.calls
-  std::int64_t began_ = 0;         // the current call's
-  bool open_ = false;              // the current call has not ended
-  bool unmet_ = false;             // the latest entry is begin_unmet's
-  Known last_{};                   // the last site asked for, the common case
-  std::vector<Known> known_;       // fixed sites by address
-  std::vector<Text> texts_;        // every site's text
-  ReadOnlyImages images_;          // what `fixed` asks
+  std::uint64_t calls_ = 0;   // this process's count of log_.calls
+  std::int64_t began_ = 0;    // the current call's
+  bool open_ = false;         // the current call has not ended
+  bool unmet_ = false;        // the latest entry is begin_unmet's
+  Known last_{};              // the last site asked for, the common case
+  std::vector<Known> known_;  // fixed sites by address
+  std::vector<Text> texts_;   // every site's text
+  ReadOnlyImages images_;     // what `fixed` asks
 };
 
 // The recorder's per-call writes are inline: every call makes them (out of line, a call around
@@ -166,9 +150,7 @@ class CallRecorder {
 // more). The completer reads no clock: its work after its arrival delays its next arrival, for
 // which its peers wait when it is the last again. Against a build that records nothing, at N = 2
 // on separate cores (tools/bench-ab, finely alternated, 2 vCPUs): 8% with the completer's clock
-// read (~6 ns), 5% without it, 2.4% with word's common case inline too, 0.8% with the waiters'
-// clock reads reused (stamp). On SMT siblings, where the two processes share one core's
-// execution, the entry's stores themselves cost 7-11%.
+// read (~6 ns), 5% without it, 2.4% with word's common case inline too.
 inline void CallRecorder::write(std::uint64_t number, std::uint32_t word, std::uint64_t episode,
                                 bool completed) noexcept {
   CallEntry& entry = log_.ring[number % kCallRing];
@@ -176,27 +158,13 @@ inline void CallRecorder::write(std::uint64_t number, std::uint32_t word, std::u
   // the release fence keeps them after the odd mark for a reader that reads them.
   entry.sequence.store(2 * number + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  began_ = completed ? kEpisodeEnd : stamp();
+  began_ = completed ? kEpisodeEnd : coarse_clock_ns();
   entry.episode.store(episode, std::memory_order_relaxed);
   entry.call.store(word, std::memory_order_relaxed);
   entry.began.store(began_, std::memory_order_relaxed);
   entry.ended.store(0, std::memory_order_relaxed);
   entry.sequence.store(2 * number + 2, std::memory_order_release);
   open_ = true;
-}
-
-inline std::int64_t CallRecorder::stamp() noexcept {
-#if defined(__x86_64__)
-  if (tsc_) {
-    const std::uint64_t now = __builtin_ia32_rdtsc();
-    if (now - stamped_tsc_ < kStampTicks && stamped_ns_ != 0) {
-      return stamped_ns_;
-    }
-    stamped_tsc_ = now;
-  }
-#endif
-  stamped_ns_ = coarse_clock_ns();
-  return stamped_ns_;
 }
 
 inline void CallRecorder::begin(std::uint32_t word, std::uint64_t episode,

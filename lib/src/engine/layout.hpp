@@ -144,7 +144,8 @@ struct SegmentHeader {
 inline constexpr int kGpuRing = 4;             // interprocess events per process, used in turn
 inline constexpr std::size_t kIpcHandle = 64;  // sizeof(CUipcEventHandle)
 struct alignas(kCacheLine) GpuSlot {
-  std::atomic<std::uint32_t> ready;  // 1 (events) or 3 (flags) once set up
+  std::atomic<std::uint32_t> ready;  // 1 (events), 3 (flags) or 4 (refused) once set up: a
+                                     // record; the set-up's gather tells the peers
   std::int32_t device;
   unsigned char events[kGpuRing][kIpcHandle];  // CUipcEventHandle, events mode
   // Flags mode: the episodes the owner has enqueued on its streams (written by the owner after

@@ -106,8 +106,9 @@ void FlagBarrier::set_up(const Agree& agree, const char* what) {
     refused_ = std::current_exception();
     mark = kFlagsRefused;
   }
+  // The slot's record; the set-up gather carries the mark to every process, once, never again.
   own.ready.store(mark, std::memory_order_release);
-  const std::vector<std::uint32_t> marks = agree(mark);  // once; never again
+  const std::vector<std::uint32_t> marks = agree(mark);
   if (refused_) {
     std::rethrow_exception(refused_);
   }

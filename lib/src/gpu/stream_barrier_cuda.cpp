@@ -202,8 +202,9 @@ class IpcEventBarrier final : public StreamBarrier {
       std::memcpy(own.events[i], &handle, sizeof handle);
     }
     own.device = device_;
-    own.ready.store(kEventsReady, std::memory_order_release);  // read after the meet (acquire)
-    // Every process has published its handles, and every machine's mode is known to all.
+    own.ready.store(kEventsReady, std::memory_order_release);  // the slot's record
+    // Every process has published its handles (the gather's arrivals order them before the
+    // reads below), and every machine's mode is known to all.
     const std::vector<std::uint32_t> marks = agree(kEventsReady);
     for (std::size_t rank = 0; rank < marks.size(); ++rank) {
       if (marks[rank] != kEventsReady) {
@@ -214,9 +215,7 @@ class IpcEventBarrier final : public StreamBarrier {
       if (slot == segment_.my_slot()) {
         continue;
       }
-      GpuSlot& peer = segment_.gpu_slot(slot);
-      // Acquire: pairs with the peer's release before the meet (kEventsReady, as agreed).
-      (void)peer.ready.load(std::memory_order_acquire);
+      const GpuSlot& peer = segment_.gpu_slot(slot);
       std::array<CUevent, kGpuRing> events{};
       for (std::size_t i = 0; i < events.size(); ++i) {
         CUipcEventHandle handle{};

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -453,6 +454,17 @@ void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::millis
   }
 }
 
+bool Context::check_trigger(const char* what, const SourceLocation& site) {
+  // Taken (cleared) before the gather: a mark set meanwhile counts at the next check. When no
+  // process had one, this process had none to lose; when one had, every mark is cleared anyway.
+  const bool mine = trigger_.exchange(false, std::memory_order_relaxed);
+  const std::byte mark{static_cast<unsigned char>(mine ? 1 : 0)};
+  const auto marks = gather(std::span(&mark, 1), what, site);
+  return std::any_of(marks.begin(), marks.end(), [](const std::vector<std::byte>& one) {
+    return !one.empty() && one[0] != std::byte{0};
+  });
+}
+
 std::vector<std::uint32_t> Context::agree_marks(std::uint32_t mark, const char* what,
                                                 const SourceLocation& site) {
   if (!barrier_) {
@@ -463,22 +475,7 @@ std::vector<std::uint32_t> Context::agree_marks(std::uint32_t mark, const char* 
   }
   std::array<std::byte, 4> mine{};
   put_le(mine.data(), mark, mine.size());
-  std::vector<std::uint64_t> sizes;
-  std::vector<std::vector<std::byte>> got;
-  gather_held(mine,
-              {[&](const std::vector<std::uint64_t>& of) {
-                 sizes = of;
-                 got.assign(of.size(), {});
-               },
-               [&](int rank, std::span<const std::byte> bytes) {
-                 got[static_cast<std::size_t>(rank)].assign(bytes.begin(), bytes.end());
-               },
-               [&](int rank) {
-                 auto& one = got[static_cast<std::size_t>(rank)];
-                 one.resize(sizes[static_cast<std::size_t>(rank)]);
-                 return one.data();
-               }},
-              what, barrier_->recorder().word(CallKind::stream, site));
+  const auto got = gather_held(mine, what, barrier_->recorder().word(CallKind::stream, site));
   // Not 4 bytes: a peer whose call was no stream barrier's set-up (0: the calls' check has said
   // so first, unless it met a plain wait, which does not check).
   std::vector<std::uint32_t> marks(got.size(), 0);

@@ -141,6 +141,9 @@ class Context {
   // processes' marks as a stream call).
   void gather_held(std::span<const std::byte> data, const GatherSink& sink, const char* what,
                    std::uint32_t call);
+  // The same, every rank's bytes by rank (as gather()).
+  std::vector<std::vector<std::byte>> gather_held(std::span<const std::byte> data, const char* what,
+                                                  std::uint32_t call);
   // gather_into's steps after the first episode (exchange.cpp): on one machine, and across
   // machines.
   void gather_here(std::span<const std::byte> data, std::optional<Spill>& spill,

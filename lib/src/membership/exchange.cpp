@@ -357,6 +357,17 @@ struct VectorSink {
   }
 };
 
+// What `gather` gives `sink`, into vectors: every rank's bytes, by rank.
+template <class Gather>
+std::vector<std::vector<std::byte>> into_vectors(Gather gather) {
+  VectorSink vectors;
+  gather(Context::GatherSink{
+      [&](const std::vector<std::uint64_t>& sizes) { vectors.sized(sizes); },
+      [&](int rank, std::span<const std::byte> bytes) { vectors.put(rank, bytes); },
+      [&](int rank) { return vectors.place(rank); }});
+  return std::move(vectors.out);
+}
+
 }  // namespace
 
 std::vector<std::byte> Context::broadcast(std::span<const std::byte> data, const char* what,
@@ -424,13 +435,12 @@ void Context::broadcast_into(std::span<const std::byte> data,
 
 std::vector<std::vector<std::byte>> Context::gather(std::span<const std::byte> data,
                                                     const char* what, const SourceLocation& site) {
-  VectorSink vectors;
-  gather_into(data,
-              {[&](const std::vector<std::uint64_t>& sizes) { vectors.sized(sizes); },
-               [&](int rank, std::span<const std::byte> bytes) { vectors.put(rank, bytes); },
-               [&](int rank) { return vectors.place(rank); }},
-              what, site);
-  return std::move(vectors.out);
+  return into_vectors([&](const GatherSink& sink) { gather_into(data, sink, what, site); });
+}
+
+std::vector<std::vector<std::byte>> Context::gather_held(std::span<const std::byte> data,
+                                                         const char* what, std::uint32_t call) {
+  return into_vectors([&](const GatherSink& sink) { gather_held(data, sink, what, call); });
 }
 
 void Context::gather_into(std::span<const std::byte> data, const GatherSink& sink, const char* what,
@@ -576,17 +586,6 @@ void Context::spill_in_memory(std::span<const std::byte> data, std::optional<Spi
   if (failed) {
     std::rethrow_exception(failed);
   }
-}
-
-bool Context::check_trigger(const char* what, const SourceLocation& site) {
-  // Taken (cleared) before the gather: a mark set meanwhile counts at the next check. When no
-  // process had one, this process had none to lose; when one had, every mark is cleared anyway.
-  const bool mine = trigger_.exchange(false, std::memory_order_relaxed);
-  const std::byte mark{static_cast<unsigned char>(mine ? 1 : 0)};
-  const auto marks = gather(std::span(&mark, 1), what, site);
-  return std::any_of(marks.begin(), marks.end(), [](const std::vector<std::byte>& one) {
-    return !one.empty() && one[0] != std::byte{0};
-  });
 }
 
 }  // namespace lockstep::detail

@@ -4,6 +4,9 @@
 //   BM_PthreadBarrier/ranks:N                 pthread_barrier_t, PTHREAD_PROCESS_SHARED
 //   BM_BoostInterprocess/ranks:N              interprocess_mutex + interprocess_condition
 //   BM_CacheLinePingPong/ranks:2              one cache line passed back and forth (the floor)
+//   BM_YieldPingPong/ranks:2                  one CPU passed back and forth by sched_yield
+//                                             between two processes (two context switches: the
+//                                             floor's unit with more processes than CPUs)
 //   BM_Training{Adaptive,Block,Spin,Pthread}/ranks:N
 //                                             a training-like loop: each process computes for
 //                                             0-100 us (mean 50), then waits; counter
@@ -39,6 +42,7 @@ using lockstep::bench::PingPongFamily;
 using lockstep::bench::PthreadFamily;
 using lockstep::bench::run_episodes;
 using lockstep::bench::set_job_environment;
+using lockstep::bench::YieldPingPongFamily;
 
 template <lockstep::WaitPolicy Policy>
 class LockstepPolicy : public LockstepFamily {
@@ -74,6 +78,12 @@ BENCHMARK(BM_Family<PthreadFamily>)->Name("BM_PthreadBarrier")->Apply(ranks_argu
 BENCHMARK(BM_Family<BoostFamily>)->Name("BM_BoostInterprocess")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<PingPongFamily>)
     ->Name("BM_CacheLinePingPong")
+    ->ArgName("ranks")
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Family<YieldPingPongFamily>)
+    ->Name("BM_YieldPingPong")
     ->ArgName("ranks")
     ->Arg(2)
     ->UseManualTime()

@@ -6,9 +6,12 @@
 //   PthreadFamily       pthread_barrier_t, PTHREAD_PROCESS_SHARED
 //   BoostFamily         interprocess_mutex + interprocess_condition in a Boost segment
 //   PingPongFamily      one cache line passed back and forth between two ranks (the floor)
+//   YieldPingPongFamily one CPU passed back and forth between two ranks by sched_yield (the
+//                       floor of a barrier whose processes outnumber the CPUs)
 #pragma once
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -158,6 +161,59 @@ class PingPongFamily {
     std::atomic<std::uint64_t> value;
   };
   Line* line_;
+  std::uint64_t sent_ = 0;
+};
+
+// The floor with more processes than CPUs: both ranks on one CPU (the first this process may
+// use), rank 0 writing an odd value and rank 1 answering with the next even one, each yielding
+// the CPU until it sees the other's. One episode is one round trip of the CPU: two context
+// switches. Each CPU of a barrier whose N processes share C CPUs must pass between its N/C
+// processes at least N/C - 1 times an episode (each must arrive; the last to arrive on a CPU
+// completes an episode and arrives at the next before it gives the CPU up).
+class YieldPingPongFamily {
+ public:
+  explicit YieldPingPongFamily(int /*ranks*/) : line_(shared_object<Line>()) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &allowed)) {
+          cpu_ = cpu;
+          break;
+        }
+      }
+    }
+  }
+  void attach(int /*rank*/) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu_, &one);
+    if (::sched_setaffinity(0, sizeof one, &one) != 0) {
+      throw std::runtime_error("sched_setaffinity failed");
+    }
+  }
+  void wait(int rank) {
+    // Acquire/release as in PingPongFamily; the yield hands the CPU to the other rank.
+    const std::uint64_t mine = ++sent_ * 2 - (rank == 0 ? 1 : 0);
+    const std::uint64_t awaited = rank == 0 ? mine + 1 : mine - 1;
+    if (rank == 0) {
+      line_->value.store(mine, std::memory_order_release);
+    }
+    while (line_->value.load(std::memory_order_acquire) != awaited) {
+      ::sched_yield();
+    }
+    if (rank == 1) {
+      line_->value.store(mine, std::memory_order_release);
+    }
+  }
+  void detach(int /*rank*/) {}
+
+ private:
+  struct alignas(64) Line {
+    std::atomic<std::uint64_t> value;
+  };
+  Line* line_;
+  int cpu_ = 0;
   std::uint64_t sent_ = 0;
 };
 

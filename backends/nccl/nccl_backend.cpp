@@ -163,6 +163,8 @@ void NcclBackend::set_up(const char* what) {
   }
   // What cudaSetDevice does: the device's primary context, current on this thread.
   cuda_ = &cuda::driver(what);
+  // cuMemAlloc, and NCCL's own calls, on the user's thread: see RelaxedCapture.
+  const cuda::RelaxedCapture relaxed(*cuda_);
   CUdevice handle = 0;
   CUcontext context = nullptr;
   cuda::check(*cuda_, cuda_->device_get(&handle, device), what, "cuDeviceGet");
@@ -286,6 +288,7 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
 }
 
 void NcclBackend::barrier(std::optional<Clock::time_point> deadline, const char* what) {
+  const cuda::RelaxedCapture relaxed(*cuda_);  // NCCL's calls and the query: see RelaxedCapture
   ncclResult_t rc = nccl_.all_reduce(buffer_, buffer_, 1, ncclInt32, ncclSum, comm_, stream_);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     fail(Failure{FailureKind::error,

@@ -54,6 +54,26 @@ std::string describe(const Driver& cuda, CUresult result);
 // Throws Error "<what>: <call> failed: <describe>" unless `result` is CUDA_SUCCESS.
 void check(const Driver& cuda, CUresult result, const char* what, const char* call);
 
+// The calling thread in CUDA's relaxed stream-capture mode while this lives, then in its own
+// again. For the library's calls on a user's thread that CUDA counts as potentially unsafe during
+// a capture (cuMemHostRegister, cuMemAlloc, a synchronization, a query): in the default global
+// mode, while any thread of the process captures a graph in that mode, such a call fails
+// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates that graph, though it touches none of
+// its streams. (The relay's thread is relaxed for good: StreamOps::enter_thread.)
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(const Driver& cuda) noexcept : cuda_(cuda) {
+    (void)cuda_.thread_exchange_stream_capture_mode(&mode_);
+  }
+  ~RelaxedCapture() { (void)cuda_.thread_exchange_stream_capture_mode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  const Driver& cuda_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;  // the thread's, while this lives
+};
+
 // The device of the calling thread's current context (the runtime's cudaSetDevice makes one
 // current); Error naming `what` when the thread has none.
 CUdevice current_device(const Driver& cuda, const char* what);

@@ -34,6 +34,7 @@ class CudaStreamOps final : public StreamOps {
   // The registration stays to the process's end (at exit the driver may already be gone).
 
   void map(void* area, std::size_t bytes, const char* what) override {
+    const cuda::RelaxedCapture relaxed(cuda_);  // cuMemHostRegister: see RelaxedCapture
     const CUdevice device = cuda::current_device(cuda_, what);
     int supported = 0;
     cuda::check(cuda_,
@@ -174,6 +175,7 @@ class IpcEventBarrier final : public StreamBarrier {
     cuda::check(cuda_, cuda_.event_record(mine_[slot], stream), what, "cuEventRecord");
     if (cross_node_) {
       // Other nodes cannot wait on this node's events: finish this stream's work first.
+      const cuda::RelaxedCapture relaxed(cuda_);  // a synchronization: see RelaxedCapture
       cuda::check(cuda_, cuda_.event_synchronize(mine_[slot]), what, "cuEventSynchronize");
     }
     std::optional<std::chrono::steady_clock::time_point> deadline;
@@ -190,6 +192,7 @@ class IpcEventBarrier final : public StreamBarrier {
 
  private:
   void set_up(const Agree& agree, const char* what) {
+    const cuda::RelaxedCapture relaxed(cuda_);  // the events' creation: see RelaxedCapture
     device_ = cuda::current_device(cuda_, what);
     GpuSlot& own = segment_.gpu_slot(segment_.my_slot());
     for (std::size_t i = 0; i < mine_.size(); ++i) {

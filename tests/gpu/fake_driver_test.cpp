@@ -1,0 +1,370 @@
+// The stream barriers' CUDA code (lib/src/gpu/stream_barrier_cuda.cpp, cuda_driver.cpp,
+// devices_cuda.cpp) run against a fake CUDA driver (tests/fake_cuda/fake_cuda.cpp, found as
+// libcuda.so.1 through LD_LIBRARY_PATH, which meson sets): flags mode's stream memory operations
+// and events mode's interprocess events ordering work across processes, a killed peer, stream
+// capture, one hardware queue, a device without stream memory operations, several devices. The
+// fake runs a stream's operations in order on a thread; it says nothing of a GPU's timing.
+#include <cuda.h>  // the driver's types
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <lockstep/lockstep.hpp>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "ranks.hpp"
+
+namespace {
+
+using lockstep::testing::failures;
+using lockstep::testing::Job;
+using lockstep::testing::run_ranks;
+using lockstep::testing::shared_array;
+using Clock = std::chrono::steady_clock;
+
+#if defined(LOCKSTEP_TEST_ASAN) || defined(LOCKSTEP_TEST_TSAN)
+constexpr double kReleaseBound = 2.0;  // sanitizers slow everything several times
+#else
+constexpr double kReleaseBound = 0.5;  // the watchdog's bound (issue 20)
+#endif
+
+double now_seconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// The fake driver's entry points that a test calls itself, looked up as the library looks up its
+// own (one instance of libcuda.so.1 per process).
+struct Fake {
+  CUresult (*init)(unsigned int);
+  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice);
+  CUresult (*ctx_set_current)(CUcontext);
+  CUresult (*stream_create)(CUstream*, unsigned int);
+  CUresult (*stream_query)(CUstream);
+  CUresult (*stream_synchronize)(CUstream);
+  CUresult (*launch_host_func)(CUstream, CUhostFn, void*);
+  CUresult (*begin_capture)(CUstream, CUstreamCaptureMode);
+  CUresult (*end_capture)(CUstream, CUgraph*);
+
+  static const Fake& get() {
+    static const Fake fake = load();
+    return fake;
+  }
+
+ private:
+  template <class F>
+  static void bind(void* library, const char* name, F& function) {
+    using Lookup =
+        CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+    auto lookup = reinterpret_cast<Lookup>(::dlsym(library, "cuGetProcAddress_v2"));
+    void* found = nullptr;
+    if (lookup == nullptr || lookup(name, &found, 12000, 0, nullptr) != CUDA_SUCCESS) {
+      throw std::runtime_error(std::string("the fake CUDA driver has no ") + name);
+    }
+    function = reinterpret_cast<F>(found);
+  }
+  static Fake load() {
+    void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr || ::dlsym(library, "lockstep_fake_cuda") == nullptr) {
+      throw std::runtime_error("libcuda.so.1 is not the fake (LD_LIBRARY_PATH must lead to it)");
+    }
+    Fake f{};
+    bind(library, "cuInit", f.init);
+    bind(library, "cuDevicePrimaryCtxRetain", f.primary_ctx_retain);
+    bind(library, "cuCtxSetCurrent", f.ctx_set_current);
+    bind(library, "cuStreamCreate", f.stream_create);
+    bind(library, "cuStreamQuery", f.stream_query);
+    bind(library, "cuStreamSynchronize", f.stream_synchronize);
+    bind(library, "cuLaunchHostFunc", f.launch_host_func);
+    bind(library, "cuStreamBeginCapture", f.begin_capture);
+    bind(library, "cuStreamEndCapture", f.end_capture);
+    return f;
+  }
+};
+
+void check(CUresult result, const char* call) {
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string(call) + " failed: " + std::to_string(result));
+  }
+}
+#define CU(call) check(call, #call)
+
+// A stream on `device`, whose primary context this thread makes current (what cudaSetDevice and
+// cudaStreamCreate do).
+CUstream stream_on(int device) {
+  const Fake& cu = Fake::get();
+  CU(cu.init(0));
+  CUcontext context = nullptr;
+  CU(cu.primary_ctx_retain(&context, device));
+  CU(cu.ctx_set_current(context));
+  CUstream stream = nullptr;
+  CU(cu.stream_create(&stream, 0));
+  return stream;
+}
+
+// Runs `work` on `stream` (a host function: the fake's kernel).
+template <class F>
+void launch(CUstream stream, F* work) {
+  auto trampoline = [](void* data) { (*static_cast<F*>(data))(); };
+  CU(Fake::get().launch_host_func(stream, trampoline, work));
+}
+
+// Waits for `stream` to finish its work, at most `limit`: false if it has not.
+bool finish(CUstream stream, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Fake::get().stream_query(stream) == CUDA_ERROR_NOT_READY) {
+    if (Clock::now() > end) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// What the ranks' streams share: the work each has done (episode numbers), and violations.
+struct Shared {
+  std::atomic<std::uint64_t> work[16];
+  std::atomic<int> early;  // checks on a stream that found a peer's work of the episode missing
+};
+
+// Episodes of: this rank's work on its stream (now and then slow), the stream barrier, then a
+// check on the stream that every peer's work of the episode is done. `streams`: the rank's
+// streams, used in turn (a call on another stream keeps episode order).
+void order_work(lockstep::State& state, Shared* shared, int rank, int n, int episodes,
+                std::vector<CUstream> streams) {
+  std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 1U);
+  struct Work {
+    Shared* shared;
+    int rank;
+    int n;
+    std::uint64_t episode;
+    unsigned delay_us;
+    void operator()() const {
+      if (delay_us > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      }
+      shared->work[rank].store(episode, std::memory_order_release);
+    }
+  };
+  struct Check {
+    Shared* shared;
+    int n;
+    std::uint64_t episode;
+    void operator()() const {
+      for (int p = 0; p < n; ++p) {
+        if (shared->work[p].load(std::memory_order_acquire) < episode) {
+          shared->early.fetch_add(1);
+        }
+      }
+    }
+  };
+  std::vector<Work> works(static_cast<std::size_t>(episodes));
+  std::vector<Check> checks(static_cast<std::size_t>(episodes));
+  for (int e = 0; e < episodes; ++e) {
+    const auto i = static_cast<std::size_t>(e);
+    CUstream stream = streams[i % streams.size()];
+    works[i] = {shared, rank, n, i + 1,
+                static_cast<unsigned>(random() % 4 == 0 ? random() % 300 : 0)};
+    checks[i] = {shared, n, i + 1};
+    launch(stream, &works[i]);
+    state.wait_for_everyone(stream);
+    launch(stream, &checks[i]);
+  }
+  for (CUstream stream : streams) {
+    RANK_CHECK(finish(stream, std::chrono::seconds(30)));
+  }
+}
+
+class Modes : public ::testing::TestWithParam<const char*> {};
+
+// More processes than this machine's cores, random delays on the streams: no check on a stream
+// after the barrier may find a peer's work of the episode missing.
+TEST_P(Modes, OrderWorkAcrossProcesses) {
+  constexpr int kN = 4;
+  constexpr int kEpisodes = 300;
+  auto* shared = shared_array<Shared>(1);
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = GetParam();
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    order_work(state, shared, rank, kN, kEpisodes, {stream_on(0)});
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0);
+}
+
+// Each process's calls alternate between two streams, and with CUDA_DEVICE_MAX_CONNECTIONS=1
+// both streams share one queue, so that a stream's wait holds the other's work behind it (as
+// one hardware queue does): the episodes still complete, in order.
+TEST_P(Modes, TwoStreamsOnOneHardwareQueue) {
+  constexpr int kN = 3;
+  constexpr int kEpisodes = 200;
+  auto* shared = shared_array<Shared>(1);
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = GetParam();
+  job.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    CUstream first = stream_on(0);
+    CUstream second = nullptr;
+    CU(Fake::get().stream_create(&second, 0));
+    order_work(state, shared, rank, kN, kEpisodes, {first, second});
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0);
+}
+
+// A stream being captured into a graph is refused, with the capture left valid; and a capture
+// on another thread of the process (CUDA's global mode, the default) survives the process's
+// stream barriers on its own stream: the library makes no call there that CUDA's capture rules
+// prohibit.
+TEST_P(Modes, CapturesAreRefusedAndLeftIntact) {
+  constexpr int kN = 2;
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = GetParam();
+  auto ends = run_ranks(job, [&](int /*rank*/) {
+    lockstep::State state;
+    const Fake& cu = Fake::get();
+    CUstream stream = stream_on(0);
+    CU(cu.begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    try {
+      state.wait_for_everyone(stream);
+      throw std::logic_error("a capturing stream was not refused");
+    } catch (const lockstep::Error& error) {
+      RANK_CHECK(lockstep::testing::contains(error.what(), "captur"));
+    }
+    CUgraph graph = nullptr;
+    CU(cu.end_capture(stream, &graph));  // still valid: the refusal disturbed nothing
+    std::atomic<bool> begun{false};
+    std::atomic<bool> barriers_done{false};
+    CUresult captured = CUDA_ERROR_UNKNOWN;
+    CUcontext context = nullptr;
+    CU(cu.primary_ctx_retain(&context, 0));
+    std::thread capturer([&] {
+      CU(cu.ctx_set_current(context));
+      CUstream other = nullptr;
+      CU(cu.stream_create(&other, 0));
+      CU(cu.begin_capture(other, CU_STREAM_CAPTURE_MODE_GLOBAL));
+      begun = true;
+      while (!barriers_done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      CUgraph other_graph = nullptr;
+      captured = cu.end_capture(other, &other_graph);
+    });
+    while (!begun) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    try {
+      for (int i = 0; i < 50; ++i) {
+        state.wait_for_everyone(stream);
+      }
+    } catch (...) {
+      barriers_done = true;
+      capturer.join();
+      throw;
+    }
+    barriers_done = true;
+    capturer.join();
+    RANK_CHECK(captured == CUDA_SUCCESS);  // the capture on the other thread is valid
+    RANK_CHECK(finish(stream, std::chrono::seconds(30)));
+    state.wait_for_everyone();
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(FakeDriver, Modes, ::testing::Values("flags", "events"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Flags mode: rank 1 is killed (SIGKILL) while the others' streams wait for it in a stream
+// barrier. Their streams finish within the watchdog's bound, and their next call throws
+// PeerLostError naming rank 1.
+TEST(FakeDriver, AKilledPeerNeverLeavesAStreamHung) {
+  constexpr int kN = 4;
+  auto* called = shared_array<std::atomic<int>>(1);
+  auto* killed_at = shared_array<std::atomic<double>>(1);
+  auto* passed_at = shared_array<std::atomic<double>>(kN);
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    CUstream stream = stream_on(0);
+    for (int i = 0; i < 20; ++i) {
+      state.wait_for_everyone(stream);
+    }
+    RANK_CHECK(finish(stream, std::chrono::seconds(30)));
+    state.wait_for_everyone();
+    if (rank == 1) {
+      while (called->load() < kN - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // their streams are waiting
+      killed_at->store(now_seconds());
+      ::raise(SIGKILL);
+    }
+    state.wait_for_everyone(stream);
+    auto record = [&passed_at, rank] { passed_at[rank].store(now_seconds()); };
+    launch(stream, &record);
+    called->fetch_add(1);
+    RANK_CHECK(finish(stream, std::chrono::seconds(10)));  // not hung
+    const double after = passed_at[rank].load() - killed_at->load();
+    if (after > kReleaseBound) {
+      throw std::logic_error("the stream was released " + std::to_string(after) +
+                             " s after the death");
+    }
+    RANK_CHECK(state.gpu_barrier_released());
+    try {
+      state.wait_for_everyone(stream);
+      throw std::logic_error("a call after the death returned");
+    } catch (const lockstep::PeerLostError& error) {
+      RANK_CHECK(error.process_index() == 1);
+    }
+  });
+  EXPECT_EQ(failures(ends, 1), "");
+}
+
+// Flags mode where one process's device has no 64-bit stream memory operations: every process's
+// first stream call fails with one clear error (the refuser's own names its device, the others'
+// name it), and the job goes on on the host.
+TEST(FakeDriver, ADeviceWithoutStreamMemoryOperationsFailsEveryProcess) {
+  constexpr int kN = 3;
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_GPU_BARRIER"] = "flags";
+  auto ends = run_ranks(job, [&](int rank) {
+    if (rank == 2) {
+      ::setenv("LOCKSTEP_FAKE_CUDA_NO_MEMOPS", "1", 1);  // before the driver loads
+    }
+    lockstep::State state;
+    CUstream stream = stream_on(0);
+    try {
+      state.wait_for_everyone(stream);
+      throw std::logic_error("the stream call returned");
+    } catch (const lockstep::Error& error) {
+      const std::string text = error.what();
+      RANK_CHECK(rank == 2 ? lockstep::testing::contains(text, "no 64-bit stream memory")
+                           : lockstep::testing::contains(text, "process 2"));
+    }
+    state.wait_for_everyone();  // the host barrier still works
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+// State::device(): the process's local index modulo the devices CUDA reports.
+TEST(FakeDriver, DeviceIsTheLocalIndexModuloTheDevices) {
+  constexpr int kN = 3;
+  Job job = Job::of(kN);
+  job.env["LOCKSTEP_FAKE_CUDA_DEVICES"] = "2";
+  auto ends = run_ranks(job, [&](int rank) {
+    lockstep::State state;
+    RANK_CHECK(state.device() == rank % 2);
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
+}  // namespace

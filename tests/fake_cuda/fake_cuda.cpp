@@ -4,13 +4,12 @@
 // the CPU. So the library's CUDA code itself (flags mode's stream memory operations, events mode's
 // interprocess events, the capture checks, the device checks) runs on every build, not only where
 // a GPU is lent. Nothing here is a GPU's timing: only its order and its failures.
-//   - One device per LOCKSTEP_FAKE_CUDA_DEVICES (default 1; 0: cuInit fails as without a GPU),
-//     each with one primary context; the current context is per thread, as CUDA's is.
+//   - LOCKSTEP_FAKE_CUDA_DEVICES devices (default 1; 0: cuInit fails as without a GPU), each with
+//     a primary context (current per thread, as CUDA's); LOCKSTEP_FAKE_CUDA_NO_MEMOPS=1: without
+//     64-bit stream memory operations. Host memory is device memory (a pointer is its address).
 //   - A stream is a queue of operations run in order by a thread, which polls a wait until it is
 //     met. With CUDA_DEVICE_MAX_CONNECTIONS=1 every stream of a process shares one such queue
 //     (one hardware queue: a waiting operation holds every stream's work behind it).
-//   - Host memory is device memory: a registered range's device pointer is its address.
-//   - LOCKSTEP_FAKE_CUDA_NO_MEMOPS=1: the device has no 64-bit stream memory operations.
 //   - Events are words in a memfd per process; an interprocess handle names the process, the
 //     descriptor and the event, and is opened through /proc/<pid>/fd.
 //   - Stream capture follows CUDA's rules for the capture modes: a potentially unsafe call
@@ -102,6 +101,9 @@ struct Driver {
   std::uint64_t streams = 0;
   Queue* shared_queue = nullptr;
   std::vector<CUstream_st*> capturing;  // streams with a capture begun and not ended
+  // Every stream and event made, to the process's end (as CUDA keeps them until destroyed).
+  std::vector<CUstream_st*> made_streams;
+  std::vector<CUevent_st*> made_events;
   int events_fd = -1;
   EventWords* events = nullptr;
   std::size_t events_used = 0;
@@ -137,9 +139,8 @@ bool unsafe_call_refused(Driver& d) {
 }
 
 CUresult check_unsafe() {
-  Driver& d = driver();
-  std::lock_guard lock(d.mutex);
-  return unsafe_call_refused(d) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+  std::lock_guard lock(driver().mutex);
+  return unsafe_call_refused(driver()) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 // Gives `op` to the stream's queue, or, while it captures, to the graph (never run).
@@ -186,9 +187,8 @@ CUresult init(unsigned int /*flags*/) {
 }
 
 bool initialized() {
-  Driver& d = driver();
-  std::lock_guard lock(d.mutex);
-  return d.initialized;
+  std::lock_guard lock(driver().mutex);
+  return driver().initialized;
 }
 
 CUresult get_error_name(CUresult result, const char** name) {
@@ -304,6 +304,7 @@ CUresult stream_create(CUstream* stream, unsigned int /*flags*/) {
   } else {
     created->queue = new Queue;  // NOLINT(cppcoreguidelines-owning-memory): as the streams
   }
+  d.made_streams.push_back(created);
   *stream = created;
   return CUDA_SUCCESS;
 }
@@ -337,8 +338,7 @@ CUresult stream_get_id(CUstream stream, unsigned long long* id) {
 }
 
 CUresult stream_is_capturing(CUstream stream, CUstreamCaptureStatus* status) {
-  Driver& d = driver();
-  std::lock_guard lock(d.mutex);
+  std::lock_guard lock(driver().mutex);
   *status = stream->capture;
   return CUDA_SUCCESS;
 }
@@ -371,9 +371,7 @@ CUresult stream_end_capture(CUstream stream, CUgraph* graph) {
 }
 
 CUresult thread_exchange_stream_capture_mode(CUstreamCaptureMode* mode) {
-  const CUstreamCaptureMode old = thread_mode;
-  thread_mode = *mode;
-  *mode = old;
+  std::swap(thread_mode, *mode);
   return CUDA_SUCCESS;
 }
 
@@ -463,6 +461,7 @@ CUresult event_create(CUevent* event, unsigned int /*flags*/) {
   }
   // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): events live to the process's end
   *event = new CUevent_st{&d.events[d.events_used++]};
+  d.made_events.push_back(*event);
   return CUDA_SUCCESS;
 }
 
@@ -530,6 +529,7 @@ CUresult ipc_open_event_handle(CUevent* event, CUipcEventHandle handle) {
   }
   // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): events live to the process's end
   *event = new CUevent_st{&words[theirs.index]};
+  d.made_events.push_back(*event);
   return CUDA_SUCCESS;
 }
 

@@ -825,6 +825,28 @@ TEST_P(MultiNode, StreamBarriersAcrossNodesNeverPassEarly) {
   }
 }
 
+// Flags mode across nodes through lockstep's CUDA code itself, on the fake CUDA driver
+// (tests/fake_cuda): the stream memory operations, the relay's thread (which puts itself in the
+// relaxed capture mode before its first CUDA call: the fake counts threads that did not), no
+// stream passing a round before every process of every node did its work.
+TEST_P(MultiNode, StreamBarriersThroughTheCudaDriverAcrossNodes) {
+  if (GetParam() != std::string("tcp")) {
+    GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
+  }
+  const char* fake = std::getenv("LOCKSTEP_TEST_FAKE_CUDA_DIR");  // NOLINT(concurrency-mt-unsafe)
+  if (fake == nullptr || *fake == '\0') {
+    GTEST_SKIP() << "built without the CUDA headers: no fake CUDA driver";
+  }
+  node_env_["LD_LIBRARY_PATH"] = fake;
+  node_env_["LOCKSTEP_GPU_BARRIER"] = "flags";
+  run_job(2, 2, {"cuda-streams", shared_.string(), "300"});
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "cuda-streams 300 early 0 foreign-global 0") << "rank " << rank;
+  }
+}
+
 // A device that cannot run flags mode on one machine (issue 62, item 3): every process of
 // every machine fails the set-up with one clear error, and the job goes on. Before the marks
 // were gathered across machines, the other machine's processes passed their set-up and their

@@ -22,6 +22,9 @@
 #include <string>
 #include <thread>
 
+#if defined(LOCKSTEP_TEST_FAKE_CUDA)
+#include "node_worker_cuda.hpp"
+#endif
 #include "fake_gpu.hpp"
 #include "pattern.hpp"
 
@@ -472,6 +475,14 @@ int main(int argc, char** argv) {
     }
     if (scenario == "stream-kill") {
       return stream_kill(state, shared, arg);
+    }
+    if (scenario == "cuda-streams") {
+#if defined(LOCKSTEP_TEST_FAKE_CUDA)
+      return lockstep::testing::cuda_stream_rounds(state, shared.stream_work, arg);
+#else
+      std::cout << "RESULT failed: built without CUDA headers" << std::endl;
+      return 1;
+#endif
     }
     if (scenario == "stream-refused") {
       return stream_refused(state, arg);

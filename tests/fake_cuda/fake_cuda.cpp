@@ -37,83 +37,16 @@
 #include <utility>
 #include <vector>
 
-#include "queue.hpp"
+#include "fake_cuda.hpp"
 
-// The driver's opaque types, defined here.
-struct CUctx_st {
-  int device;
-};
-struct CUgraph_st {};
-
-namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read before threads
-  return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;  // NOLINT(cert-err34-c)
-}
-
-}  // namespace
-
-struct CUstream_st {
-  std::uint64_t id = 0;
-  CUctx_st* context = nullptr;
-  lockstep::fake_cuda::Queue* queue = nullptr;
-  std::atomic<std::uint64_t> pushed{0};  // operations given to the queue
-  std::atomic<std::uint64_t> done{0};    // and completed
-  // Capture (guarded by the driver's mutex).
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::thread::id capture_thread;
-};
-
-// An event: its latest record and the latest record its stream has reached.
-struct EventWords {
-  std::atomic<std::uint64_t> recorded;
-  std::atomic<std::uint64_t> completed;
-};
-struct CUevent_st {
-  EventWords* words;
-};
-
-namespace {
-
-using lockstep::fake_cuda::Queue;
-
-constexpr std::uint32_t kHandleMagic = 0x6c6b7370;  // "lksp"
-constexpr std::size_t kEventsPerProcess = 4096;
-
-// What an interprocess event handle holds.
-struct EventHandle {
-  std::uint32_t magic;
-  std::int32_t pid;
-  std::int32_t fd;
-  std::uint32_t index;
-};
-static_assert(sizeof(EventHandle) <= sizeof(CUipcEventHandle));
-
-struct Driver {
-  std::mutex mutex;
-  int devices = env_int("LOCKSTEP_FAKE_CUDA_DEVICES", 1);
-  bool memops = env_int("LOCKSTEP_FAKE_CUDA_NO_MEMOPS", 0) == 0;
-  bool one_queue = env_int("CUDA_DEVICE_MAX_CONNECTIONS", 8) == 1;
-  bool initialized = false;
-  std::vector<CUctx_st> contexts;
-  std::uint64_t streams = 0;
-  Queue* shared_queue = nullptr;
-  std::vector<CUstream_st*> capturing;  // streams with a capture begun and not ended
-  // Every stream and event made, to the process's end (as CUDA keeps them until destroyed).
-  std::vector<CUstream_st*> made_streams;
-  std::vector<CUevent_st*> made_events;
-  int events_fd = -1;
-  EventWords* events = nullptr;
-  std::size_t events_used = 0;
-  std::map<std::pair<int, int>, EventWords*> opened;  // (pid, fd): another process's events
-};
+namespace lockstep::fake_cuda {
 
 Driver& driver() {
   static auto* d = new Driver;  // NOLINT(cppcoreguidelines-owning-memory): never destroyed
   return *d;
 }
+
+namespace {
 
 thread_local CUctx_st* current = nullptr;
 thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
@@ -136,6 +69,20 @@ bool unsafe_call_refused(Driver& d) {
     }
   }
   return refused;
+}
+
+}  // namespace
+
+void note_call() {
+  thread_local bool noted = false;
+  if (noted) {
+    return;
+  }
+  noted = true;
+  static std::atomic<bool> first{true};
+  if (!first.exchange(false) && thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+    driver().foreign_global.fetch_add(1);
+  }
 }
 
 CUresult check_unsafe() {
@@ -165,6 +112,8 @@ CUresult enqueue(CUstream stream, Queue::Op op) {
   });
   return CUDA_SUCCESS;
 }
+
+namespace {
 
 bool idle(CUstream stream) {
   return stream->done.load(std::memory_order_acquire) == stream->pushed.load();
@@ -441,152 +390,79 @@ CUresult mem_host_get_device_pointer(CUdeviceptr* device, void* host, unsigned i
   return CUDA_SUCCESS;
 }
 
-CUresult event_create(CUevent* event, unsigned int /*flags*/) {
-  Driver& d = driver();
-  std::lock_guard lock(d.mutex);
-  if (d.events == nullptr) {
-    d.events_fd = ::memfd_create("fake-cuda-events", MFD_CLOEXEC);
-    const std::size_t bytes = kEventsPerProcess * sizeof(EventWords);
-    if (d.events_fd < 0 || ::ftruncate(d.events_fd, static_cast<off_t>(bytes)) != 0) {
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, d.events_fd, 0);
-    if (map == MAP_FAILED) {
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    d.events = static_cast<EventWords*>(map);
+// An entry point that notes its caller first (note_call).
+template <auto F>
+struct Noted;
+template <class... A, CUresult (*F)(A...)>
+struct Noted<F> {
+  static CUresult call(A... args) {
+    note_call();
+    return F(args...);
   }
-  if (d.events_used == kEventsPerProcess) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): events live to the process's end
-  *event = new CUevent_st{&d.events[d.events_used++]};
-  d.made_events.push_back(*event);
-  return CUDA_SUCCESS;
-}
-
-CUresult event_record(CUevent event, CUstream stream) {
-  const std::uint64_t record = event->words->recorded.fetch_add(1) + 1;
-  EventWords* words = event->words;
-  return enqueue(stream, [words, record] {
-    std::uint64_t seen = words->completed.load();
-    while (seen < record && !words->completed.compare_exchange_weak(seen, record)) {
-    }
-    return true;
-  });
-}
-
-CUresult event_synchronize(CUevent event) {
-  if (CUresult refused = check_unsafe(); refused != CUDA_SUCCESS) {
-    return refused;
-  }
-  const std::uint64_t record = event->words->recorded.load();
-  while (event->words->completed.load() < record) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult stream_wait_event(CUstream stream, CUevent event, unsigned int /*flags*/) {
-  const std::uint64_t record = event->words->recorded.load();
-  EventWords* words = event->words;
-  return enqueue(stream, [words, record] { return words->completed.load() >= record; });
-}
-
-CUresult ipc_get_event_handle(CUipcEventHandle* handle, CUevent event) {
-  Driver& d = driver();
-  std::lock_guard lock(d.mutex);
-  EventHandle mine{kHandleMagic, ::getpid(), d.events_fd,
-                   static_cast<std::uint32_t>(event->words - d.events)};
-  std::memset(handle, 0, sizeof *handle);
-  std::memcpy(handle, &mine, sizeof mine);
-  return CUDA_SUCCESS;
-}
-
-CUresult ipc_open_event_handle(CUevent* event, CUipcEventHandle handle) {
-  EventHandle theirs{};
-  std::memcpy(&theirs, &handle, sizeof theirs);
-  if (theirs.magic != kHandleMagic || theirs.index >= kEventsPerProcess) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  Driver& d = driver();
-  std::lock_guard lock(d.mutex);
-  EventWords*& words = d.opened[{theirs.pid, theirs.fd}];
-  if (words == nullptr) {
-    const std::string path =
-        "/proc/" + std::to_string(theirs.pid) + "/fd/" + std::to_string(theirs.fd);
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    void* map = ::mmap(nullptr, kEventsPerProcess * sizeof(EventWords), PROT_READ | PROT_WRITE,
-                       MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    words = static_cast<EventWords*>(map);
-  }
-  // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): events live to the process's end
-  *event = new CUevent_st{&words[theirs.index]};
-  d.made_events.push_back(*event);
-  return CUDA_SUCCESS;
-}
-
-template <class F>
-void* entry(F* function) {
-  return reinterpret_cast<void*>(function);
+};
+template <auto F>
+void* entry() {
+  return reinterpret_cast<void*>(&Noted<F>::call);
 }
 
 const std::map<std::string_view, void*>& entries() {
   // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): never destroyed
   static const auto* table = new std::map<std::string_view, void*>{
-      {"cuInit", entry(init)},
-      {"cuGetErrorName", entry(get_error_name)},
-      {"cuGetErrorString", entry(get_error_string)},
-      {"cuDeviceGetCount", entry(device_get_count)},
-      {"cuDeviceGet", entry(device_get)},
-      {"cuDeviceGetAttribute", entry(device_get_attribute)},
-      {"cuDeviceGetPCIBusId", entry(device_get_pci_bus_id)},
-      {"cuDevicePrimaryCtxRetain", entry(device_primary_ctx_retain)},
-      {"cuCtxGetCurrent", entry(ctx_get_current)},
-      {"cuCtxSetCurrent", entry(ctx_set_current)},
-      {"cuCtxGetDevice", entry(ctx_get_device)},
-      {"cuStreamCreate", entry(stream_create)},
-      {"cuStreamQuery", entry(stream_query)},
-      {"cuStreamSynchronize", entry(stream_synchronize)},
-      {"cuStreamGetCtx", entry(stream_get_ctx)},
-      {"cuStreamGetId", entry(stream_get_id)},
-      {"cuStreamIsCapturing", entry(stream_is_capturing)},
-      {"cuStreamBeginCapture", entry(stream_begin_capture)},
-      {"cuStreamEndCapture", entry(stream_end_capture)},
-      {"cuThreadExchangeStreamCaptureMode", entry(thread_exchange_stream_capture_mode)},
-      {"cuStreamBatchMemOp", entry(stream_batch_mem_op)},
-      {"cuStreamWaitEvent", entry(stream_wait_event)},
-      {"cuLaunchHostFunc", entry(launch_host_func)},
-      {"cuMemAlloc", entry(mem_alloc)},
-      {"cuMemHostRegister", entry(mem_host_register)},
-      {"cuMemHostGetDevicePointer", entry(mem_host_get_device_pointer)},
-      {"cuEventCreate", entry(event_create)},
-      {"cuEventRecord", entry(event_record)},
-      {"cuEventSynchronize", entry(event_synchronize)},
-      {"cuIpcGetEventHandle", entry(ipc_get_event_handle)},
-      {"cuIpcOpenEventHandle", entry(ipc_open_event_handle)},
+      {"cuInit", entry<init>()},
+      {"cuGetErrorName", entry<get_error_name>()},
+      {"cuGetErrorString", entry<get_error_string>()},
+      {"cuDeviceGetCount", entry<device_get_count>()},
+      {"cuDeviceGet", entry<device_get>()},
+      {"cuDeviceGetAttribute", entry<device_get_attribute>()},
+      {"cuDeviceGetPCIBusId", entry<device_get_pci_bus_id>()},
+      {"cuDevicePrimaryCtxRetain", entry<device_primary_ctx_retain>()},
+      {"cuCtxGetCurrent", entry<ctx_get_current>()},
+      {"cuCtxSetCurrent", entry<ctx_set_current>()},
+      {"cuCtxGetDevice", entry<ctx_get_device>()},
+      {"cuStreamCreate", entry<stream_create>()},
+      {"cuStreamQuery", entry<stream_query>()},
+      {"cuStreamSynchronize", entry<stream_synchronize>()},
+      {"cuStreamGetCtx", entry<stream_get_ctx>()},
+      {"cuStreamGetId", entry<stream_get_id>()},
+      {"cuStreamIsCapturing", entry<stream_is_capturing>()},
+      {"cuStreamBeginCapture", entry<stream_begin_capture>()},
+      {"cuStreamEndCapture", entry<stream_end_capture>()},
+      // Not noted: a thread's mode is what its other calls are noted in.
+      {"cuThreadExchangeStreamCaptureMode",
+       reinterpret_cast<void*>(thread_exchange_stream_capture_mode)},
+      {"cuStreamBatchMemOp", entry<stream_batch_mem_op>()},
+      {"cuStreamWaitEvent", entry<stream_wait_event>()},
+      {"cuLaunchHostFunc", entry<launch_host_func>()},
+      {"cuMemAlloc", entry<mem_alloc>()},
+      {"cuMemHostRegister", entry<mem_host_register>()},
+      {"cuMemHostGetDevicePointer", entry<mem_host_get_device_pointer>()},
+      {"cuEventCreate", entry<event_create>()},
+      {"cuEventRecord", entry<event_record>()},
+      {"cuEventSynchronize", entry<event_synchronize>()},
+      {"cuIpcGetEventHandle", entry<ipc_get_event_handle>()},
+      {"cuIpcOpenEventHandle", entry<ipc_open_event_handle>()},
   };
   return *table;
 }
 
 }  // namespace
+}  // namespace lockstep::fake_cuda
 
 // What the tests look for to know that the fake, not a real driver, was loaded.
 extern "C" __attribute__((visibility("default"))) const int lockstep_fake_cuda = 1;
+
+// Threads other than the first to call the driver whose first call was in the global capture
+// mode (the library's own threads must put themselves in the relaxed mode first).
+extern "C" __attribute__((visibility("default"))) int lockstep_fake_cuda_foreign_global() {
+  return lockstep::fake_cuda::driver().foreign_global.load();
+}
 
 extern "C" {
 
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     const char* symbol, void** pfn, int /*cudaVersion*/, cuuint64_t /*flags*/,
     CUdriverProcAddressQueryResult* symbolStatus) {
-  const auto& table = entries();
+  const auto& table = lockstep::fake_cuda::entries();
   const auto found = table.find(symbol);
   *pfn = found == table.end() ? nullptr : found->second;
   if (symbolStatus != nullptr) {

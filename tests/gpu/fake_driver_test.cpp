@@ -5,7 +5,6 @@
 // capture, one hardware queue, a device without stream memory operations, several devices. The
 // fake runs a stream's operations in order on a thread; it says nothing of a GPU's timing.
 #include <cuda.h>  // the driver's types
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,10 +16,14 @@
 #include <string>
 #include <thread>
 
+#include "fake_cuda_client.hpp"
 #include "ranks.hpp"
 
 namespace {
 
+using lockstep::fake_cuda::finish;
+using lockstep::fake_cuda::launch;
+using lockstep::fake_cuda::stream_on;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
 using lockstep::testing::run_ranks;
@@ -35,94 +38,6 @@ constexpr double kReleaseBound = 0.5;  // the watchdog's bound (issue 20)
 
 double now_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-
-// The fake driver's entry points that a test calls itself, looked up as the library looks up its
-// own (one instance of libcuda.so.1 per process).
-struct Fake {
-  CUresult (*init)(unsigned int);
-  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice);
-  CUresult (*ctx_set_current)(CUcontext);
-  CUresult (*stream_create)(CUstream*, unsigned int);
-  CUresult (*stream_query)(CUstream);
-  CUresult (*stream_synchronize)(CUstream);
-  CUresult (*launch_host_func)(CUstream, CUhostFn, void*);
-  CUresult (*begin_capture)(CUstream, CUstreamCaptureMode);
-  CUresult (*end_capture)(CUstream, CUgraph*);
-
-  static const Fake& get() {
-    static const Fake fake = load();
-    return fake;
-  }
-
- private:
-  template <class F>
-  static void bind(void* library, const char* name, F& function) {
-    using Lookup =
-        CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-    auto lookup = reinterpret_cast<Lookup>(::dlsym(library, "cuGetProcAddress_v2"));
-    void* found = nullptr;
-    if (lookup == nullptr || lookup(name, &found, 12000, 0, nullptr) != CUDA_SUCCESS) {
-      throw std::runtime_error(std::string("the fake CUDA driver has no ") + name);
-    }
-    function = reinterpret_cast<F>(found);
-  }
-  static Fake load() {
-    void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (library == nullptr || ::dlsym(library, "lockstep_fake_cuda") == nullptr) {
-      throw std::runtime_error("libcuda.so.1 is not the fake (LD_LIBRARY_PATH must lead to it)");
-    }
-    Fake f{};
-    bind(library, "cuInit", f.init);
-    bind(library, "cuDevicePrimaryCtxRetain", f.primary_ctx_retain);
-    bind(library, "cuCtxSetCurrent", f.ctx_set_current);
-    bind(library, "cuStreamCreate", f.stream_create);
-    bind(library, "cuStreamQuery", f.stream_query);
-    bind(library, "cuStreamSynchronize", f.stream_synchronize);
-    bind(library, "cuLaunchHostFunc", f.launch_host_func);
-    bind(library, "cuStreamBeginCapture", f.begin_capture);
-    bind(library, "cuStreamEndCapture", f.end_capture);
-    return f;
-  }
-};
-
-void check(CUresult result, const char* call) {
-  if (result != CUDA_SUCCESS) {
-    throw std::runtime_error(std::string(call) + " failed: " + std::to_string(result));
-  }
-}
-#define CU(call) check(call, #call)
-
-// A stream on `device`, whose primary context this thread makes current (what cudaSetDevice and
-// cudaStreamCreate do).
-CUstream stream_on(int device) {
-  const Fake& cu = Fake::get();
-  CU(cu.init(0));
-  CUcontext context = nullptr;
-  CU(cu.primary_ctx_retain(&context, device));
-  CU(cu.ctx_set_current(context));
-  CUstream stream = nullptr;
-  CU(cu.stream_create(&stream, 0));
-  return stream;
-}
-
-// Runs `work` on `stream` (a host function: the fake's kernel).
-template <class F>
-void launch(CUstream stream, F* work) {
-  auto trampoline = [](void* data) { (*static_cast<F*>(data))(); };
-  CU(Fake::get().launch_host_func(stream, trampoline, work));
-}
-
-// Waits for `stream` to finish its work, at most `limit`: false if it has not.
-bool finish(CUstream stream, std::chrono::milliseconds limit) {
-  const auto end = Clock::now() + limit;
-  while (Fake::get().stream_query(stream) == CUDA_ERROR_NOT_READY) {
-    if (Clock::now() > end) {
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
 }
 
 // What the ranks' streams share: the work each has done (episode numbers), and violations.
@@ -212,7 +127,7 @@ TEST_P(Modes, TwoStreamsOnOneHardwareQueue) {
     lockstep::State state;
     CUstream first = stream_on(0);
     CUstream second = nullptr;
-    CU(Fake::get().stream_create(&second, 0));
+    CU(lockstep::fake_cuda::Fake::get().stream_create(&second, 0));
     order_work(state, shared, rank, kN, kEpisodes, {first, second});
     state.wait_for_everyone();
   });
@@ -230,7 +145,7 @@ TEST_P(Modes, CapturesAreRefusedAndLeftIntact) {
   job.env["LOCKSTEP_GPU_BARRIER"] = GetParam();
   auto ends = run_ranks(job, [&](int /*rank*/) {
     lockstep::State state;
-    const Fake& cu = Fake::get();
+    const lockstep::fake_cuda::Fake& cu = lockstep::fake_cuda::Fake::get();
     CUstream stream = stream_on(0);
     CU(cu.begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
     try {

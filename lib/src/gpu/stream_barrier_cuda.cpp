@@ -71,14 +71,15 @@ class CudaStreamOps final : public StreamOps {
   }
 
   void enter_thread() noexcept override {
-    // The relay's backend (NCCL's) calls CUDA from this thread: the same context as the caller's.
-    (void)cuda_.ctx_set_current(context_);
-    // And in the relaxed capture mode, for this thread alone: in the default (global) mode a
-    // CUDA call here that is unsafe during a capture (NCCL's, a query) would invalidate a graph
-    // that the user's thread is capturing meanwhile (cudaStreamCaptureModeGlobal's rule), though
-    // nothing here touches the captured stream. The watchdog makes no CUDA call.
+    // First the relaxed capture mode, for this thread alone and before any other CUDA call: in
+    // the default (global) mode a CUDA call here that is unsafe during a capture (NCCL's, a
+    // query) would invalidate a graph that the user's thread is capturing meanwhile
+    // (cudaStreamCaptureModeGlobal's rule), though nothing here touches the captured stream. The
+    // watchdog makes no CUDA call.
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     (void)cuda_.thread_exchange_stream_capture_mode(&mode);
+    // The relay's backend (NCCL's) calls CUDA from this thread: the same context as the caller's.
+    (void)cuda_.ctx_set_current(context_);
   }
 
   std::uint64_t stream_id(CUstream_st* stream, const char* what) override {

@@ -5,10 +5,15 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <lockstep/lockstep.hpp>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace lockstep::fake_cuda {
 
@@ -103,6 +108,60 @@ inline bool finish(CUstream stream, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// Episodes of: this process's work on its stream (one in `slow_one_in` up to `delay_us` late), the
+// stream barrier, then a check on the stream that every process's work of the episode is done
+// (`work[p]`: the last episode process p's stream finished; `early` counts the checks that found
+// one missing). `streams`: used in turn (a call on another stream keeps episode order). Returns
+// whether every stream finished within 30 s.
+inline bool order_work(lockstep::State& state, std::atomic<std::uint64_t>* work,
+                       std::atomic<int>* early, int episodes, const std::vector<CUstream>& streams,
+                       unsigned slow_one_in = 4, unsigned delay_us = 300) {
+  const int me = state.process_index();
+  const int n = state.num_processes();
+  std::mt19937 random(static_cast<unsigned>(me) * 7919U + 1U);
+  struct Work {
+    std::atomic<std::uint64_t>* word;
+    std::uint64_t episode;
+    unsigned delay_us;
+    void operator()() const {
+      if (delay_us > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      }
+      word->store(episode, std::memory_order_release);
+    }
+  };
+  struct Check {
+    std::atomic<std::uint64_t>* work;
+    int n;
+    std::uint64_t episode;
+    std::atomic<int>* early;
+    void operator()() const {
+      for (int p = 0; p < n; ++p) {
+        if (work[p].load(std::memory_order_acquire) < episode) {
+          early->fetch_add(1);
+        }
+      }
+    }
+  };
+  std::vector<Work> works(static_cast<std::size_t>(episodes));
+  std::vector<Check> checks(static_cast<std::size_t>(episodes));
+  for (int e = 0; e < episodes; ++e) {
+    const auto i = static_cast<std::size_t>(e);
+    CUstream stream = streams[i % streams.size()];
+    works[i] = {&work[me], i + 1,
+                static_cast<unsigned>(random() % slow_one_in == 0 ? random() % delay_us : 0)};
+    checks[i] = {work, n, i + 1, early};
+    launch(stream, &works[i]);
+    state.wait_for_everyone(stream);
+    launch(stream, &checks[i]);
+  }
+  bool drained = true;
+  for (CUstream stream : streams) {
+    drained = finish(stream, std::chrono::seconds(30)) && drained;
+  }
+  return drained;
 }
 
 }  // namespace lockstep::fake_cuda

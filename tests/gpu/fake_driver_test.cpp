@@ -12,7 +12,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <lockstep/lockstep.hpp>
-#include <random>
 #include <string>
 #include <thread>
 
@@ -46,52 +45,9 @@ struct Shared {
   std::atomic<int> early;  // checks on a stream that found a peer's work of the episode missing
 };
 
-// Episodes of: this rank's work on its stream (now and then slow), the stream barrier, then a
-// check on the stream that every peer's work of the episode is done. `streams`: the rank's
-// streams, used in turn (a call on another stream keeps episode order).
-void order_work(lockstep::State& state, Shared* shared, int rank, int n, int episodes,
-                std::vector<CUstream> streams) {
-  std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 1U);
-  struct Work {
-    Shared* shared;
-    int rank;
-    int n;
-    std::uint64_t episode;
-    unsigned delay_us;
-    void operator()() const {
-      if (delay_us > 0) {
-        std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-      }
-      shared->work[rank].store(episode, std::memory_order_release);
-    }
-  };
-  struct Check {
-    Shared* shared;
-    int n;
-    std::uint64_t episode;
-    void operator()() const {
-      for (int p = 0; p < n; ++p) {
-        if (shared->work[p].load(std::memory_order_acquire) < episode) {
-          shared->early.fetch_add(1);
-        }
-      }
-    }
-  };
-  std::vector<Work> works(static_cast<std::size_t>(episodes));
-  std::vector<Check> checks(static_cast<std::size_t>(episodes));
-  for (int e = 0; e < episodes; ++e) {
-    const auto i = static_cast<std::size_t>(e);
-    CUstream stream = streams[i % streams.size()];
-    works[i] = {shared, rank, n, i + 1,
-                static_cast<unsigned>(random() % 4 == 0 ? random() % 300 : 0)};
-    checks[i] = {shared, n, i + 1};
-    launch(stream, &works[i]);
-    state.wait_for_everyone(stream);
-    launch(stream, &checks[i]);
-  }
-  for (CUstream stream : streams) {
-    RANK_CHECK(finish(stream, std::chrono::seconds(30)));
-  }
+bool order_work(lockstep::State& state, Shared* shared, int episodes,
+                const std::vector<CUstream>& streams) {
+  return lockstep::fake_cuda::order_work(state, shared->work, &shared->early, episodes, streams);
 }
 
 class Modes : public ::testing::TestWithParam<const char*> {};
@@ -104,9 +60,9 @@ TEST_P(Modes, OrderWorkAcrossProcesses) {
   auto* shared = shared_array<Shared>(1);
   Job job = Job::of(kN);
   job.env["LOCKSTEP_GPU_BARRIER"] = GetParam();
-  auto ends = run_ranks(job, [&](int rank) {
+  auto ends = run_ranks(job, [&](int /*rank*/) {
     lockstep::State state;
-    order_work(state, shared, rank, kN, kEpisodes, {stream_on(0)});
+    RANK_CHECK(order_work(state, shared, kEpisodes, {stream_on(0)}));
     state.wait_for_everyone();
   });
   EXPECT_EQ(failures(ends), "");
@@ -123,12 +79,12 @@ TEST_P(Modes, TwoStreamsOnOneHardwareQueue) {
   Job job = Job::of(kN);
   job.env["LOCKSTEP_GPU_BARRIER"] = GetParam();
   job.env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1";
-  auto ends = run_ranks(job, [&](int rank) {
+  auto ends = run_ranks(job, [&](int /*rank*/) {
     lockstep::State state;
     CUstream first = stream_on(0);
     CUstream second = nullptr;
     CU(lockstep::fake_cuda::Fake::get().stream_create(&second, 0));
-    order_work(state, shared, rank, kN, kEpisodes, {first, second});
+    RANK_CHECK(order_work(state, shared, kEpisodes, {first, second}));
     state.wait_for_everyone();
   });
   EXPECT_EQ(failures(ends), "");

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <lockstep/lockstep.hpp>
 #include <random>
 #include <stdexcept>
@@ -101,23 +103,28 @@ void launch(CUstream stream, F* work) {
 // Waits for `stream` to finish its work, at most `limit`: false if it has not.
 inline bool finish(CUstream stream, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
-  while (Fake::get().stream_query(stream) == CUDA_ERROR_NOT_READY) {
+  for (;;) {
+    const CUresult status = Fake::get().stream_query(stream);
+    if (status != CUDA_ERROR_NOT_READY) {
+      return status == CUDA_SUCCESS;  // finished, or the query was refused (a capture's rule)
+    }
     if (std::chrono::steady_clock::now() > end) {
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return true;
 }
 
 // Episodes of: this process's work on its stream (one in `slow_one_in` up to `delay_us` late), the
 // stream barrier, then a check on the stream that every process's work of the episode is done
 // (`work[p]`: the last episode process p's stream finished; `early` counts the checks that found
-// one missing). `streams`: used in turn (a call on another stream keeps episode order). Returns
-// whether every stream finished within 30 s.
+// one missing). `streams`: used in turn (a call on another stream keeps episode order).
+// `before_drain` runs after the last episode's calls, before the streams are waited for. Returns
+// whether every stream finished within 30 s (the work lives until then, or until the process ends).
 inline bool order_work(lockstep::State& state, std::atomic<std::uint64_t>* work,
                        std::atomic<int>* early, int episodes, const std::vector<CUstream>& streams,
-                       unsigned slow_one_in = 4, unsigned delay_us = 300) {
+                       unsigned slow_one_in = 4, unsigned delay_us = 300,
+                       const std::function<void()>& before_drain = {}) {
   const int me = state.process_index();
   const int n = state.num_processes();
   std::mt19937 random(static_cast<unsigned>(me) * 7919U + 1U);
@@ -157,9 +164,15 @@ inline bool order_work(lockstep::State& state, std::atomic<std::uint64_t>* work,
     state.wait_for_everyone(stream);
     launch(stream, &checks[i]);
   }
+  if (before_drain) {
+    before_drain();
+  }
   bool drained = true;
   for (CUstream stream : streams) {
     drained = finish(stream, std::chrono::seconds(30)) && drained;
+  }
+  if (!drained) {
+    std::_Exit(3);  // the streams may still run this work, whose memory would go: end here
   }
   return drained;
 }

@@ -112,12 +112,11 @@ void FlagBarrier::set_up(const Agree& agree, const char* what) {
   if (refused_) {
     std::rethrow_exception(refused_);
   }
-  for (std::size_t rank = 0; rank < marks.size(); ++rank) {
-    if (marks[rank] != kFlagsReady) {
-      refused_ = std::make_exception_ptr(
-          Error(peer_form_error(what, static_cast<int>(rank), marks[rank])));
-      std::rethrow_exception(refused_);
-    }
+  try {
+    check_marks(marks, kFlagsReady, what);
+  } catch (const Error&) {
+    refused_ = std::current_exception();  // every later call fails as this one
+    throw;
   }
   // Every episode's operations, the same but for the episode number (wait fills it in).
   const int me = segment_.my_slot();

@@ -14,6 +14,19 @@ namespace {
 std::mutex override_mutex;
 std::function<std::unique_ptr<StreamOps>()> overridden;  // NOLINT: tests only
 
+// "<what>: process 3 met this call with ...": a peer whose set-up mark is `ready`.
+std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
+  return std::string(what) + ": process " + std::to_string(rank) +
+         (ready == 0 ? " met this call with wait_for_everyone() without a stream: every process "
+                       "must call the same form at the same point"
+          : ready == kFlagsRefused
+              ? " could not set up LOCKSTEP_GPU_BARRIER=flags on its device (its own error says "
+                "why), and every process of the job must use one mode: set "
+                "LOCKSTEP_GPU_BARRIER=events, which any device runs"
+              : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
+                "for every process)");
+}
+
 }  // namespace
 
 void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make) {
@@ -47,16 +60,12 @@ void check_flags_mode(const JobConfig& config) {
   }
 }
 
-std::string peer_form_error(const char* what, int rank, std::uint32_t ready) {
-  return std::string(what) + ": process " + std::to_string(rank) +
-         (ready == 0 ? " met this call with wait_for_everyone() without a stream: every process "
-                       "must call the same form at the same point"
-          : ready == kFlagsRefused
-              ? " could not set up LOCKSTEP_GPU_BARRIER=flags on its device (its own error says "
-                "why), and every process of the job must use one mode: set "
-                "LOCKSTEP_GPU_BARRIER=events, which any device runs"
-              : " uses another GPU barrier mode (LOCKSTEP_GPU_BARRIER must be the same "
-                "for every process)");
+void check_marks(const std::vector<std::uint32_t>& marks, std::uint32_t mine, const char* what) {
+  for (std::size_t rank = 0; rank < marks.size(); ++rank) {
+    if (marks[rank] != mine) {
+      throw Error(peer_form_error(what, static_cast<int>(rank), marks[rank]));
+    }
+  }
 }
 
 std::string capture_refusal(const char* what) {

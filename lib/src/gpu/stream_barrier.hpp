@@ -102,9 +102,10 @@ void override_stream_ops(std::function<std::unique_ptr<StreamOps>()> make);
 // meets its peers so that they fail with it).
 inline constexpr std::uint32_t kFlagsRefused = 4;
 
-// "<what>: process 3 met this call with ...": a peer that set up another form or mode (its
-// GpuSlot::ready is `ready`).
-std::string peer_form_error(const char* what, int rank, std::uint32_t ready);
+// After the set-up's meet (StreamBarrier::Agree): throws Error "<what>: process 3 met this call
+// with ..." naming the first process whose mark is not `mine` (another form of the call, another
+// mode, or a device that refused flags mode).
+void check_marks(const std::vector<std::uint32_t>& marks, std::uint32_t mine, const char* what);
 
 // "<what>: the stream is being captured into a CUDA graph ...": why a stream barrier refuses a
 // capturing stream (a graph would replay one episode's values and let streams pass early).

@@ -209,12 +209,7 @@ class IpcEventBarrier final : public StreamBarrier {
     own.ready.store(kEventsReady, std::memory_order_release);  // the slot's record
     // Every process has published its handles (the gather's arrivals order them before the
     // reads below), and every machine's mode is known to all.
-    const std::vector<std::uint32_t> marks = agree(kEventsReady);
-    for (std::size_t rank = 0; rank < marks.size(); ++rank) {
-      if (marks[rank] != kEventsReady) {
-        throw Error(peer_form_error(what, static_cast<int>(rank), marks[rank]));
-      }
-    }
+    check_marks(agree(kEventsReady), kEventsReady, what);
     for (int slot = 0; slot < segment_.num_slots(); ++slot) {
       if (slot == segment_.my_slot()) {
         continue;

@@ -25,6 +25,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ranks.hpp"
 
@@ -132,11 +133,13 @@ class BoostFamily {
   BoostBarrier* barrier_ = nullptr;
 };
 
-// The hardware floor: rank 0 writes an odd value, rank 1 answers with the next even one.
-// One episode is one round trip of one cache line between two cores.
-class PingPongFamily {
+// One cache line passed back and forth between two ranks: rank 0 writes an odd value, rank 1
+// answers with the next even one, each polling the line (with `Relax` between polls) until it
+// sees the other's. One episode is one round trip.
+template <void (*Relax)()>
+class LinePingPong {
  public:
-  explicit PingPongFamily(int /*ranks*/) : line_(shared_object<Line>()) {}
+  explicit LinePingPong(int /*ranks*/) : line_(shared_object<Line>()) {}
   void attach(int /*rank*/) {}
   void wait(int rank) {
     // Acquire/release: each side reads what the other published; nothing else is shared.
@@ -144,12 +147,12 @@ class PingPongFamily {
       std::uint64_t next = ++sent_ * 2 - 1;
       line_->value.store(next, std::memory_order_release);
       while (line_->value.load(std::memory_order_acquire) != next + 1) {
-        __builtin_ia32_pause();
+        Relax();
       }
     } else {
       std::uint64_t want = ++sent_ * 2 - 1;
       while (line_->value.load(std::memory_order_acquire) != want) {
-        __builtin_ia32_pause();
+        Relax();
       }
       line_->value.store(want + 1, std::memory_order_release);
     }
@@ -164,57 +167,35 @@ class PingPongFamily {
   std::uint64_t sent_ = 0;
 };
 
+inline void cpu_pause() {
+  __builtin_ia32_pause();
+}
+inline void cpu_yield() {
+  ::sched_yield();
+}
+
+// The hardware floor: one round trip of one cache line between two cores.
+using PingPongFamily = LinePingPong<cpu_pause>;
+
 // The floor with more processes than CPUs: both ranks on one CPU (the first this process may
-// use), rank 0 writing an odd value and rank 1 answering with the next even one, each yielding
-// the CPU until it sees the other's. One episode is one round trip of the CPU: two context
-// switches. Each CPU of a barrier whose N processes share C CPUs must pass between its N/C
-// processes at least N/C - 1 times an episode (each must arrive; the last to arrive on a CPU
-// completes an episode and arrives at the next before it gives the CPU up).
-class YieldPingPongFamily {
+// use), each yielding the CPU until it sees the other's value. One episode is one round trip of
+// the CPU: two context switches. Each CPU of a barrier whose N processes share C CPUs must pass
+// between its N/C processes at least N/C - 1 times an episode (each must arrive; the last to
+// arrive on a CPU completes an episode and arrives at the next before it gives the CPU up).
+class YieldPingPongFamily : public LinePingPong<cpu_yield> {
  public:
-  explicit YieldPingPongFamily(int /*ranks*/) : line_(shared_object<Line>()) {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-        if (CPU_ISSET(cpu, &allowed)) {
-          cpu_ = cpu;
-          break;
-        }
-      }
-    }
+  explicit YieldPingPongFamily(int ranks) : LinePingPong(ranks) {
+    const std::vector<int> cpus = usable_cpus();
+    cpu_ = cpus.empty() ? 0 : cpus.front();
   }
-  void attach(int /*rank*/) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu_, &one);
-    if (::sched_setaffinity(0, sizeof one, &one) != 0) {
+  void attach(int /*rank*/) const {
+    if (!pin_to(cpu_)) {
       throw std::runtime_error("sched_setaffinity failed");
     }
   }
-  void wait(int rank) {
-    // Acquire/release as in PingPongFamily; the yield hands the CPU to the other rank.
-    const std::uint64_t mine = ++sent_ * 2 - (rank == 0 ? 1 : 0);
-    const std::uint64_t awaited = rank == 0 ? mine + 1 : mine - 1;
-    if (rank == 0) {
-      line_->value.store(mine, std::memory_order_release);
-    }
-    while (line_->value.load(std::memory_order_acquire) != awaited) {
-      ::sched_yield();
-    }
-    if (rank == 1) {
-      line_->value.store(mine, std::memory_order_release);
-    }
-  }
-  void detach(int /*rank*/) {}
 
  private:
-  struct alignas(64) Line {
-    std::atomic<std::uint64_t> value;
-  };
-  Line* line_;
   int cpu_ = 0;
-  std::uint64_t sent_ = 0;
 };
 
 }  // namespace lockstep::bench

@@ -155,6 +155,30 @@ inline Report* shared_report() {
   return new (memory) Report{};
 }
 
+// The CPUs this process may run on (its affinity mask; empty if it cannot be read).
+inline std::vector<int> usable_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    return cpus;
+  }
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      cpus.push_back(cpu);
+    }
+  }
+  return cpus;
+}
+
+// Runs this process on `cpu` alone; false if the kernel refused.
+inline bool pin_to(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return ::sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
 // With LOCKSTEP_BENCH_PIN=1, rank r runs on CPU r mod (usable CPUs) only (an option of the
 // suite: tools/bench-report --pin).
 inline void pin_if_asked(int rank) {
@@ -162,21 +186,10 @@ inline void pin_if_asked(int rank) {
   if (pin == nullptr || std::string(pin) != "1") {
     return;
   }
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
-    return;
+  const std::vector<int> cpus = usable_cpus();
+  if (!cpus.empty()) {
+    (void)pin_to(cpus[static_cast<std::size_t>(rank) % cpus.size()]);
   }
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &allowed)) {
-      cpus.push_back(cpu);
-    }
-  }
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpus[static_cast<std::size_t>(rank) % cpus.size()], &one);
-  ::sched_setaffinity(0, sizeof one, &one);
 }
 
 // A family: `Family f(ranks)` in the parent before fork (shared set-up); in each child,

@@ -13,12 +13,13 @@ def switches_table(results, ranks_list, cpus, families, handoff):
     over = [n for n in ranks_list if n > cpus]
     if not halves or not over:
         return []
-    lines = ["", f"With more processes than CPUs ({cpus} here) each episode costs context switches: "
-             "the episode in switches, each round's over half that round's CPU ping-pong (one "
-             f"switch: {fmt(statistics.median(halves))} us, {fmt(min(halves))}-{fmt(max(halves))}), "
+    switch = f"{fmt(statistics.median(halves))} us, {fmt(min(halves))}-{fmt(max(halves))}"
+    lines = ["", f"With more processes than CPUs ({cpus} here) each episode costs context "
+             "switches: the episode in switches, each round's over half that round's CPU "
+             f"ping-pong (one switch: {switch}), "
              "median (min-max). The floor: a CPU passes between its processes (N/C, rounded "
-             "up) at least one time fewer than their count an episode (the last to arrive on a CPU completes the episode and "
-             "arrives at the next before it yields).", "",
+             "up) at least one time fewer than their count an episode (the last to arrive on a "
+             "CPU completes the episode and arrives at the next before it yields).", "",
              "| family | " + " | ".join(f"N={n}" for n in over) + " |",
              "|---|" + "---|" * len(over),
              "| floor | " + " | ".join(str(-(-n // cpus) - 1) for n in over) + " |"]

@@ -873,11 +873,6 @@ TEST_P(MultiNode, AKilledProcessReleasesEveryNodesStreams) {
   if (GetParam() != std::string("tcp")) {
     GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
   }
-#if defined(LOCKSTEP_TEST_ASAN) || defined(LOCKSTEP_TEST_TSAN)
-  constexpr double kBound = 2.0;
-#else
-  constexpr double kBound = 0.5;
-#endif
   for (int victim : {3, 2}) {
     std::ofstream(shared_, std::ios::trunc).put('\0');
     nodes_.clear();
@@ -910,7 +905,8 @@ TEST_P(MultiNode, AKilledProcessReleasesEveryNodesStreams) {
       std::cout << "victim " << victim << ", rank " << rank << ": " << released[rank] << "; "
                 << ended[rank] << "\n";
       EXPECT_EQ(ok, 1) << "victim " << victim << ", rank " << rank << "'s stream still waits";
-      EXPECT_LT(after, kBound) << "victim " << victim << ", rank " << rank;
+      EXPECT_LT(after, lockstep::testing::kStreamReleaseBound)
+          << "victim " << victim << ", rank " << rank;
       EXPECT_TRUE(ended[rank].starts_with("lost " + std::to_string(victim) + " "))
           << "victim " << victim << ", rank " << rank << ": " << ended[rank];
     }

@@ -25,15 +25,10 @@ using lockstep::fake_cuda::launch;
 using lockstep::fake_cuda::stream_on;
 using lockstep::testing::failures;
 using lockstep::testing::Job;
+using lockstep::testing::kStreamReleaseBound;
 using lockstep::testing::run_ranks;
 using lockstep::testing::shared_array;
 using Clock = std::chrono::steady_clock;
-
-#if defined(LOCKSTEP_TEST_ASAN) || defined(LOCKSTEP_TEST_TSAN)
-constexpr double kReleaseBound = 2.0;  // sanitizers slow everything several times
-#else
-constexpr double kReleaseBound = 0.5;  // the watchdog's bound (issue 20)
-#endif
 
 double now_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
@@ -185,7 +180,7 @@ TEST(FakeDriver, AKilledPeerNeverLeavesAStreamHung) {
     called->fetch_add(1);
     RANK_CHECK(finish(stream, std::chrono::seconds(10)));  // not hung
     const double after = passed_at[rank].load() - killed_at->load();
-    if (after > kReleaseBound) {
+    if (after > kStreamReleaseBound) {
       throw std::logic_error("the stream was released " + std::to_string(after) +
                              " s after the death");
     }

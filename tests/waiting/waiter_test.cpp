@@ -811,7 +811,7 @@ TEST(Waiter, OversubscribedYieldsWhereverTheLatePeerWasLastSeen) {
   FakeMachine machine;
   machine.runnable = 4;
   Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
-  EXPECT_FALSE(waiter.asks_where_peers_are()) << "idle: no use for each process's CPU";
+  EXPECT_TRUE(waiter.asks_where_peers_are()) << "idle, oversubscribed: polls before a yield";
   FakeSite site(machine);
   site.peer_here = false;
   site.ready_at = machine.clock + microseconds(30);
@@ -826,6 +826,49 @@ TEST(Waiter, OversubscribedYieldsWhereverTheLatePeerWasLastSeen) {
   sample_all(machine, {&waiter}, 10, milliseconds(20));
   ASSERT_TRUE(waiter.loaded());
   EXPECT_TRUE(waiter.asks_where_peers_are()) << "loaded: a late peer on this CPU means sleep";
+}
+
+// With more processes than CPUs on an idle machine, a waiter whose late peers were all last
+// seen on other CPUs polls kPollBeforeYield before each yield (a yield would go to a peer that
+// waits too); one whose late peer may be on its CPU yields at once; neither holds the CPU
+// longer than that between yields. Loaded, or across nodes, nothing polls before a yield.
+TEST(Waiter, OversubscribedPollsBeforeAYieldWhereNoLatePeerIsHere) {
+  FakeMachine machine;
+  machine.runnable = 4;
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  FakeSite site(machine);
+  site.peer_here = false;
+  site.ready_at = machine.clock + tuning::kPollBeforeYield / 2;
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_EQ(machine.yields, 0) << "caught by the poll before the yield";
+  site.peer_here = true;
+  site.ready_at = machine.clock + tuning::kPollBeforeYield / 2;
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_GE(machine.yields, 1) << "a late peer may be here: a yield at once";
+  // A long wait: between two yields, the poll and the yield's own steps (a clock read before the
+  // yield's end and after it, the yield: 1 us each here), and a step for the wait's start.
+  site.peer_here = false;
+  machine.yields = 0;
+  const Time start = machine.clock;
+  site.ready_at = start + microseconds(100);
+  EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  const auto per_yield = (machine.clock - start) / std::max(machine.yields, 1);
+  EXPECT_GE(machine.yields, 10);
+  EXPECT_LE(per_yield, tuning::kPollBeforeYield + 2 * machine.read_cost + machine.yield_cost +
+                           microseconds(1));
+
+  Waiter across(WaitPolicy::adaptive, {4, 2, true}, machine);
+  machine.yields = 0;
+  site.ready_at = machine.clock + tuning::kPollBeforeYield / 2;
+  EXPECT_EQ(across.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+  EXPECT_GE(machine.yields, 1) << "across nodes: a yield at once";
+  EXPECT_FALSE(across.polls_before_yield());
+  Waiter own_cpus(WaitPolicy::adaptive, {2, 2, false}, machine);
+  EXPECT_FALSE(own_cpus.polls_before_yield()) << "a CPU each: the spin phase serves";
+  machine.runnable = 4 + 2;
+  sample_all(machine, {&waiter}, 10, milliseconds(20));
+  ASSERT_TRUE(waiter.loaded());
+  EXPECT_FALSE(waiter.polls_before_yield()) << "loaded: sleeps, never holds the CPU";
 }
 
 // The real machine's coarse clock is the steady clock as of a tick ago at most: never ahead of

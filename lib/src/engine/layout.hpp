@@ -76,7 +76,9 @@ struct alignas(kCacheLine) Slot {
   // kWithdrawn set when it gave up on that episode (timed out) and took its arrival back.
   alignas(kCacheLine) std::atomic<std::uint64_t> arrived;
   // The CPU the owner ran on when it last arrived and waited (-1: unknown). On a loaded machine
-  // a waiter whose late peer was last seen on its CPU sleeps at once rather than spin.
+  // a waiter whose late peer was last seen on its CPU sleeps at once rather than spin; with more
+  // processes than CPUs on an idle one, a waiter whose late peers were all seen elsewhere polls
+  // a moment before each yield (Waiter::asks_where_peers_are).
   std::atomic<std::int32_t> cpu;
   // While the owner sleeps in a barrier wait: the arrival count it waits for (else 0). A hint
   // for the peers' load samples (lib/src/waiting/waiter.hpp), never needed for correctness.

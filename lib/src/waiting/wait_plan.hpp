@@ -77,6 +77,19 @@ inline constexpr microseconds kSpinLoaded{8};
 inline constexpr milliseconds kYieldIdle{2};
 // Across nodes with a CPU per process: yield this long, then sleep (see plan_wait).
 inline constexpr microseconds kYieldAcrossNodes{220};
+// More processes than CPUs on an idle machine: a waiter whose late peers were each last seen on
+// another CPU polls this long before each yield. Its CPU's other processes of the job have
+// arrived (they wait, yielding), so a yield would only hand the CPU to one of them, which yields
+// it back: two context switches (1.5 us each on 2 vCPUs of an AMD EPYC host, where a yield
+// that switches nothing costs 0.5 us), and the episode's completion is seen only when the
+// switch in progress ends. Polling, the last of a CPU's processes to arrive sees the completion
+// at once, runs to its next arrival and only then yields to the next of them. About two
+// switches: the time the other CPU takes to bring its last process in. Bounded, since the hint
+// is one episode old (a late peer that moved to this CPU since waits that long behind the
+// poll; a 50 us spin on the same hint put whole runs into a slow state: see asks_where_peers_are).
+// BM_LockstepAdaptive/ranks:4 on 2 vCPUs, idle, ranks bound: 2.6 us -> 1.9 (the floor, one
+// switch per CPU per episode, is 1.5); unbound 2.6-2.9 -> 2.2; ranks:8 bound 6.3 -> 5.7.
+inline constexpr microseconds kPollBeforeYield{3};
 // A gap this long between two clock reads of a spin loop means the waiter lost its CPU (a clock
 // read plus 64 pauses take about 1-3 us); one this long across a sched_yield means the CPU went
 // to a task for a good part of a scheduler slice (0.7-3 ms), longer than a peer of the job uses

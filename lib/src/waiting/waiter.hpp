@@ -97,13 +97,20 @@ class Waiter {
   [[nodiscard]] double foreign_load() const noexcept;
   // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
   // hint, each process's CPU, is worth keeping): on a loaded machine, to sleep at once rather
-  // than spin in its way. (An oversubscribed wait on an idle machine yields, whoever is late: a
-  // spin instead of a yield where no late peer was last seen on this CPU, 50 us at most, put
-  // whole runs into a slow state when the hint was stale, the late peer queued behind the
-  // spinner: at N = 4 on 2 vCPUs 8 runs in 20 at 7.9-10.6 us, the others at 1.9-3.5; yielding,
-  // 20 of 20 at 1.8-2.7 us. docs/performance-history.md, "The barrier's speed, third pass".)
+  // than spin in its way; with more processes than CPUs on an idle one, to poll a moment before
+  // each yield (kPollBeforeYield) where no late peer was last seen on this CPU. (That poll is
+  // bounded: a spin in place of the yield, 50 us at most, put whole runs into a slow state when
+  // the hint was stale, the late peer queued behind the spinner: at N = 4 on 2 vCPUs 8 runs in
+  // 20 at 7.9-10.6 us, the others at 1.9-3.5; yielding, 20 of 20 at 1.8-2.7 us.
+  // docs/performance-history.md, "The barrier's speed, third pass".)
   [[nodiscard]] bool asks_where_peers_are() const noexcept {
-    return adaptive_ && !shape_.across_nodes && loaded_;
+    return adaptive_ && !shape_.across_nodes && (loaded_ || shape_.processes > shape_.cpus);
+  }
+
+  // Whether a yield waits for a moment first where no late peer was last seen on this CPU
+  // (kPollBeforeYield): adaptive, one node, more processes than CPUs, idle.
+  [[nodiscard]] bool polls_before_yield() const noexcept {
+    return adaptive_ && !shape_.across_nodes && !loaded_ && shape_.processes > shape_.cpus;
   }
 
   // Adaptive only: takes a load sample unless one was taken less than a period ago
@@ -405,9 +412,20 @@ template <class Site>
 }
 
 // Yields the CPU to whoever may need it (a late peer queued behind this waiter), then polls.
+// With more processes than CPUs, one node, and no late peer last seen on this CPU, it polls
+// kPollBeforeYield first: the yield would go to a peer that waits too (see kPollBeforeYield).
 template <class Site>
 [[gnu::always_inline]] inline std::optional<Waiter::End> Waiter::yield_step(Site& site,
                                                                             Course& course) {
+  if (polls_before_yield() && !site.late_peer_here()) {
+    const auto until = course.now + wait_tuning::kPollBeforeYield;
+    do {
+      if (poll_some(site)) {
+        return finish(course);
+      }
+      course.now = signals_.now();
+    } while (course.now < until);
+  }
   signals_.yield();
   ++stats_.yields;
   if (site.done()) {

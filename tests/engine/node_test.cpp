@@ -25,6 +25,9 @@
 namespace {
 
 using lockstep::WaitPolicy;
+using lockstep::detail::CallAt;
+using lockstep::detail::CallKind;
+using lockstep::detail::CallLog;
 using lockstep::detail::CrossNodeStep;
 using lockstep::detail::JobConfig;
 using lockstep::detail::NodeBarrier;
@@ -85,6 +88,50 @@ TEST_P(NodeEngine, NoProcessLeavesAnEpisodeBeforeEveryoneArrived) {
   });
   EXPECT_EQ(failures(ends), "");
   EXPECT_EQ(early->load(), 0) << "returns from an episode before every process had arrived";
+}
+
+// A plain wait whose entry is deferred (its waits are short, as between SMT siblings) still
+// leaves each call's entry, in order, with its place; and one whose wait lasts writes its entry
+// before it spins on, so that the others see where it waits while it does.
+TEST_P(NodeEngine, ADeferredEntryIsWrittenForEveryCallAndBeforeAWaitLasts) {
+  const WaitPolicy policy = GetParam();
+  constexpr int kProcesses = 2;
+  constexpr int kRounds = 200;  // fewer than one timed wait in kShortWaitSample: stays deferred
+  const std::string id = fresh_id();
+  Job job = Job::of(kProcesses);
+  job.plain = true;
+  auto ends = run_ranks(job, [&](int rank) {
+    auto segment = NodeSegment::join(node_job(rank, kProcesses, id, policy));
+    Waiter waiter(policy, WaitShape{kProcesses, lockstep::detail::usable_cpus(), false});
+    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
+    barrier.defer_entries(true);
+    static constexpr lockstep::SourceLocation kLoop("loop.cpp", 11, "train");
+    for (int round = 0; round < kRounds; ++round) {
+      barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test",
+                              CallAt(CallKind::wait, kLoop));
+    }
+    RANK_CHECK(barrier.defers_entries());
+    barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
+    const std::span<const CallLog> node(segment->call_logs());
+    for (int slot = 0; slot < kProcesses; ++slot) {
+      const auto calls = lockstep::detail::recent_calls(node, slot);
+      RANK_CHECK(calls.size() == lockstep::detail::kCallRing);
+      for (std::size_t i = 0; i + 1 < calls.size(); ++i) {  // the loop's last calls
+        RANK_CHECK(calls[i].episode == kRounds - calls.size() + 1 + i);
+        RANK_CHECK(calls[i].kind == CallKind::wait && calls[i].line == 11);
+        RANK_CHECK(calls[i].file == "loop.cpp" && calls[i].ended != 0);
+      }
+    }
+    // Rank 0 waits; rank 1 looks at where it is before arriving.
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const auto waiting = lockstep::detail::latest_call(node, 0);
+      RANK_CHECK(waiting && waiting->episode == kRounds + 1 && waiting->ended == 0);
+    }
+    barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test",
+                            CallAt(CallKind::wait, kLoop));
+  });
+  EXPECT_EQ(failures(ends), "");
 }
 
 TEST_P(NodeEngine, AProcessThatDiesBeforeItArrivesIsReported) {

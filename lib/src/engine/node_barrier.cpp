@@ -13,6 +13,15 @@ namespace lockstep::detail {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// One wait in this many that may defer its entry is timed (two reads of the steady clock, ~25 ns
+// each), and decides whether the next ones defer: those shorter than kShortWait (the two reads
+// included) end as the peer's release comes between SMT siblings of one core (tens of ns);
+// between separate cores it takes a cache-line transfer or two (0.1-0.3 us).
+constexpr std::uint64_t kShortWaitSample = 256;
+constexpr std::chrono::nanoseconds kShortWait{100};
+}  // namespace
+
 void NodeBarrier::check_intact(const char* what) {
   // Relaxed: the flag is only a fast refusal; recorded_lost re-reads it with acquire.
   if (segment_.header().lost.value.load(std::memory_order_relaxed) != 0) {
@@ -29,10 +38,8 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     ++episode_;  // a job of one on one node
     return true;
   }
-  if constexpr (kTry) {
-    if (hierarchical_) {
-      return false;  // the leader's arrival cannot be taken back once it went to the others
-    }
+  if (kTry && hierarchical_) {
+    return false;  // the leader's arrival cannot be taken back once it went to the others
   }
   if (segment_.num_slots() == 1) {
     recorder_.begin(recorder_.word(at), episode_);
@@ -46,13 +53,13 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   // counter); the single total order pairs the completer's arrival with a sleeper's increment
   // (see wake_sleepers).
   const std::uint64_t ticket = header.episode.arrivals.fetch_add(1, std::memory_order_seq_cst);
-  // After the arrival, so that the site's look-up and the entry's stores delay no peer: a waiter
-  // spins meanwhile, a completer's peers are on their way out. The completer reads no clock: its
-  // time is the episode's end, which the waiters record (CallRecorder::begin).
+  // After the arrival, so that the site's look-up and the entry's stores delay no peer (see
+  // begin_entry).
   const std::uint32_t call = recorder_.word(at);
-  recorder_.begin(call, episode_, ticket + 1 == full);
+  const bool completes = ticket + 1 == full;
+  const bool deferrable = begin_entry(call, completes);
   fault_point("barrier.arrived");
-  if (ticket + 1 == full) {
+  if (completes) {
     wake_sleepers();
     recorder_.end(false);
     passed(call, what);
@@ -73,7 +80,7 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
   }
   fault_point("barrier.waiting");
   const std::uint64_t slow_waits = waiter_.stats().timed_waits;
-  const Outcome outcome = wait(full, deadline, what, !kTry);
+  const Outcome outcome = wait_and_begin(full, deadline, what, !kTry, deferrable);
   if (outcome == Outcome::complete) {
     // A wait that ended in its quick spins ended within the coarse clock's tick of its arrival.
     recorder_.end(waiter_.stats().timed_waits != slow_waits);
@@ -82,6 +89,31 @@ bool NodeBarrier::arrive_and_wait_as(std::optional<Clock::time_point> deadline, 
     return true;
   }
   return give_up_or_pass<kTry>(outcome, full, what, call);
+}
+
+[[gnu::always_inline]] inline bool NodeBarrier::begin_entry(std::uint32_t call,
+                                                            bool completes) noexcept {
+  const bool deferrable = !completes && !hierarchical_ && !checks(call);
+  deferred_ = deferrable && short_waits_;
+  if (deferred_) {
+    deferred_call_ = call;
+  } else {
+    recorder_.begin(call, episode_, completes);
+  }
+  return deferrable;
+}
+
+[[gnu::always_inline]] inline NodeBarrier::Outcome NodeBarrier::wait_and_begin(
+    std::uint64_t target, std::optional<Clock::time_point> deadline, const char* what,
+    bool interruptible, bool deferrable) {
+  const bool timed = deferrable && ++deferrable_waits_ % kShortWaitSample == 0;
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
+  const Outcome outcome = wait(target, deadline, what, interruptible);
+  if (timed) [[unlikely]] {
+    short_waits_ = Clock::now() - start < kShortWait;
+  }
+  begin_deferred();
+  return outcome;
 }
 
 [[gnu::always_inline]] inline void NodeBarrier::note_waiting(
@@ -275,6 +307,7 @@ class NodeBarrier::Site : public WaitSite {
   }
   [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
+  void staying() noexcept { barrier_.begin_deferred(); }
   // A lost peer wakes this site's sleepers (the watch), so they need no periodic check.
   [[nodiscard]] bool watched() const noexcept { return barrier_.watched(); }
   // Once true, true for the rest of the wait (the alarm stays raised).

@@ -84,6 +84,10 @@ class NodeBarrier {
   // LOCKSTEP_CHECK=strict: every episode checks that its processes came from one place of one
   // call (else only the calls other than a plain wait check that they met the same call).
   void check_strictly(bool strict) noexcept { strict_ = strict; }
+  // Whether a plain wait's entry is deferred (begin_deferred): as its timed waits decide (one in
+  // kShortWaitSample); set here by tests.
+  [[nodiscard]] bool defers_entries() const noexcept { return short_waits_; }
+  void defer_entries(bool defer) noexcept { short_waits_ = defer; }
 
   [[nodiscard]] std::uint64_t episode() const noexcept { return episode_; }
   // Throws what arrive_and_wait would throw at once: the job on this node is broken (a peer
@@ -101,6 +105,17 @@ class NodeBarrier {
   template <bool kTry>
   bool arrive_and_wait_as(std::optional<std::chrono::steady_clock::time_point> deadline,
                           const char* what, CallAt at);
+  // After the arrival: begins this call's entry (`call`), or, for a waiter whose recent waits
+  // were short, defers it (see begin_deferred): a completer's peers are on their way out, and a
+  // waiter writes its entry while the release travels. The completer reads no clock: its time
+  // is the episode's end, which the waiters record (CallRecorder::begin). Returns whether the
+  // entry could be deferred (a plain wait's on one node, unchecked).
+  bool begin_entry(std::uint32_t call, bool completes) noexcept;
+  // wait(), then the deferred entry's writing; the wait is timed where `deferrable` and its turn
+  // has come (one in kShortWaitSample), and its length decides whether the next ones defer.
+  Outcome wait_and_begin(std::uint64_t target,
+                         std::optional<std::chrono::steady_clock::time_point> deadline,
+                         const char* what, bool interruptible, bool deferrable);
   // After an arrival that waits: says so in this process's slot, for the peers' diagnostics and
   // scheduling hints (and keeps when, for throw_timeout, where a deadline is set).
   void note_waiting(std::optional<std::chrono::steady_clock::time_point> deadline) noexcept;
@@ -166,13 +181,35 @@ class NodeBarrier {
     checked(call, what);
   }
   void checked(std::uint32_t call, const char* what) {
-    if (strict_ || call_kind(call) > CallKind::wait) [[unlikely]] {
+    if (checks(call)) [[unlikely]] {
       check_met(episode_ - 1, what);
     }
   }
+  // Whether this call's episode is checked (check_met): every one with strict_, else the calls
+  // other than a plain wait.
+  [[nodiscard]] bool checks(std::uint32_t call) const noexcept {
+    return strict_ || call_kind(call) > CallKind::wait;
+  }
+  // A waiter's entry, deferred (deferred_, where its recent waits were short: short_waits_):
+  // written once its first polls found the episode open (the wait's Site::staying, before it
+  // spins on, yields or sleeps), or else after its wait. On SMT siblings of one core the peer's
+  // release comes within tens of ns, and the entry's stores and clock read before the first poll
+  // delayed it: they cost an idle episode at N = 2 13-17% against a build that records nothing;
+  // after the wait, within 2%. Between separate cores the release takes a cache-line transfer,
+  // and the entry is written while it travels, at no cost seen; after the wait, where the
+  // process's next arrival waits for it, it cost 6.4%. A plain wait's only: an episode that is
+  // checked reads every process's entry (checks), and a hierarchical one goes to the leader's
+  // step.
+  void begin_deferred() noexcept {
+    if (deferred_) {
+      deferred_ = false;
+      recorder_.begin(deferred_call_, episode_);
+    }
+  }
   // Throws Error, the job broken on the node, when the processes' calls of `episode` (each
-  // wrote its own just after its arrival: waited for 0.1 s at most) are of different calls,
-  // or with strict_, at different places of one.
+  // wrote its own just after its arrival, or a plain wait that ended at once just after its
+  // wait: waited for 0.1 s at most) are of different calls, or with strict_, at different places
+  // of one.
   [[gnu::noinline]] void check_met(std::uint64_t episode, const char* what);
   // check_met's error, naming each process's call and place in `episode`.
   [[noreturn]] void throw_met_apart(std::uint64_t episode, bool same_call, const char* what);
@@ -187,6 +224,10 @@ class NodeBarrier {
   std::uint64_t episode_ = 0;  // episodes this process has completed
   CallRecorder recorder_;
   bool strict_ = false;
+  bool deferred_ = false;               // this call's entry is not written yet (begin_deferred)
+  std::uint32_t deferred_call_ = 0;     // its word
+  bool short_waits_ = false;            // the last timed wait was short: entries are deferred
+  std::uint64_t deferrable_waits_ = 0;  // waits whose entry could be deferred (one in 256 timed)
   // When this process arrived at its current timed wait (steady clock, ns): a peer that withdrew
   // before then had not arrived as far as this wait's timeout is concerned.
   std::int64_t arrived_at_ = 0;

@@ -244,8 +244,9 @@ std::optional<bool> Whereabouts::met_apart_in(std::uint64_t episode, bool strict
   met.reserve(static_cast<std::size_t>(segment_.num_slots()));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    // Each process writes its call just after its arrival: a moment's wait at most, unless it
-    // is descheduled or died there (then it is left out of the check).
+    // Each process writes its call just after its arrival (a plain wait that ended at once, just
+    // after its wait): a moment's wait at most, unless it is descheduled or died there (then it
+    // is left out of the check).
     for (PollBackoff backoff;; backoff.pause()) {
       if (const auto word = episode_call(segment_.call_log(slot), episode)) {
         met.push_back(Met{slot, *word});

@@ -74,9 +74,10 @@ class Whereabouts {
   [[nodiscard]] std::string now() const;
   // Every process's flight record (its last calls), a line each.
   [[nodiscard]] std::vector<std::string> flight_record() const;
-  // Whether the processes' calls of `episode` (each wrote its own just after its arrival: waited
-  // for 0.1 s at most) met apart: nullopt if they are one call (and with `strict`, at one place
-  // per kind), else whether they are one call at different places. Reads the calls' words only.
+  // Whether the processes' calls of `episode` (each wrote its own just after its arrival, or a
+  // plain wait that ended at once just after its wait: waited for 0.1 s at most) met apart: nullopt
+  // if they are one call (and with `strict`, at one place per kind), else whether they are one call
+  // at different places. Reads the calls' words only.
   [[nodiscard]] std::optional<bool> met_apart_in(std::uint64_t episode, bool strict) const;
   // "episode 7 met from different calls: process 0 in ..., process 1 in ... (why)": the message
   // of a check of `episode` that failed (`same_call`: one call at different places).

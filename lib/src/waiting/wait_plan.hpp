@@ -35,6 +35,10 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 // Spins before the first clock read, so that the common, immediate case reads no clock.
 inline constexpr int kQuickSpins = 64;
+// Of those, the polls before a site is told that its wait stays (WaitSite::staying): about 50 ns
+// (a pause costs 25 ns on a 2-vCPU AMD EPYC host, 10-40 ns elsewhere), longer than a release
+// takes between SMT siblings of one core (a round trip of 0.06-0.07 us there).
+inline constexpr int kPollsBeforeStaying = 2;
 // Spins between clock reads (a clock read costs ~25 ns here, a pause ~10-40 ns).
 inline constexpr int kSpinsPerClockRead = 64;
 // The spin phase of a process that has a CPU to itself on an idle machine, between these bounds,

@@ -37,6 +37,10 @@ namespace lockstep::detail {
 //   bool check()                every check_interval and at the deadline: may throw (a lost
 //                               peer); true if what is awaited is done after all
 //   bool late_peer_here()       whether a peer this wait waits for may need this CPU
+//   void staying()              the wait's first polls (kPollsBeforeStaying) found it not done:
+//                               the site does what it put off for a wait that ends at once
+//                               (the node barrier's entry in its call log); called once,
+//                               before any further poll, clock read, yield or sleep
 //   void stalled(nanoseconds)   the wait has lasted this long (see set_stall_warning): says
 //                               what it still waits for (one line on stderr); must not throw
 //   bool watched()              whether whatever would make check() throw also wakes a
@@ -52,6 +56,7 @@ struct WaitSite {
   static bool check() { return false; }
   static bool alarmed() noexcept { return false; }
   static bool late_peer_here() noexcept { return true; }
+  static void staying() noexcept {}
   static void stalled(std::chrono::nanoseconds /*waited*/) noexcept {}
   static bool watched() noexcept { return false; }
   static void wake_me_at(WaitClock::time_point /*when*/) noexcept {}
@@ -245,9 +250,17 @@ Waiter::End Waiter::wait(Site& site, std::optional<WaitClock::time_point> deadli
   // the CPU that it needs. Where the late peer is is asked below, and only when loaded: asked
   // here, before the polls, it cost the idle fast path 5-10% at N=2.
   const int quick_spins = options.spin.count() > 0 && !loaded_ ? kQuickSpins : 1;
-  for (int i = 0; i < quick_spins; ++i) {
+  const int first_polls = std::min(quick_spins, kPollsBeforeStaying);
+  for (int i = 0; i < first_polls; ++i) {
     if (site.done()) {
       return End::done;  // immediate: nothing to learn, no clock read
+    }
+    cpu_relax();
+  }
+  site.staying();
+  for (int i = first_polls; i < quick_spins; ++i) {
+    if (site.done()) {
+      return End::done;
     }
     cpu_relax();
   }

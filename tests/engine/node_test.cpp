@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -59,6 +60,21 @@ std::string fresh_id() {
   return std::to_string(::getpid()) + "-" + std::to_string(++count);
 }
 
+// One rank's node engine as these tests make it: its segment, its peer watch where `watched`,
+// its waiter and its barrier (which uses the watch).
+struct RankEngine {
+  RankEngine(int rank, int processes, const std::string& id, WaitPolicy policy,
+             bool watched = false)
+      : segment(NodeSegment::join(node_job(rank, processes, id, policy))),
+        watch(watched ? PeerWatch::start(*segment) : nullptr),
+        waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false}),
+        barrier(*segment, waiter, CrossNodeStep{}, false, watch.get()) {}
+  std::unique_ptr<NodeSegment> segment;
+  std::unique_ptr<PeerWatch> watch;
+  Waiter waiter;
+  NodeBarrier barrier;
+};
+
 class NodeEngine : public ::testing::TestWithParam<WaitPolicy> {};
 
 TEST_P(NodeEngine, NoProcessLeavesAnEpisodeBeforeEveryoneArrived) {
@@ -71,9 +87,8 @@ TEST_P(NodeEngine, NoProcessLeavesAnEpisodeBeforeEveryoneArrived) {
   Job job = Job::of(processes);
   job.plain = true;
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(node_job(rank, processes, id, policy));
-    Waiter waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false});
-    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
+    RankEngine engine(rank, processes, id, policy);
+    NodeBarrier& barrier = engine.barrier;
     std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 1U);
     for (int round = 0; round < kRounds; ++round) {
       if (random() % 4 == 0) {
@@ -101,9 +116,8 @@ TEST_P(NodeEngine, ADeferredEntryIsWrittenForEveryCallAndBeforeAWaitLasts) {
   Job job = Job::of(kProcesses);
   job.plain = true;
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(node_job(rank, kProcesses, id, policy));
-    Waiter waiter(policy, WaitShape{kProcesses, lockstep::detail::usable_cpus(), false});
-    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
+    RankEngine engine(rank, kProcesses, id, policy);
+    NodeBarrier& barrier = engine.barrier;
     barrier.defer_entries(true);
     static constexpr lockstep::SourceLocation kLoop("loop.cpp", 11, "train");
     for (int round = 0; round < kRounds; ++round) {
@@ -112,7 +126,7 @@ TEST_P(NodeEngine, ADeferredEntryIsWrittenForEveryCallAndBeforeAWaitLasts) {
     }
     RANK_CHECK(barrier.defers_entries());
     barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
-    const std::span<const CallLog> node(segment->call_logs());
+    const std::span<const CallLog> node(engine.segment->call_logs());
     for (int slot = 0; slot < kProcesses; ++slot) {
       const auto calls = lockstep::detail::recent_calls(node, slot);
       RANK_CHECK(calls.size() == lockstep::detail::kCallRing);
@@ -141,9 +155,8 @@ TEST_P(NodeEngine, AProcessThatDiesBeforeItArrivesIsReported) {
   Job job = Job::of(kProcesses);
   job.plain = true;
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(node_job(rank, kProcesses, id, policy));
-    Waiter waiter(policy, WaitShape{kProcesses, lockstep::detail::usable_cpus(), false});
-    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false);
+    RankEngine engine(rank, kProcesses, id, policy);
+    NodeBarrier& barrier = engine.barrier;
     barrier.arrive_and_wait(Clock::now() + std::chrono::seconds(30), "node test");
     if (rank == 2) {
       ::_exit(0);  // dies without leaving: the others must find its pid gone
@@ -176,11 +189,9 @@ TEST_P(NodeEngine, WatchedSleepsHaveNoTimeoutYetMissNoEpisodeAndNoDeath) {
   job.plain = true;
   job.limit = std::chrono::seconds(40);
   auto ends = run_ranks(job, [&](int rank) {
-    auto segment = NodeSegment::join(node_job(rank, processes, id, policy));
-    auto watch = PeerWatch::start(*segment);
-    RANK_CHECK(watch != nullptr && !watch->alarmed());
-    Waiter waiter(policy, WaitShape{processes, lockstep::detail::usable_cpus(), false});
-    NodeBarrier barrier(*segment, waiter, CrossNodeStep{}, false, watch.get());
+    RankEngine engine(rank, processes, id, policy, true);
+    RANK_CHECK(engine.watch != nullptr && !engine.watch->alarmed());
+    NodeBarrier& barrier = engine.barrier;
     std::mt19937 random(static_cast<unsigned>(rank) * 7919U + 3U);
     for (int round = 0; round < kRounds; ++round) {
       if (random() % 4 == 0) {
@@ -194,7 +205,7 @@ TEST_P(NodeEngine, WatchedSleepsHaveNoTimeoutYetMissNoEpisodeAndNoDeath) {
         barrier.arrive_and_wait(std::nullopt, "node test");
       } catch (const lockstep::PeerLostError& error) {
         RANK_CHECK(round == kDeath && error.process_index() == victim);
-        untimed->fetch_add(static_cast<long>(waiter.stats().untimed_blocks));
+        untimed->fetch_add(static_cast<long>(engine.waiter.stats().untimed_blocks));
         return;
       }
       if (arrived[round].load() != processes) {

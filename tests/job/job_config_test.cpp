@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -290,10 +291,18 @@ int hold_loopback(int port) {
 
 TEST(LaunchEnv, AFreePortLeavesLockstepsPortBesideItFree) {
   // --standalone and the tests give the job MASTER_PORT = free_port(); lockstep listens on the
-  // port after it, which must be free too.
+  // port after it, which must be free too. Both lie outside the kernel's ephemeral ports, which
+  // any process that connects or binds to port 0 may take before the job listens.
+  int first = 32768;
+  int last = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> first >> last;
   for (int attempt = 0; attempt < 20; ++attempt) {
     const int port = free_port();
     ASSERT_GT(port, 0);
+    for (const int each : {port, rendezvous_port_for(port)}) {
+      EXPECT_TRUE(each < first || each > last)
+          << each << " is an ephemeral port (" << first << "-" << last << ")";
+    }
     const int master = hold_loopback(port);
     const int own = hold_loopback(rendezvous_port_for(port));
     EXPECT_GE(master, 0) << "MASTER_PORT " << port << " was not free";

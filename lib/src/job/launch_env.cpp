@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <random>
+#include <utility>
+#include <vector>
 
 #include "base/unique_fd.hpp"
 #include "job/launcher_families.hpp"
@@ -107,10 +111,46 @@ int bind_loopback(int port) {
   return bound;
 }
 
+// The kernel's ephemeral ports (net.ipv4.ip_local_port_range), from which it gives every bind
+// to port 0 and every outgoing connection its port: [first, last].
+std::pair<int, int> ephemeral_ports() {
+  int first = 32768;  // the kernel's default
+  int last = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int a = 0;
+  int b = 0;
+  if (range >> a >> b && a > 0 && a <= b && b <= 65535) {
+    first = a;
+    last = b;
+  }
+  return {first, last};
+}
+
 }  // namespace
 
 int free_port() {
+  // A port outside the ephemeral range: one the kernel gives out itself may be taken between
+  // this look and the job's listen by any process that connects or binds to port 0 (seen in CI:
+  // a test's rendezvous port taken by another job's UCX). Outside it, only a process that names
+  // the port takes it. Drawn at random, so that jobs started together rarely draw the same.
+  const auto [first, last] = ephemeral_ports();
+  std::vector<int> outside;
+  for (int port = std::max(first - 8192, 1024); port + 1 < first; ++port) {  // both below
+    outside.push_back(port);
+  }
+  for (int port = last + 1; port <= 65535; ++port) {
+    outside.push_back(port);
+  }
+  std::random_device seed;
+  std::mt19937 draw(seed());
   constexpr int kTries = 64;
+  for (int attempt = 0; attempt < kTries && !outside.empty(); ++attempt) {
+    const int port = outside[draw() % outside.size()];
+    if (bind_loopback(port) != 0 && bind_loopback(rendezvous_port_for(port)) != 0) {
+      return port;
+    }
+  }
+  // No free port outside (a range that covers them all): one the kernel gives.
   for (int attempt = 0; attempt < kTries; ++attempt) {
     const int port = bind_loopback(0);
     if (port == 0) {

@@ -4,10 +4,13 @@
 // episode before every process has arrived at it (many rounds, more processes than CPUs, random
 // delays, every policy), and a process that dies before it arrives is reported, not waited for.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 #include <csignal>
 
+#include <array>
 #include <atomic>
+#include <bitset>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -17,6 +20,7 @@
 #include "base/proc.hpp"
 #include "engine/node_barrier.hpp"
 #include "engine/peer_watch.hpp"
+#include "engine/placement.hpp"
 #include "engine/segment.hpp"
 #include "job/job_config.hpp"
 #include "lockstep/error.hpp"
@@ -245,6 +249,80 @@ TEST(PeerWatch, APeerThatExitedBeforeTheWatchStartedAlarmsIt) {
     RANK_CHECK(watch == nullptr || watch->alarmed());
   });
   EXPECT_EQ(failures(ends, 1), "");
+}
+
+// The CPU a process moves to: the usable one with the fewest of the node's processes, and only
+// where the move evens them out (two fewer than its own, which counts it).
+TEST(Placement, AProcessMovesOnlyWhereItsMoveEvensTheCpusOut) {
+  using lockstep::detail::emptier_cpu;
+  using lockstep::detail::kMaxCpus;
+  std::bitset<kMaxCpus> usable;
+  usable.set(0).set(1).set(2).set(3);
+  std::array<std::uint16_t, 4> on{3, 1, 2, 1};
+  EXPECT_EQ(emptier_cpu(on, 0, usable), 1) << "the fewest, the lowest number of those";
+  EXPECT_EQ(emptier_cpu(on, 2, usable), -1) << "2 against 1: a move would trade places";
+  on = {2, 2, 2, 2};
+  EXPECT_EQ(emptier_cpu(on, 3, usable), -1);
+  on = {4, 0, 0, 0};
+  usable.reset(1).reset(2);
+  EXPECT_EQ(emptier_cpu(on, 0, usable), 3) << "only a CPU of its affinity";
+  usable.reset(3);
+  EXPECT_EQ(emptier_cpu(on, 0, usable), -1) << "nowhere else to go";
+  usable.set(600);
+  EXPECT_EQ(emptier_cpu(on, 0, usable), 600) << "a CPU past the counts holds none of them";
+}
+
+// NodeBarrier::spread moves the highest slot of a crowded CPU to the emptier one, now, and leaves
+// its affinity mask as it was; a lower slot there stays. Each process's CPU record is written
+// here as its spread would find it (no barrier runs in between to write its own).
+TEST(Placement, TheHighestSlotOfACrowdedCpuMovesAndKeepsItsMask) {
+  if (lockstep::detail::usable_cpus() < 2) {
+    GTEST_SKIP() << "one usable CPU: nowhere to move";
+  }
+  constexpr int kProcesses = 3;
+  const std::string id = fresh_id();
+  Job job = Job::of(kProcesses);
+  job.plain = true;
+  auto* step = shared_array<std::atomic<int>>(1);
+  auto ends = run_ranks(job, [&](int rank) {
+    RankEngine engine(rank, kProcesses, id, WaitPolicy::adaptive);
+    const auto record = [&](int slot, int cpu) { engine.segment->slot(slot).cpu.store(cpu); };
+    const auto mask = lockstep::detail::affinity();
+    if (rank == 1) {  // below slot 2: stays, wherever the kernel runs it
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        const int here = ::sched_getcpu();
+        record(0, here);
+        record(2, here);
+        engine.barrier.spread();
+        RANK_CHECK(engine.barrier.moves() == 0);
+      }
+      step->store(1);
+    }
+    if (rank == 2) {
+      while (step->load() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      int here = -1;
+      // Retried only where the kernel moved it between the records and the look (it then ran
+      // alone on its CPU).
+      for (int attempt = 0; attempt < 100 && engine.barrier.moves() == 0; ++attempt) {
+        here = ::sched_getcpu();
+        record(0, here);
+        record(1, here);
+        engine.barrier.spread();
+      }
+      RANK_CHECK(engine.barrier.moves() == 1);
+      const int target = engine.segment->slot(2).cpu.load();
+      RANK_CHECK(::sched_getcpu() == target);
+      RANK_CHECK(target != here && mask[static_cast<std::size_t>(target)]);
+      RANK_CHECK(lockstep::detail::affinity() == mask);
+      step->store(2);
+    }
+    while (step->load() != 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, NodeEngine,

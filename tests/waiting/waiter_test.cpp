@@ -96,9 +96,11 @@ class FakeSite : public WaitSite {
     return false;
   }
   [[nodiscard]] bool late_peer_here() const noexcept { return peer_here; }
+  void spread() noexcept { ++spreads; }
 
   Time ready_at;
   int polls = 0;
+  int spreads = 0;
   int blocks = 0;
   int checks = 0;
   bool lost = false;
@@ -869,6 +871,62 @@ TEST(Waiter, OversubscribedPollsBeforeAYieldWhereNoLatePeerIsHere) {
   sample_all(machine, {&waiter}, 10, milliseconds(20));
   ASSERT_TRUE(waiter.loaded());
   EXPECT_FALSE(waiter.polls_before_yield()) << "loaded: sleeps, never holds the CPU";
+}
+
+// With more processes than CPUs on an idle machine, each regular load sample of a wait lets the
+// site even out where the processes run (WaitSite::spread): once per sample period at most, and
+// never loaded, with a CPU per process, across nodes or for another policy.
+TEST(Waiter, AnIdleOversubscribedWaitSpreadsOncePerLoadSample) {
+  FakeMachine machine;
+  machine.runnable = 4;
+  const auto waits = [&](Waiter& waiter, FakeSite& site, int count, nanoseconds each) {
+    for (int i = 0; i < count; ++i) {
+      site.ready_at = machine.clock + each;
+      EXPECT_EQ(waiter.wait(site, std::nullopt, milliseconds(100)), Waiter::End::done);
+    }
+  };
+  Waiter waiter(WaitPolicy::adaptive, {4, 2, false}, machine);
+  sample_all(machine, {&waiter}, 20, milliseconds(5));  // its first samples: idle
+  ASSERT_FALSE(waiter.loaded());
+  machine.clock += tuning::kLoadSamplePeriod;
+  FakeSite site(machine);
+  waits(waiter, site, 100, microseconds(10));  // 1 ms or so: one sample period holds them all
+  EXPECT_EQ(site.spreads, 1);
+  machine.clock += tuning::kLoadSamplePeriod;
+  waits(waiter, site, 1, microseconds(10));
+  EXPECT_EQ(site.spreads, 2) << "the next period's sample";
+  machine.runnable = 4 + 1;  // one sample sees a task that is not the job's: not loaded yet
+  machine.clock += tuning::kLoadSamplePeriod;
+  waits(waiter, site, 1, microseconds(10));
+  machine.runnable = 4;
+  for (std::size_t i = 1; i < tuning::kLoadWindow; ++i) {
+    machine.clock += tuning::kLoadSamplePeriod;
+    waits(waiter, site, 1, microseconds(10));
+  }
+  EXPECT_FALSE(waiter.loaded());
+  EXPECT_EQ(site.spreads, 2) << "until kLoadWindow samples in a row saw none";
+  machine.clock += tuning::kLoadSamplePeriod;
+  waits(waiter, site, 1, microseconds(10));
+  EXPECT_EQ(site.spreads, 3);
+
+  for (const WaitShape shape : {WaitShape{2, 2, false}, WaitShape{4, 2, true}}) {
+    Waiter other(WaitPolicy::adaptive, shape, machine);
+    sample_all(machine, {&other}, 20, milliseconds(5));
+    FakeSite elsewhere(machine);
+    waits(other, elsewhere, 20, tuning::kLoadSamplePeriod);
+    EXPECT_EQ(elsewhere.spreads, 0)
+        << shape.processes << " processes, across nodes " << shape.across_nodes;
+  }
+  Waiter block(WaitPolicy::block, {4, 2, false}, machine);
+  FakeSite blocked(machine);
+  waits(block, blocked, 20, tuning::kLoadSamplePeriod);
+  EXPECT_EQ(blocked.spreads, 0) << "block";
+  machine.runnable = 4 + 2;
+  sample_all(machine, {&waiter}, 20, milliseconds(20));
+  ASSERT_TRUE(waiter.loaded());
+  site.spreads = 0;
+  waits(waiter, site, 20, tuning::kLoadedSamplePeriod);
+  EXPECT_EQ(site.spreads, 0) << "loaded";
 }
 
 // The real machine's coarse clock is the steady clock as of a tick ago at most: never ahead of

@@ -288,6 +288,45 @@ int usable_cpus() noexcept {
   return count > 0 ? count : 1;
 }
 
+std::bitset<kMaxCpus> affinity() noexcept {
+  static_assert(kMaxCpus == CPU_SETSIZE);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::bitset<kMaxCpus> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int cpu = 0; cpu < kMaxCpus; ++cpu) {
+      cpus[static_cast<std::size_t>(cpu)] = CPU_ISSET(cpu, &set);
+    }
+  }
+  return cpus;
+}
+
+bool move_to_cpu(int cpu) noexcept {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (cpu < 0 || cpu >= kMaxCpus || ::sched_getaffinity(0, sizeof mask, &mask) != 0 ||
+      !CPU_ISSET(cpu, &mask)) {
+    return false;
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) {
+    return false;
+  }
+  // Back to the mask, which holds `cpu`: the thread stays there until the kernel moves it. This
+  // fails only if the thread's cpuset changed in between; then the mask the cpuset allows.
+  if (::sched_setaffinity(0, sizeof mask, &mask) != 0) {
+    CPU_ZERO(&mask);
+    for (int each = 0; each < kMaxCpus; ++each) {
+      CPU_SET(each, &mask);
+    }
+    (void)::sched_setaffinity(0, sizeof mask, &mask);  // the kernel keeps the cpuset's part
+    return false;
+  }
+  return true;
+}
+
 std::string error_text(int error_number) {
   char buffer[256];
   // GNU strerror_r returns the message, which may or may not live in `buffer`.

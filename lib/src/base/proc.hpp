@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <bitset>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +67,17 @@ Fate fate_of(const ProcessMark& mark, std::chrono::milliseconds grace);
 
 // CPUs this process may run on (its affinity mask), at least 1.
 int usable_cpus() noexcept;
+
+// The CPU numbers an affinity mask of glibc's fixed size can name (CPU_SETSIZE).
+inline constexpr int kMaxCpus = 1024;
+// The CPUs the calling thread may run on (its affinity mask); none where it cannot be read.
+std::bitset<kMaxCpus> affinity() noexcept;
+// Moves the calling thread to `cpu` now and leaves its affinity mask as it was: the mask set to
+// `cpu` alone (the kernel migrates the running thread before the call returns), then back. Only
+// the calling thread moves: threads it starts later inherit the mask, not the CPU. False where a
+// call failed (`cpu` is not in the mask, or the thread's cpuset changed): the mask is then as it
+// was.
+bool move_to_cpu(int cpu) noexcept;
 
 // Whether an address lies in a read-only segment of a loaded image (the program or a shared
 // library: its string literals, __func__, std::source_location's strings), whose bytes cannot

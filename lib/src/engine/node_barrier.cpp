@@ -2,10 +2,13 @@
 
 #include <sched.h>
 
+#include <array>
 #include <vector>
 
 #include "base/fault_points.hpp"
+#include "base/proc.hpp"  // affinity, move_to_cpu
 #include "base/text.hpp"  // comma_list
+#include "engine/placement.hpp"
 #include "lockstep/error.hpp"
 #include "waiting/futex.hpp"
 
@@ -276,6 +279,30 @@ bool NodeBarrier::late_peer_here() const noexcept {
   return false;
 }
 
+void NodeBarrier::spread() noexcept {
+  const int here = ::sched_getcpu();
+  if (here < 0 || here >= kMaxCpus) {
+    return;
+  }
+  std::array<std::uint16_t, kMaxCpus> on{};
+  for (int slot = 0; slot < segment_.num_slots(); ++slot) {
+    // Relaxed: a hint (see Slot::cpu); this process's own is where it runs now.
+    const int cpu =
+        slot == segment_.my_slot() ? here : segment_.slot(slot).cpu.load(std::memory_order_relaxed);
+    if (cpu == here && slot > segment_.my_slot()) {
+      return;  // a higher slot on this CPU moves first
+    }
+    if (cpu >= 0 && cpu < kMaxCpus) {
+      ++on[static_cast<std::size_t>(cpu)];
+    }
+  }
+  const int target = emptier_cpu(on, here, affinity());
+  if (target >= 0 && move_to_cpu(target)) {
+    segment_.slot(segment_.my_slot()).cpu.store(target, std::memory_order_relaxed);
+    ++moves_;
+  }
+}
+
 bool NodeBarrier::reached(std::uint64_t target) const noexcept {
   // Acquire: reading a count at or past the episode's end synchronizes with every arrival of
   // the episode.
@@ -308,6 +335,7 @@ class NodeBarrier::Site : public WaitSite {
   [[nodiscard]] bool check() { return barrier_.check_peers(target_, what_); }
   [[nodiscard]] bool late_peer_here() const noexcept { return barrier_.late_peer_here(); }
   void staying() noexcept { barrier_.begin_deferred(); }
+  void spread() noexcept { barrier_.spread(); }
   // A lost peer wakes this site's sleepers (the watch), so they need no periodic check.
   [[nodiscard]] bool watched() const noexcept { return barrier_.watched(); }
   // Once true, true for the rest of the wait (the alarm stays raised).

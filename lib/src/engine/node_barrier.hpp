@@ -98,6 +98,16 @@ class NodeBarrier {
   // load samples: an episode that is complete counts its sleepers as woken).
   [[nodiscard]] int peers_asleep() const noexcept;
 
+  // Evens out where the node's processes run (WaitSite::spread: more of them than CPUs, an idle
+  // machine, once per load sample at most): where this process's CPU holds at least two more of
+  // them than another CPU it may run on, and it is the highest slot there (so that one process
+  // of a crowded CPU moves at a time), it moves there (move_to_cpu: its affinity mask stays as
+  // it was). Each process more on a CPU costs every episode one more context switch, and the
+  // kernel leaves a crowd where it is: its balancer keeps a task that ran in the last 0.5 ms on
+  // its CPU, and a waiter that yields runs every few microseconds. Counts the moves (moves()).
+  void spread() noexcept;
+  [[nodiscard]] std::uint64_t moves() const noexcept { return moves_; }
+
  private:
   enum class Outcome { complete, timed_out, interrupted };
   class Site;
@@ -228,6 +238,7 @@ class NodeBarrier {
   std::uint32_t deferred_call_ = 0;     // its word
   bool short_waits_ = false;            // the last timed wait was short: entries are deferred
   std::uint64_t deferrable_waits_ = 0;  // waits whose entry could be deferred (one in 256 timed)
+  std::uint64_t moves_ = 0;             // spread()'s moves to another CPU
   // When this process arrived at its current timed wait (steady clock, ns): a peer that withdrew
   // before then had not arrived as far as this wait's timeout is concerned.
   std::int64_t arrived_at_ = 0;

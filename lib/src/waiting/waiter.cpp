@@ -98,22 +98,24 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   if (next_ < kLoadWindow) {
     return loaded_;  // too few samples yet
   }
-  // The last `count` samples, newest first.
-  const auto all_saw = [&](std::size_t count, bool load) {
-    for (std::size_t i = 1; i <= count; ++i) {
-      if ((recent_[(next_ - i) % recent_.size()] > 0) != load) {
-        return false;
-      }
-    }
-    return true;
-  };
   const bool was = loaded_;
-  loaded_ =
-      loaded_ ? !(next_ >= kIdleWindow && all_saw(kIdleWindow, false)) : all_saw(kLoadWindow, true);
+  loaded_ = loaded_ ? !all_saw(kIdleWindow, false) : all_saw(kLoadWindow, true);
   stats_.became_loaded += !was && loaded_ ? 1 : 0;
   stats_.became_idle += was && !loaded_ ? 1 : 0;
   options_ = plan_wait(policy_, shape_, loaded_, spin_);
   return loaded_;
+}
+
+bool Waiter::all_saw(std::size_t count, bool load) const noexcept {
+  if (next_ < count) {
+    return false;
+  }
+  for (std::size_t i = 1; i <= count; ++i) {  // the last `count` samples, newest first
+    if ((recent_[(next_ - i) % recent_.size()] > 0) != load) {
+      return false;
+    }
+  }
+  return true;
 }
 
 double Waiter::foreign_load() const noexcept {

@@ -41,6 +41,9 @@ namespace lockstep::detail {
 //                               the site does what it put off for a wait that ends at once
 //                               (the node barrier's entry in its call log); called once,
 //                               before any further poll, clock read, yield or sleep
+//   void spread()               a load sample found the machine idle while the job's processes
+//                               here outnumber the CPUs: the site may move this process to a
+//                               CPU where fewer of them run (once per sample period at most)
 //   void stalled(nanoseconds)   the wait has lasted this long (see set_stall_warning): says
 //                               what it still waits for (one line on stderr); must not throw
 //   bool watched()              whether whatever would make check() throw also wakes a
@@ -57,6 +60,7 @@ struct WaitSite {
   static bool alarmed() noexcept { return false; }
   static bool late_peer_here() noexcept { return true; }
   static void staying() noexcept {}
+  static void spread() noexcept {}
   static void stalled(std::chrono::nanoseconds /*waited*/) noexcept {}
   static bool watched() noexcept { return false; }
   static void wake_me_at(WaitClock::time_point /*when*/) noexcept {}
@@ -100,6 +104,9 @@ class Waiter {
   [[nodiscard]] bool loaded() const noexcept { return loaded_; }
   // The mean count of runnable tasks that are not the job's in the last samples.
   [[nodiscard]] double foreign_load() const noexcept;
+  // Whether the last `count` samples (at most kIdleWindow) all saw a task that is not the job's
+  // compete with it (`load`), or all saw none; false before `count` samples.
+  [[nodiscard]] bool all_saw(std::size_t count, bool load) const noexcept;
   // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
   // hint, each process's CPU, is worth keeping): on a loaded machine, to sleep at once rather
   // than spin in its way; with more processes than CPUs on an idle one, to poll a moment before
@@ -197,7 +204,8 @@ class Waiter {
   // wait_long's steps: each returns how the wait ended, or nothing if it goes on.
   template <class Site>
   std::optional<End> check_when_due(Site& site, Course& course);
-  void sample_after_spin(Course& course) noexcept;
+  template <class Site>
+  void sample_after_spin(Site& site, Course& course) noexcept;
   template <class Site>
   std::optional<End> spin_step(Site& site, Course& course);
   template <class Site>
@@ -312,7 +320,7 @@ Waiter::End Waiter::wait_long(Site& site, std::optional<WaitClock::time_point> d
     if (auto end = check_when_due(site, course)) {
       return *end;
     }
-    sample_after_spin(course);
+    sample_after_spin(site, course);
     std::optional<End> end;
     if (course.now < course.spin_end) {
       end = spin_step(site, course);
@@ -398,12 +406,19 @@ template <class Site>
 }
 
 // Adaptive: the wait's one regular load sample, once its spin is over; loaded, it does not yield
-// but sleeps.
-[[gnu::always_inline]] inline void Waiter::sample_after_spin(Course& course) noexcept {
+// but sleeps. With more processes than CPUs, a sample that finds the machine quiet (its last
+// kLoadWindow samples saw no task that is not the job's) lets the site even out where they run
+// (WaitSite::spread).
+template <class Site>
+[[gnu::always_inline]] inline void Waiter::sample_after_spin(Site& site, Course& course) noexcept {
   if (adaptive_ && !course.sampled && course.now >= course.spin_end) {
     course.sampled = true;
+    const std::uint64_t samples = stats_.samples;
     if (sample_load(course.now)) {
       course.yield_end = std::min(course.yield_end, course.now);
+    } else if (stats_.samples != samples && polls_before_yield() &&
+               all_saw(wait_tuning::kLoadWindow, false)) {
+      site.spread();  // not while load comes and goes (beside a busy loop, moves gained nothing)
     }
   }
 }

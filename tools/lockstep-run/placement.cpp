@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/proc.hpp"  // affinity
 #include "base/text.hpp"
 #include "gpu/devices.hpp"
 #include "output.hpp"
@@ -42,12 +43,10 @@ std::vector<int> read_cpulist(const std::string& path) {
 
 // `cpus` that this process may run on.
 std::vector<int> allowed(const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  (void)::sched_getaffinity(0, sizeof set, &set);
+  const auto mask = lockstep::detail::affinity();
   std::vector<int> out;
   for (int cpu : cpus) {
-    if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set)) {
+    if (cpu >= 0 && cpu < lockstep::detail::kMaxCpus && mask[static_cast<std::size_t>(cpu)]) {
       out.push_back(cpu);
     }
   }

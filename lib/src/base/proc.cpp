@@ -278,16 +278,6 @@ bool in_read_only_image(const void* address) noexcept {
   return images.contains(address);
 }
 
-int usable_cpus() noexcept {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
-    return 1;
-  }
-  const int count = CPU_COUNT(&set);
-  return count > 0 ? count : 1;
-}
-
 std::bitset<kMaxCpus> affinity() noexcept {
   static_assert(kMaxCpus == CPU_SETSIZE);
   cpu_set_t set;
@@ -299,6 +289,11 @@ std::bitset<kMaxCpus> affinity() noexcept {
     }
   }
   return cpus;
+}
+
+int usable_cpus() noexcept {
+  const auto count = static_cast<int>(affinity().count());
+  return count > 0 ? count : 1;
 }
 
 bool move_to_cpu(int cpu) noexcept {

@@ -238,11 +238,12 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
   // NCCL as a place to wait: polling asks NCCL and the bootstrap (a dead or aborting leader:
   // NCCL alone would wait for ever); blocking sleeps kPollSleep, since a GPU has nothing to
   // sleep on here.
+  // Out of line, each call: see WaitSite (waiting/waiter.hpp).
   struct Site : WaitSite {
     NcclBackend& backend;
     FunctionRef<bool()>& ready;
     const char* what;
-    bool done() {
+    [[gnu::noinline]] bool done() {
       try {
         // An abort received wins over a completion (see Backend::check_aborted).
         backend.bootstrap_->check_aborted(what);
@@ -257,10 +258,10 @@ void NcclBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time
       }
       return false;
     }
-    static void block(std::chrono::nanoseconds limit) {
+    [[gnu::noinline]] static void block(std::chrono::nanoseconds limit) {
       std::this_thread::sleep_for(std::clamp<std::chrono::nanoseconds>(limit, {}, kPollSleep));
     }
-    void stalled(std::chrono::nanoseconds waited) const noexcept {
+    [[gnu::noinline]] void stalled(std::chrono::nanoseconds waited) const noexcept {
       // NCCL does not say which rank it waits for: the line says what is waited on.
       try {
         say_stalled(backend.config_.job.rank, what, waited,

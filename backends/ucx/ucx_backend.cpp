@@ -381,11 +381,12 @@ void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_
   // The backend as a place to wait: polling progresses the worker (and throws the job's failure
   // if a leader is gone); blocking sleeps on the worker's event fd. A message from another node
   // takes microseconds: the Waiter yields between polls (idle machine) and then sleeps.
+  // Out of line, each call: see WaitSite (waiting/waiter.hpp).
   struct Site : WaitSite {
     UcxBackend& backend;
     FunctionRef<bool()>& ready;
     const char* what;
-    bool done() {
+    [[gnu::noinline]] bool done() {
       backend.progress();
       // Another node gave up on the job: no episode completes here after that, even when the
       // message that would complete it came in with the abort (or before it, unread).
@@ -396,7 +397,7 @@ void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_
       backend.check_members(what);
       return false;
     }
-    void block(std::chrono::nanoseconds limit) {
+    [[gnu::noinline]] void block(std::chrono::nanoseconds limit) {
       if (!backend.sending_.empty() || !backend.receiving_.empty()) {
         // A send in flight completes only as this worker progresses, and UCX does not say
         // that its event fd fires for that: rather than risk holding the message (and every
@@ -412,7 +413,7 @@ void UcxBackend::wait_until(FunctionRef<bool()> done, std::optional<Clock::time_
       pollfd fd{backend.event_fd_, POLLIN, 0};
       (void)::poll(&fd, 1, static_cast<int>(slice.count()));
     }
-    void stalled(std::chrono::nanoseconds waited) noexcept {
+    [[gnu::noinline]] void stalled(std::chrono::nanoseconds waited) noexcept {
       try {
         say_stalled(backend.config_.job.rank, what, waited, whom());
       } catch (...) {

@@ -55,6 +55,11 @@ namespace lockstep::detail {
 //                               job began (a peer exited, a loss recorded): a wait that sees it
 //                               checks at once, once, rather than at its next check_interval
 //                               (a spinning or yielding wait is not woken by the watch)
+// Waiter::wait is flattened: every call in it, a site's included, is inlined as deep as it goes,
+// so that the node barrier's poll is a few loads. A site whose calls are heavy (a backend's,
+// which progresses UCX and builds messages) marks them [[gnu::noinline]]: flattened under the
+// link-time optimization, each backend's wait was 0.4-0.8 MB of machine code, and linking the
+// library took 400 CPU-seconds (docs/performance-history.md, "A backend's wait, flattened").
 struct WaitSite {
   static bool check() { return false; }
   static bool alarmed() noexcept { return false; }

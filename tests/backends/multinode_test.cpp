@@ -825,6 +825,22 @@ TEST_P(MultiNode, StreamBarriersAcrossNodesNeverPassEarly) {
   }
 }
 
+// Flags mode across nodes, and a job's clean end (node_worker's stream-leave): node 0 passes the
+// last barrier and one of its processes leaves at once, while node 1's leader, stopped, has not
+// yet read node 0's arrival. Node 0's idle relay once told node 1 of the leave as a loss, and
+// node 1 failed the barrier node 0 had passed (seen in CI under load).
+TEST_P(MultiNode, AProcessThatLeavesAfterItsLastCallFailsNoOtherNode) {
+  if (GetParam() != std::string("tcp")) {
+    GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
+  }
+  run_job(2, 2, {"stream-leave", shared_.string()});
+  auto ends = results();
+  ASSERT_EQ(ends.size(), 4U) << all_output();
+  for (const auto& [rank, text] : ends) {
+    EXPECT_EQ(text, "passed") << "rank " << rank << "\n" << all_output();
+  }
+}
+
 // Flags mode across nodes through lockstep's CUDA code itself, on the fake CUDA driver
 // (tests/fake_cuda): the stream memory operations, the relay's thread (which puts itself in the
 // relaxed capture mode before its first CUDA call: the fake counts threads that did not), no

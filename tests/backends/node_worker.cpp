@@ -9,12 +9,14 @@
 // prints "RESULT ..." lines that the test reads, and exits 0 when its scenario went as expected.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <lockstep/lockstep.hpp>
@@ -336,6 +338,53 @@ int stream_refused(lockstep::State& state, int refuser) {
   return 0;
 }
 
+// Sleeps `ms` with nanosleep alone (async-signal-safe: for a child forked beside threads).
+void nap_ms(long ms) {
+  timespec left{ms / 1000, (ms % 1000) * 1000000};
+  while (::nanosleep(&left, &left) != 0) {
+  }
+}
+
+// Flags mode across nodes on a fake GPU, and a job's clean end: 4 stream barriers, then a last
+// host barrier that node 0's processes come to 300 ms late, while node 1's leader is stopped
+// (SIGSTOP, by a child of its own) from 100 ms to 700 ms after it arrived. Node 0 passes it,
+// its second process leaves at once, and its leader stays 1.5 s, its relay idle. Node 1's
+// leader then finds node 0's arrival and must pass too: a process that left after its last call
+// is no loss to tell the other nodes of (they may still be finishing what it passed).
+int stream_leave(lockstep::State& state) {
+  lockstep::testing::FakeStream stream(static_cast<unsigned>(state.process_index()) + 11U);
+  for (int round = 0; round < 4; ++round) {
+    state.wait_for_everyone(stream.handle());
+  }
+  if (!stream.synchronize(std::chrono::seconds(20))) {
+    std::cout << "RESULT not drained" << std::endl;
+    return 1;
+  }
+  pid_t stopper = -1;
+  if (state.node_index() == 1 && state.local_process_index() == 0) {
+    const pid_t parent = ::getpid();
+    stopper = ::fork();
+    if (stopper == 0) {
+      nap_ms(100);
+      (void)::kill(parent, SIGSTOP);
+      nap_ms(600);
+      (void)::kill(parent, SIGCONT);
+      ::_exit(0);
+    }
+  } else if (state.node_index() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  state.wait_for_everyone();
+  std::cout << "RESULT passed" << std::endl;
+  if (stopper > 0) {
+    (void)::waitpid(stopper, nullptr, 0);
+  }
+  if (state.node_index() == 0 && state.local_process_index() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  }
+  return 0;
+}
+
 // Flags mode across nodes on a fake GPU: 10 stream barriers, then process `victim` queues 1 s of
 // work and a barrier, and dies 300 ms later. Every other process's stream, waiting in that
 // barrier, must be released (on every node) within 0.5 s of the death (2 s under a sanitizer),
@@ -475,6 +524,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "stream-kill") {
       return stream_kill(state, shared, arg);
+    }
+    if (scenario == "stream-leave") {
+      return stream_leave(state);
     }
     if (scenario == "cuda-streams") {
 #if defined(LOCKSTEP_TEST_FAKE_CUDA)

@@ -5,6 +5,7 @@
 
 #include "base/fault_points.hpp"
 #include "base/text.hpp"
+#include "engine/layout.hpp"  // lost_how
 #include "engine/segment.hpp"
 #include "gpu/flag_barrier.hpp"  // StreamOps, cyclic_before
 #include "lockstep/error.hpp"
@@ -130,9 +131,15 @@ std::optional<std::optional<std::chrono::milliseconds>> FlagRelay::next_posted()
   std::unique_lock lock(mutex_);
   while (posted_.empty() && !thread_.stopping()) {
     changed_.wait_for(lock, std::chrono::milliseconds(kIdleMs));
-    // Idle, a loss on this node: the other nodes' relays would wait for this one for ever.
+    // Idle, a death on this node (or a failure from elsewhere): the other nodes' relays would
+    // wait for this one for ever. Not a process that left: it left after its last call, and
+    // the other nodes may still be finishing the barrier it passed, which a loss told now would
+    // fail there (their leaders take an abort over a completion read with it). A node that
+    // comes to a stream barrier this one never posts hears of it as of a host barrier's: when
+    // this node's leader leaves, or at its own timeout.
     // Acquire: the mark's writer recorded the loss before it.
-    if (posted_.empty() && segment_.header().lost.value.load(std::memory_order_acquire) != 0) {
+    if (const std::uint32_t lost = segment_.header().lost.value.load(std::memory_order_acquire);
+        posted_.empty() && lost != 0 && lost_how(lost) != LostHow::left) {
       lock.unlock();
       tell_other_nodes();
       lock.lock();

@@ -357,8 +357,11 @@ void UcxBackend::throw_serve_timeout(const std::vector<std::string>& dropped) co
   for (int node = 1; node < num_nodes_; ++node) {
     if (joiners_[static_cast<std::size_t>(node)] < 0) {
       auto refused = refusals_.find(node);
-      why += (why.empty() ? "" : "; ") + ("node " + std::to_string(node) + " ") +
-             (refused != refusals_.end() ? refused->second : "never connected");
+      // In steps: "..." + std::string&& draws a false alarm from GCC 12 (see comma_list).
+      why += why.empty() ? "node " : "; node ";
+      why += std::to_string(node);
+      why += ' ';
+      why += refused != refusals_.end() ? refused->second : "never connected";
     }
   }
   if (!dropped.empty()) {

@@ -214,7 +214,10 @@ int Launcher::dry_run() {
     if (!options_.cpus.empty()) {
       std::string list;
       for (int cpu : options_.cpus[static_cast<std::size_t>(local)]) {
-        list += (list.empty() ? "" : ",") + std::to_string(cpu);
+        // In two steps, as base/text.cpp's comma_list: "..." + std::string&& draws a false
+        // alarm from GCC 12 at -O3.
+        list += list.empty() ? "" : ",";
+        list += std::to_string(cpu);
       }
       line += " on CPUs " + list;
     }
@@ -223,7 +226,8 @@ int Launcher::dry_run() {
       line += " " + name + "=" + shell_quoted(value);
     }
     for (const auto& word : options_.command) {
-      line += " " + shell_quoted(word);
+      line += ' ';
+      line += shell_quoted(word);
     }
     (void)std::printf("%s\n", line.c_str());
   }

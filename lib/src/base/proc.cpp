@@ -106,7 +106,8 @@ std::optional<pid_t> process_mapping(const std::string& path, ino_t inode) {
     return std::nullopt;
   }
   const pid_t self = ::getpid();
-  const std::string inode_text = " " + std::to_string(inode) + " ";
+  // ' ' + std::string&&, not " " + ...: see comma_list (base/text.cpp).
+  const std::string inode_text = ' ' + std::to_string(inode) + ' ';
   std::optional<pid_t> found;
   while (!found) {
     const dirent* entry = ::readdir(proc);  // NOLINT(concurrency-mt-unsafe): a private DIR

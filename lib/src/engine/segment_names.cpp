@@ -63,7 +63,7 @@ std::string segment_name(const std::string& identity, int node_index, std::uint6
 
 std::vector<std::string> segments_of(const std::string& identity, int node_index) {
   const std::string prefix = segment_prefix(identity);
-  const std::string suffix = "n" + std::to_string(node_index);
+  const std::string suffix = 'n' + std::to_string(node_index);  // a char: see comma_list
   std::vector<std::string> names;
   if (DIR* dir = ::opendir("/dev/shm")) {
     while (const dirent* entry = ::readdir(dir)) {  // NOLINT(concurrency-mt-unsafe): private DIR

@@ -358,7 +358,8 @@ std::string Whereabouts::now() const {
     text += (text.empty() ? "" : "; ") + line;
   }
   if (!waiting.empty()) {
-    text += (text.empty() ? "" : "; ") + places_text(waiting, " waits in ", " wait in ", "; ");
+    text += text.empty() ? "" : "; ";  // in two steps: see comma_list (base/text.cpp)
+    text += places_text(waiting, " waits in ", " wait in ", "; ");
   }
   return text;
 }

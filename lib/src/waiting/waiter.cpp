@@ -142,7 +142,8 @@ void Waiter::learn(nanoseconds waited) noexcept {
   const nanoseconds cap = kSpinMaxIdle;
   if (waited <= cap) {
     if (waited > spin_ / 2) {
-      spin_ = std::min(cap, spin_ * 2);
+      // Not std::min, whose reference to `cap` GCC 12 took for a dangling one (-O3).
+      spin_ = spin_ * 2 < cap ? spin_ * 2 : cap;
     }
   } else {
     spin_ = std::max(nanoseconds(kSpinMin), spin_ / 2);

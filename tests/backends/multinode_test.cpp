@@ -829,7 +829,7 @@ TEST_P(MultiNode, StreamBarriersAcrossNodesNeverPassEarly) {
 // last barrier and one of its processes leaves at once, while node 1's leader, stopped, has not
 // yet read node 0's arrival. Node 0's idle relay once told node 1 of the leave as a loss, and
 // node 1 failed the barrier node 0 had passed (seen in CI under load).
-TEST_P(MultiNode, AProcessThatLeavesAfterItsLastCallFailsNoOtherNode) {
+TEST_P(MultiNode, AProcessLeavingAfterItsLastStreamCallFailsNoOtherNode) {
   if (GetParam() != std::string("tcp")) {
     GTEST_SKIP() << "the stream barrier's relay is the same code over any transport: run in tcp";
   }

@@ -113,6 +113,38 @@ TEST(FakeGpu, NoStreamPassesBeforeEveryStreamArrived) {
   EXPECT_EQ(shared->early.load(), 0) << "a stream passed an episode before a peer's work was done";
 }
 
+// A process that ends right after its last stream call (which returns at once), while a peer's
+// stream is still 500 ms behind: its leave counts as a loss and releases every stream, so it
+// first waits for its own stream to pass what it enqueued. Without that wait, rank 0's stream
+// passed the barrier before rank 2's work was done, and nothing threw. std::exit, not a return:
+// the State's leave runs at exit while the stream still runs, as a CUDA stream's work outlives
+// the program's handles (a FakeStream destroyed first would drop its queue).
+TEST(FakeGpu, AProcessEndingRightAfterItsLastCallLetsNoStreamPassEarly) {
+  auto* shared = shared_array<Shared>(1);
+  Job job = Job::of(3);
+  const auto start = Clock::now();
+  auto ends = run_ranks(job, [&](int rank) {
+    use_fake_gpu();
+    lockstep::State state;
+    FakeStream stream(static_cast<unsigned>(rank) + 7U, 1000);
+    episode(state, stream, shared, rank, 3, 1);
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(20)));
+    state.wait_for_everyone();
+    if (rank == 2) {
+      stream.launch([] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); });
+    }
+    episode(state, stream, shared, rank, 3, 2);
+    if (rank == 1) {
+      std::exit(0);  // NOLINT(concurrency-mt-unsafe): the process ends, its stream still running
+    }
+    RANK_CHECK(stream.synchronize(std::chrono::seconds(20)));
+  });
+  EXPECT_EQ(failures(ends), "");
+  EXPECT_EQ(shared->early.load(), 0) << "a stream passed an episode before a peer's work was done";
+  // Rank 1 waited for rank 2's stream, not for its bound (10 s).
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
 enum class KillPoint { before_call, before_stream_wrote, while_others_wait, during_release };
 
 std::string name_of(KillPoint point) {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include "base/log.hpp"
 #include "engine/segment.hpp"
 #include "lockstep/error.hpp"
 
@@ -11,6 +13,9 @@ namespace lockstep::detail {
 namespace {
 
 constexpr std::uint32_t kFlagsReady = 3;  // GpuSlot::ready: this process set flags mode up
+// How long a process that leaves waits for its own stream to pass what it enqueued.
+constexpr auto kLeaveBound = std::chrono::seconds(10);
+constexpr auto kLeaveLook = std::chrono::milliseconds(1);
 
 }  // namespace
 
@@ -23,8 +28,35 @@ FlagBarrier::FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, b
       relay_(segment, *stream_ops_, std::move(relay), [this] { watchdog_.release_streams(); }) {}
 
 FlagBarrier::~FlagBarrier() {
+  let_own_stream_pass();
   relay_.stop();
   watchdog_.stop();
+}
+
+// A process that leaves counts as lost for the streams: every watchdog of the node then releases
+// every stream. One that returned from its last stream call at once (as every call returns)
+// would let a living peer's stream pass that barrier before a slow peer's stream reached it. So
+// its own stream passes what it enqueued first, which it does only once every peer's stream has
+// reached that barrier; the watchdog and the relay go on meanwhile (a peer that dies releases
+// it). Host memory only, no CUDA call: at exit the driver may be gone, and then, or where a
+// peer's stream never comes, it leaves after kLeaveBound, as before, and says so.
+void FlagBarrier::let_own_stream_pass() const noexcept {
+  if (!set_up_) {
+    return;
+  }
+  const int me = segment_.my_slot();
+  const auto until = Clock::now() + kLeaveBound;
+  // Acquire: written by this process (enqueued) and its stream (passed); only compared.
+  while (segment_.gpu_flag(me).passed.load(std::memory_order_acquire) !=
+         segment_.gpu_slot(me).enqueued.load(std::memory_order_acquire)) {
+    if (Clock::now() >= until) {
+      log_line(segment_.slot(me).rank.load(std::memory_order_relaxed),
+               "leaving while this process's GPU stream has not passed its last stream barrier "
+               "after 10 s: the other processes' streams are released");
+      return;
+    }
+    std::this_thread::sleep_for(kLeaveLook);
+  }
 }
 
 void FlagBarrier::abandon() noexcept {

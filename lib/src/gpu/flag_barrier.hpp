@@ -118,7 +118,9 @@ class FlagBarrier final : public StreamBarrier {
   // `across_nodes`: the job spans nodes; `relay`: given on the node's leader there.
   FlagBarrier(NodeSegment& segment, std::unique_ptr<StreamOps> ops, bool across_nodes = false,
               StreamRelay relay = {});
-  ~FlagBarrier() override;  // stops the watchdog; the area stays registered to the process's end
+  // Waits (bounded) for this process's stream to pass what it enqueued, then stops the relay and
+  // the watchdog; the area stays registered to the process's end.
+  ~FlagBarrier() override;
   [[nodiscard]] bool meets_on_host() const noexcept override { return false; }
   FlagBarrier(const FlagBarrier&) = delete;
   FlagBarrier& operator=(const FlagBarrier&) = delete;
@@ -134,6 +136,7 @@ class FlagBarrier final : public StreamBarrier {
  private:
   using Clock = std::chrono::steady_clock;
   void set_up(const Agree& agree, const char* what);
+  void let_own_stream_pass() const noexcept;
   NodeSegment& segment_;
   std::unique_ptr<StreamOps> stream_ops_;
   bool set_up_ = false;

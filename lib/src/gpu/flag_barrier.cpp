@@ -50,9 +50,15 @@ void FlagBarrier::let_own_stream_pass() const noexcept {
   while (segment_.gpu_flag(me).passed.load(std::memory_order_acquire) !=
          segment_.gpu_slot(me).enqueued.load(std::memory_order_acquire)) {
     if (Clock::now() >= until) {
-      log_line(segment_.slot(me).rank.load(std::memory_order_relaxed),
-               "leaving while this process's GPU stream has not passed its last stream barrier "
-               "after 10 s: the other processes' streams are released");
+      try {
+        log_line(segment_.slot(me).rank.load(std::memory_order_relaxed),
+                 "leaving while this process's GPU stream has not passed its last stream "
+                 "barrier after " +
+                     std::to_string(kLeaveBound.count()) +
+                     " s: the other processes' streams are released");
+      } catch (...) {
+        // Out of memory for a diagnostic: it leaves without it.
+      }
       return;
     }
     std::this_thread::sleep_for(kLeaveLook);

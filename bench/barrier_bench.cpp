@@ -4,6 +4,8 @@
 //   BM_PthreadBarrier/ranks:N                 pthread_barrier_t, PTHREAD_PROCESS_SHARED
 //   BM_BoostInterprocess/ranks:N              interprocess_mutex + interprocess_condition
 //   BM_CacheLinePingPong/ranks:2              one cache line passed back and forth (the floor)
+//   BM_CounterFloor/ranks:2                   the node barrier's counter protocol alone, none of
+//                                             the library's code (what that code costs on top)
 //   BM_YieldPingPong/ranks:2                  one CPU passed back and forth by sched_yield
 //                                             between two processes (two context switches: the
 //                                             floor's unit with more processes than CPUs)
@@ -36,6 +38,7 @@
 namespace {
 
 using lockstep::bench::BoostFamily;
+using lockstep::bench::CounterFloorFamily;
 using lockstep::bench::fresh_id;
 using lockstep::bench::LockstepFamily;
 using lockstep::bench::PingPongFamily;
@@ -78,6 +81,12 @@ BENCHMARK(BM_Family<PthreadFamily>)->Name("BM_PthreadBarrier")->Apply(ranks_argu
 BENCHMARK(BM_Family<BoostFamily>)->Name("BM_BoostInterprocess")->Apply(ranks_arguments);
 BENCHMARK(BM_Family<PingPongFamily>)
     ->Name("BM_CacheLinePingPong")
+    ->ArgName("ranks")
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Family<CounterFloorFamily>)
+    ->Name("BM_CounterFloor")
     ->ArgName("ranks")
     ->Arg(2)
     ->UseManualTime()

@@ -6,6 +6,7 @@
 //   PthreadFamily       pthread_barrier_t, PTHREAD_PROCESS_SHARED
 //   BoostFamily         interprocess_mutex + interprocess_condition in a Boost segment
 //   PingPongFamily      one cache line passed back and forth between two ranks (the floor)
+//   CounterFloorFamily  the node barrier's counter alone, without the library's code
 //   YieldPingPongFamily one CPU passed back and forth between two ranks by sched_yield (the
 //                       floor of a barrier whose processes outnumber the CPUs)
 #pragma once
@@ -196,6 +197,43 @@ class YieldPingPongFamily : public LinePingPong<cpu_yield> {
 
  private:
   int cpu_ = 0;
+};
+
+// The node barrier's protocol with none of the library's code around it: one counter that each
+// rank's arrival increments, episode e complete at (e + 1) * ranks, a waiter polling it (with
+// `pause`) and asking for the line in the state its next arrival writes (PREFETCHW, as the node
+// barrier at N = 2). What lockstep costs beyond it is its own code: the calls, the checks, the
+// call log. Spins: ranks 2 only, on two CPUs.
+class CounterFloorFamily {
+ public:
+  explicit CounterFloorFamily(int ranks)
+      : ranks_(static_cast<std::uint64_t>(ranks)), line_(shared_object<Line>()) {}
+  void attach(int /*rank*/) {}
+  void wait(int /*rank*/) {
+    const std::uint64_t full = ++episodes_ * ranks_;
+    // seq_cst, as the node barrier's arrival; acquire polls read every arrival before the last.
+    if (line_->count.fetch_add(1, std::memory_order_seq_cst) + 1 == full) {
+      return;
+    }
+    for (;;) {
+#if defined(__x86_64__) || defined(__i386__)
+      asm volatile("prefetchw %0" : : "m"(*line_));
+#endif
+      if (line_->count.load(std::memory_order_acquire) >= full) {
+        return;
+      }
+      cpu_pause();
+    }
+  }
+  void detach(int /*rank*/) {}
+
+ private:
+  struct alignas(64) Line {
+    std::atomic<std::uint64_t> count;
+  };
+  std::uint64_t ranks_;
+  Line* line_;
+  std::uint64_t episodes_ = 0;
 };
 
 }  // namespace lockstep::bench

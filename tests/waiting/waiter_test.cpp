@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +24,7 @@
 
 #include "ranks.hpp"
 #include "waiting/futex.hpp"
+#include "waiting/line_claim.hpp"
 #include "waiting/waiter.hpp"
 
 namespace {
@@ -1067,6 +1070,60 @@ TEST(Futex, AnotherProcessIsWoken) {
   EXPECT_TRUE(slept) << "the child's wait never slept";
   ASSERT_TRUE(WIFEXITED(status)) << "the child did not wake (status " << status << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child's wait ended otherwise; 2: before the change";
+}
+
+// The CPUID bit that can_claim_lines() reads is the one Linux lists as 3dnowprefetch (Intel's
+// PRFCHW): on an x86 CPU without it, PREFETCHW may fault.
+TEST(LineClaim, AskedOnlyWhereTheCpuHasIt) {
+#if defined(__x86_64__) || defined(__i386__)
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  bool listed = false;
+  bool read = false;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      read = true;
+      std::istringstream flags(line.substr(line.find(':') + 1));
+      for (std::string flag; flags >> flag;) {
+        listed = listed || flag == "3dnowprefetch";
+      }
+      break;
+    }
+  }
+  if (!read) {
+    GTEST_SKIP() << "/proc/cpuinfo lists no flags here";
+  }
+  EXPECT_EQ(lockstep::detail::can_claim_lines(), listed);
+#else
+  EXPECT_TRUE(lockstep::detail::can_claim_lines());
+#endif
+}
+
+// A claim is a hint: the line keeps its value, and another process's write to it is read.
+TEST(LineClaim, AClaimedLineKeepsItsValueAndSeesAnotherProcessWrite) {
+  if (!lockstep::detail::can_claim_lines()) {
+    GTEST_SKIP() << "this CPU has no prefetch for a write";
+  }
+  void* memory = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  auto* word = new (memory) std::atomic<std::uint64_t>(41);
+  lockstep::detail::claim_line(word);
+  EXPECT_EQ(word->load(), 41U);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);
+    word->store(42, std::memory_order_release);
+    ::_exit(0);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (word->load(std::memory_order_acquire) != 42 && std::chrono::steady_clock::now() < until) {
+    lockstep::detail::claim_line(word);
+  }
+  EXPECT_EQ(word->load(), 42U);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ::munmap(memory, 4096);
 }
 
 }  // namespace

@@ -328,7 +328,12 @@ class NodeBarrier::Site : public WaitSite {
  public:
   Site(NodeBarrier& barrier, std::uint64_t target, const char* what) noexcept
       : barrier_(barrier), target_(target), what_(what) {}
-  [[nodiscard]] bool done() const noexcept { return barrier_.reached(target_); }
+  [[nodiscard]] bool done() const noexcept {
+    if (barrier_.claims_line_) {
+      claim_line(&barrier_.segment_.header().episode.arrivals);
+    }
+    return barrier_.reached(target_);
+  }
   void block(std::chrono::nanoseconds limit) noexcept {
     barrier_.sleep(target_, limit, stall_, !heard_);
   }

@@ -12,6 +12,7 @@
 #include "engine/peer_watch.hpp"
 #include "engine/segment.hpp"
 #include "engine/whereabouts.hpp"
+#include "waiting/line_claim.hpp"
 #include "waiting/waiter.hpp"
 
 namespace lockstep::detail {
@@ -54,6 +55,7 @@ class NodeBarrier {
         hierarchical_(hierarchical),
         leader_(segment.my_slot() == segment.leader_slot()),
         tokens_(static_cast<std::uint64_t>(segment.num_slots()) + (hierarchical ? 1 : 0)),
+        claims_line_(!hierarchical && segment.num_slots() == 2 && can_claim_lines()),
         recorder_(segment.call_log(segment.my_slot())) {}
 
   // Arrives and waits until all the node's processes have arrived at this episode.
@@ -230,7 +232,12 @@ class NodeBarrier {
   PeerWatch* watch_;
   bool hierarchical_;
   bool leader_;
-  std::uint64_t tokens_;       // arrivals per episode: the node's processes (+ the release)
+  std::uint64_t tokens_;  // arrivals per episode: the node's processes (+ the release)
+  // Whether a waiter's polls claim the counter's line (claim_line): two processes, one node.
+  // There the one who waits is the one whose arrival completes the next episode, and a claimed
+  // line comes writable: an episode costs one line transfer, not a read's and then a write's.
+  // With more, each poll would take the line from the other waiters' polls and from arrivals.
+  bool claims_line_;
   std::uint64_t episode_ = 0;  // episodes this process has completed
   CallRecorder recorder_;
   bool strict_ = false;

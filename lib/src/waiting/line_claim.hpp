@@ -1,0 +1,27 @@
+// Asking for a cache line in the state a write needs, ahead of the write (internal).
+#pragma once
+
+namespace lockstep::detail {
+
+// Whether claim_line() does anything on this CPU: on x86 PREFETCHW needs its CPUID bit (PRFCHW,
+// AMD's 3DNowPrefetch); on other architectures the prefetch for a write is always there.
+[[nodiscard]] bool can_claim_lines() noexcept;
+
+// Asks this core's cache for the line at `address` in the exclusive state, as a write would,
+// without writing: a hint, unordered, and nothing if the line is exclusive here already. Call it
+// only where can_claim_lines().
+//
+// For a poll whose next step, once the value it waits for comes, is a read-modify-write of the
+// same line (the node barrier at N = 2: a waiter that sees the episode complete arrives at the
+// next one on the same counter). A plain load fetches the line shared, and the write after it
+// needs a second trip to take it from the other cores; a claimed line arrives writable, so the
+// episode costs one line transfer instead of two.
+inline void claim_line(const void* address) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address)));
+#else
+  __builtin_prefetch(address, 1, 3);
+#endif
+}
+
+}  // namespace lockstep::detail

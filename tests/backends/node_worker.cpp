@@ -364,6 +364,10 @@ int stream_leave(lockstep::State& state) {
   if (state.node_index() == 1 && state.local_process_index() == 0) {
     const pid_t parent = ::getpid();
     stopper = ::fork();
+    if (stopper < 0) {
+      std::cout << "RESULT fork failed" << std::endl;
+      return 1;
+    }
     if (stopper == 0) {
       nap_ms(100);
       (void)::kill(parent, SIGSTOP);

@@ -29,8 +29,6 @@
 
 namespace {
 
-using lockstep::detail::cyclic_before;
-using lockstep::detail::MemOp;
 using lockstep::testing::failures;
 using lockstep::testing::FakeStream;
 using lockstep::testing::Job;
@@ -337,8 +335,8 @@ TEST(FakeGpu, ACallOnAnotherStreamNeverLetsAPeerPassEarly) {
       stream.launch([=] { shared->work[rank][e].store(true); });
       state.wait_for_everyone(stream.handle());
       stream.launch([=] {
-        for (int p = 0; p < kN; ++p) {
-          if (!shared->work[p][e].load() || !shared->work[p][e - 1].load()) {
+        for (const auto& done : shared->work) {
+          if (!done[e].load() || !done[e - 1].load()) {
             shared->early.fetch_add(1);
           }
         }

@@ -105,6 +105,12 @@ class NodeSegment {
   [[nodiscard]] GpuFlag& gpu_flag(int index) const noexcept {
     return reinterpret_cast<GpuFlag*>(&gpu_area_header() + 1)[index];
   }
+  // Whether slot `index`'s stream has passed every stream barrier its process enqueued (flags
+  // mode). Acquire: written by the slot's owner (enqueued) and its stream (passed); only compared.
+  [[nodiscard]] bool stream_drained(int index) const noexcept {
+    return gpu_flag(index).passed.load(std::memory_order_acquire) ==
+           gpu_slot(index).enqueued.load(std::memory_order_acquire);
+  }
   [[nodiscard]] int my_slot() const noexcept { return my_slot_; }
   // This process's node-local index: the given LOCAL_RANK, or its rank's order on the node.
   [[nodiscard]] int local_index() const noexcept { return local_index_; }

@@ -46,9 +46,7 @@ void FlagBarrier::let_own_stream_pass() const noexcept {
   }
   const int me = segment_.my_slot();
   const auto until = Clock::now() + kLeaveBound;
-  // Acquire: written by this process (enqueued) and its stream (passed); only compared.
-  while (segment_.gpu_flag(me).passed.load(std::memory_order_acquire) !=
-         segment_.gpu_slot(me).enqueued.load(std::memory_order_acquire)) {
+  while (!segment_.stream_drained(me)) {
     if (Clock::now() >= until) {
       try {
         log_line(segment_.slot(me).rank.load(std::memory_order_relaxed),

@@ -266,10 +266,7 @@ void FlagWatchdog::release_streams() noexcept {
 
 bool FlagWatchdog::drained(const std::vector<bool>& gone) const noexcept {
   for (int slot = 0; slot < segment_.num_slots(); ++slot) {
-    // Acquire: written by the slot's owner and its stream; only compared.
-    if (!gone[static_cast<std::size_t>(slot)] &&
-        segment_.gpu_flag(slot).passed.load(std::memory_order_acquire) !=
-            segment_.gpu_slot(slot).enqueued.load(std::memory_order_acquire)) {
+    if (!gone[static_cast<std::size_t>(slot)] && !segment_.stream_drained(slot)) {
       return false;
     }
   }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "ranks.hpp"
+#include "waiting/line_claim.hpp"  // lib/src: claim_line, as the node barrier claims
 
 namespace lockstep::bench {
 
@@ -216,9 +217,9 @@ class CounterFloorFamily {
       return;
     }
     for (;;) {
-#if defined(__x86_64__) || defined(__i386__)
-      asm volatile("prefetchw %0" : : "m"(*line_));
-#endif
+      if (claims_) {
+        lockstep::detail::claim_line(&line_->count);
+      }
       if (line_->count.load(std::memory_order_acquire) >= full) {
         return;
       }
@@ -233,6 +234,7 @@ class CounterFloorFamily {
   };
   std::uint64_t ranks_;
   Line* line_;
+  bool claims_ = lockstep::detail::can_claim_lines();
   std::uint64_t episodes_ = 0;
 };
 

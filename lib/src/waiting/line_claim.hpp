@@ -1,11 +1,26 @@
 // Asking for a cache line in the state a write needs, ahead of the write (internal).
 #pragma once
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace lockstep::detail {
 
-// Whether claim_line() does anything on this CPU: on x86 PREFETCHW needs its CPUID bit (PRFCHW,
-// AMD's 3DNowPrefetch); on other architectures the prefetch for a write is always there.
-[[nodiscard]] bool can_claim_lines() noexcept;
+// Whether claim_line() may be called on this CPU: on x86 PREFETCHW needs its CPUID bit
+// (0x80000001 ECX bit 8: Intel's PRFCHW, AMD's 3DNowPrefetch, one instruction); on other
+// architectures the prefetch for a write is always there. Reads CPUID: ask once, not per poll.
+[[nodiscard]] inline bool can_claim_lines() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned int eax = 0;
+  unsigned int ebx = 0;
+  unsigned int ecx = 0;
+  unsigned int edx = 0;
+  return __get_cpuid(0x80000001U, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1U << 8U)) != 0;
+#else
+  return true;
+#endif
+}
 
 // Asks this core's cache for the line at `address` in the exclusive state, as a write would,
 // without writing: a hint, unordered, and nothing if the line is exclusive here already. Call it

@@ -1104,9 +1104,8 @@ TEST(LineClaim, AClaimedLineKeepsItsValueAndSeesAnotherProcessWrite) {
   if (!lockstep::detail::can_claim_lines()) {
     GTEST_SKIP() << "this CPU has no prefetch for a write";
   }
-  void* memory = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(memory, MAP_FAILED);
-  auto* word = new (memory) std::atomic<std::uint64_t>(41);
+  auto* word = lockstep::testing::shared_array<std::atomic<std::uint64_t>>(1);
+  word->store(41);
   lockstep::detail::claim_line(word);
   EXPECT_EQ(word->load(), 41U);
   const pid_t child = ::fork();
@@ -1123,7 +1122,7 @@ TEST(LineClaim, AClaimedLineKeepsItsValueAndSeesAnotherProcessWrite) {
   EXPECT_EQ(word->load(), 42U);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ::munmap(memory, 4096);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child ended: " << status;
 }
 
 }  // namespace

@@ -211,7 +211,7 @@ bool Context::leave() noexcept {
   if (config_.log_level >= LogLevel::debug && ::getpid() == owner_) {
     log_line(config_.rank, "leaving the job");
   }
-  if (::getpid() == owner_ && busy_.load(std::memory_order_seq_cst)) {
+  if (::getpid() == owner_ && occupancy_.occupied()) {
     // Another thread waits in the barrier while the process exits: leave the job (the peers see
     // this process gone), but keep everything that thread uses mapped and alive.
     if (segment_) {
@@ -301,7 +301,7 @@ void Context::leave_on_purpose(const char* what) {
                 ": this process inherited its State before fork(); the "
                 "process that joined leaves the job, not its copy");
   }
-  if (busy_.load(std::memory_order_seq_cst)) {
+  if (occupancy_.occupied()) {
     throw Error(std::string(what) +
                 ": another thread of this process waits in a lockstep barrier; leave after it");
   }
@@ -315,7 +315,7 @@ void Context::wait(std::optional<std::chrono::milliseconds> timeout, const char*
   if (!barrier_) {
     return;  // a job of one
   }
-  BusyGuard busy(busy_, what);
+  BusyGuard busy(occupancy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);  // the process began to exit meanwhile (see leave)
   }
@@ -341,7 +341,7 @@ bool Context::try_wait(const char* what, const SourceLocation& site) {
   if (!barrier_) {
     return true;  // a job of one
   }
-  BusyGuard busy(busy_, what);
+  BusyGuard busy(occupancy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }
@@ -396,7 +396,7 @@ void Context::check_intact(const char* what) {
 void Context::wait_stream(CUstream_st* stream, std::optional<std::chrono::milliseconds> timeout,
                           const char* what, const SourceLocation& site) {
   check_usable(what);
-  BusyGuard busy(busy_, what);
+  BusyGuard busy(occupancy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }

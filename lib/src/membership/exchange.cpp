@@ -386,7 +386,7 @@ void Context::broadcast_into(std::span<const std::byte> data,
     put(data);
     return;
   }
-  BusyGuard busy(busy_, what);
+  BusyGuard busy(occupancy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }
@@ -455,7 +455,7 @@ void Context::gather_into(std::span<const std::byte> data, const GatherSink& sin
   if (!gathers_fit(segment_->num_slots())) {
     throw Error(std::string(what) + ": " + gather_refusal(segment_->num_slots()));
   }
-  BusyGuard busy(busy_, what);
+  BusyGuard busy(occupancy_, what);
   if (left_.load(std::memory_order_seq_cst)) {
     throw_left(what);
   }

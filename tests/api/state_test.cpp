@@ -434,6 +434,45 @@ TEST(State, TwoThreadsInOneBarrierIsAnError) {
   EXPECT_EQ(failures(ends), "");
 }
 
+// Calls that move between two threads of a process (in runs of 1 to 6, so that the plain entry
+// is owned, revoked by the other thread with membarrier, and owned again) meet the other
+// processes as one thread's would: no call refused, and none passes before every process
+// arrived at its episode.
+TEST(State, CallsThatMoveBetweenThreadsStillMeetEveryEpisode) {
+  constexpr int kProcesses = 3;
+  constexpr int kRounds = 3000;
+  auto* arrived = shared_array<std::atomic<int>>(kProcesses);
+  auto ends = run_ranks(Job::of(kProcesses), [arrived](int rank) {
+    lockstep::State state;
+    auto meet = [&](int round) {
+      arrived[rank].store(round + 1);
+      state.wait_for_everyone();
+      for (int peer = 0; peer < kProcesses; ++peer) {
+        RANK_CHECK(arrived[peer].load() >= round + 1);
+      }
+    };
+    int round = 0;
+    unsigned seed = static_cast<unsigned>(rank) + 7;
+    while (round < kRounds) {
+      seed = seed * 1103515245U + 12345U;
+      const int run = std::min(kRounds - round, 1 + static_cast<int>((seed >> 16) % 6));
+      const bool helper = rank != 2 && (seed >> 24) % 2 == 0;  // rank 2: one thread throughout
+      auto calls = [&, first = round] {
+        for (int i = 0; i < run; ++i) {
+          meet(first + i);
+        }
+      };
+      if (helper) {
+        std::thread(calls).join();
+      } else {
+        calls();
+      }
+      round += run;
+    }
+  });
+  EXPECT_EQ(failures(ends), "");
+}
+
 // The processes of a node share their load samples (Waiter::share_samples, a word in the
 // job's segment): each reads /proc/loadavg only when no peer has read it within a sample period.
 // Waits of milliseconds (a peer sleeps before most arrivals) make every process sample.

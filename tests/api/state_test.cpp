@@ -325,7 +325,7 @@ TEST_P(StateTest, GatherGivesEveryProcessEveryProcesssBytes) {
     lockstep::State state;
     const std::size_t region = 32768 / static_cast<std::size_t>(n) / 8 * 8 - 16;  // inline
     const auto bytes_of = [region](int of, int round) {
-      const auto k = static_cast<std::size_t>(round * 7 + of * 3);
+      const auto k = static_cast<std::size_t>(round) * 7 + static_cast<std::size_t>(of) * 3;
       const std::size_t sizes[] = {0, k * 131 % region, region, region + 1, region + k * 997};
       return pattern(sizes[k % 5], k * 64 + static_cast<std::size_t>(of));
     };

@@ -167,7 +167,7 @@ class Context {
   std::optional<NodeBarrier> barrier_;
   std::unique_ptr<StreamBarrier> stream_barrier_;  // made by the first wait_stream()
   std::atomic<StreamBarrier*> published_stream_barrier_{nullptr};  // for other threads' queries
-  Occupancy occupancy_;  // one thread at a time waits in a barrier (see BusyGuard)
+  Occupancy occupancy_;            // one thread at a time waits in a barrier (see BusyGuard)
   std::atomic<bool> left_{false};  // the process left the job (it exits, or left on purpose)
   std::atomic<bool> left_on_purpose_{false};
   std::atomic<bool> has_deferred_{false};

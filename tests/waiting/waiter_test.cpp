@@ -306,14 +306,18 @@ TEST(Waiter, BusyTasksBeyondAnIdleMachinesCpusAreNotLoad) {
 }
 
 TEST(Waiter, PeersAsleepAreNotCountedAsTheJobsRunnableTasks) {
-  // Four processes on two CPUs, two of them asleep in the barrier, one competitor: the machine
-  // has three runnable tasks, of which only two are the job's.
+  // Four processes on two CPUs and one competitor; in every other sample two of them are asleep
+  // in the barrier, and the machine has three runnable tasks, of which only two are the job's.
   FakeMachine machine;
-  machine.runnable = 3;
+  int asleep = 0;
   Waiter blind(WaitPolicy::adaptive, {4, 2, false}, machine);
   Waiter watching(WaitPolicy::adaptive, {4, 2, false}, machine);
-  watching.watch_peers([] { return 2; });
-  sample_all(machine, {&blind, &watching}, 20, milliseconds(5));
+  watching.watch_peers([&asleep] { return asleep; });
+  for (int i = 0; i < 20; ++i) {
+    asleep = i % 2 == 0 ? 2 : 0;
+    machine.runnable = 4 - asleep + 1;
+    sample_all(machine, {&blind, &watching}, 1, milliseconds(5));
+  }
   EXPECT_FALSE(blind.loaded());
   EXPECT_TRUE(watching.loaded());
 }
@@ -322,16 +326,103 @@ TEST(Waiter, ACompetitorThatFitsOnlyWhileThePeersSleepIsLoad) {
   // Two processes on two CPUs beside one busy process, sampled while the peer sleeps: the
   // machine has two runnable tasks (the busy one and the sampler), no more than its CPUs, but
   // once the barrier wakes the peer three want two CPUs (a loaded waiter that sampled this way
-  // turned idle, and yielded its CPU to the busy process thousands of times per second).
+  // turned idle, and yielded its CPU to the busy process thousands of times per second). The
+  // first samples, idle, see the peer awake (it spins rather than sleeps).
   FakeMachine machine;
-  machine.runnable = 2;
+  int asleep = 0;
+  machine.runnable = 3;
   Waiter waiter(WaitPolicy::adaptive, {2, 2, false}, machine);
-  waiter.watch_peers([] { return 1; });
-  sample_all(machine, {&waiter}, 20, milliseconds(5));
+  waiter.watch_peers([&asleep] { return asleep; });
+  sample_all(machine, {&waiter}, 4, milliseconds(5));
+  ASSERT_TRUE(waiter.loaded());
+  asleep = 1;
+  machine.runnable = 2;
+  sample_all(machine, {&waiter}, 20, milliseconds(20));
   EXPECT_TRUE(waiter.loaded());
   Waiter idle(WaitPolicy::adaptive, {2, 2, false}, machine);  // both awake: the job's two tasks
   sample_all(machine, {&idle}, 20, milliseconds(5));
   EXPECT_FALSE(idle.loaded());
+}
+
+// Eight processes on two CPUs whose waits sleep (loaded), three of them asleep at each sample.
+// The kernel (Linux 6.12 and later: EEVDF's delayed dequeue) may still count a peer that has just
+// gone to sleep as runnable: `counted` of the three.
+struct SleepingPeers {
+  SleepingPeers() {
+    waiter.watch_peers([] { return kAsleep; });
+  }
+  // One sample: the job's awake processes and `counted` of its sleepers, and `foreign` tasks.
+  void sample(int counted, int foreign) {
+    machine.runnable = kProcesses - kAsleep + counted + foreign;
+    sample_all(machine, {&waiter}, 1, tuning::kLoadedSamplePeriod);
+  }
+  static constexpr int kProcesses = 8;
+  static constexpr int kAsleep = 3;
+  FakeMachine machine;
+  Waiter waiter{WaitPolicy::adaptive, {kProcesses, 2, false}, machine};
+};
+
+TEST(Waiter, SleepersTheKernelStillCountsDoNotKeepTheJobLoaded) {
+  SleepingPeers job;
+  for (int i = 0; i < 8; ++i) {
+    job.sample(SleepingPeers::kAsleep, 1);  // a busy loop beside the job, every peer counted
+  }
+  ASSERT_TRUE(job.waiter.loaded());
+  // The busy loop is gone; every other sample counts one to three sleepers as runnable, so no
+  // kIdleWindow samples in a row see nothing (a job on an idle machine stayed loaded for good).
+  int samples = 0;
+  while (job.waiter.loaded() && samples < 200) {
+    job.sample(samples % 2 == 0 ? 1 + samples % 3 : 0, 0);
+    ++samples;
+  }
+  EXPECT_FALSE(job.waiter.loaded());
+  EXPECT_LE(samples, 2 * static_cast<int>(tuning::kIdleWindow));
+  EXPECT_EQ(job.waiter.stats().became_idle, 1U);
+}
+
+TEST(Waiter, ACompetitorBesideSleepersTheKernelCountsKeepsTheJobLoaded) {
+  SleepingPeers job;
+  for (int i = 0; i < 8; ++i) {
+    job.sample(SleepingPeers::kAsleep, 1);
+  }
+  ASSERT_TRUE(job.waiter.loaded());
+  // The busy loop stays. Most samples cannot tell it from a counted sleeper; one in four can
+  // (every sleeper counted, and one task more); one in ten misses it (woken peers not yet on a
+  // run queue: nothing foreign).
+  for (int i = 0; i < 400; ++i) {
+    if (i % 10 == 9) {
+      job.sample(0, 0);
+    } else {
+      job.sample(i % 4 == 0 ? SleepingPeers::kAsleep : i % 3, 1);
+    }
+    ASSERT_TRUE(job.waiter.loaded()) << "sample " << i;
+  }
+  EXPECT_EQ(job.waiter.stats().became_idle, 0U);
+}
+
+TEST(Waiter, SleepersTheKernelStillCountsDoNotMakeTheJobLoaded) {
+  // An idle job whose peers still sleep (they have not yet seen the machine idle again, or
+  // their waits are long): every sample counts one of them, none sees one task more than the
+  // job's processes. A node's first process to turn idle turned loaded again at once, and a
+  // kernel thread's moment, with the sleeps it caused, turned an idle job loaded.
+  SleepingPeers job;
+  for (int i = 0; i < 100; ++i) {
+    job.sample(1 + i % 3, 0);
+    ASSERT_FALSE(job.waiter.loaded()) << "sample " << i;
+  }
+  // A kernel thread's slice: one sample sees one task more than the job's, surely, and the next
+  // ones see the sleepers its slice caused.
+  job.sample(SleepingPeers::kAsleep, 1);
+  for (int i = 0; i < 3; ++i) {
+    job.sample(1, 0);
+  }
+  EXPECT_FALSE(job.waiter.loaded());
+  // A competitor that stays is seen surely again.
+  job.sample(SleepingPeers::kAsleep, 1);
+  job.sample(1, 0);
+  job.sample(SleepingPeers::kAsleep, 1);
+  job.sample(1, 0);
+  EXPECT_TRUE(job.waiter.loaded());
 }
 
 TEST(Waiter, SimulatedNodesOnThisMachineAreNotForeignLoad) {

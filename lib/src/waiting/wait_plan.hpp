@@ -121,10 +121,14 @@ inline constexpr milliseconds kLoadedSamplePeriod{16};
 // vCPU waits for its interrupt) is neither asleep nor runnable, so a sample then can miss the
 // competitor; beside one busy loop at N=4 on 2 vCPUs, 10-20% of samples read no foreign task,
 // in runs of four often enough to turn the job idle a few times per second of barriers, each
-// time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts).
+// time for thousands of yields to the busy loop (bench/sleep-ab's waiter counts). A sample that
+// only a peer's sleep may explain (Waiter::Sample::uncertain) counts toward neither idle window,
+// and kLoadWindow of them turn the machine loaded only with kSureToLoad sure ones among them.
 inline constexpr std::size_t kLoadWindow = 4;
+inline constexpr std::size_t kSureToLoad = 2;
 inline constexpr std::size_t kIdleWindow = 16;
 static_assert(kIdleWindow >= kLoadWindow, "the samples kept serve both windows");
+static_assert(kSureToLoad <= kLoadWindow, "sure samples are of the load window");
 }  // namespace wait_tuning
 
 // The options of one wait for `policy`, given whether the machine is `loaded` and the spin the

@@ -112,6 +112,8 @@ class Waiter {
   // Whether the last `count` samples (at most kIdleWindow) all saw a task that is not the job's
   // compete with it (`load`), or all saw none; false before `count` samples.
   [[nodiscard]] bool all_saw(std::size_t count, bool load) const noexcept;
+  // Whether kSureToLoad of the last kLoadWindow samples surely saw a competitor (Sample).
+  [[nodiscard]] bool sure_in_window() const noexcept;
   // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
   // hint, each process's CPU, is worth keeping): on a loaded machine, to sleep at once rather
   // than spin in its way; with more processes than CPUs on an idle one, to poll a moment before
@@ -134,12 +136,20 @@ class Waiter {
   // (kLoadSamplePeriod, kLoadedSamplePeriod while loaded; any time when `now_or_never`); returns
   // loaded().
   bool sample_load(WaitClock::time_point now, bool now_or_never = false) noexcept;
+  // One load sample: the foreign tasks that compete with the job (at most: a peer asleep taken
+  // as off the run queue), and whether there may be none after all (the kernel may still count
+  // a peer that just went to sleep: see own_sample). An uncertain sample counts toward turning
+  // loaded (as a competitor beside a sleeping peer does) where sure ones are among them, and
+  // neither for nor against idle again.
+  struct Sample {
+    int competing = 0;
+    bool uncertain = false;
+  };
   // A peer's sample (share_samples) taken less than `period` before `stamp` and not yet
-  // counted: its count of competing tasks; -1 if there is none.
-  int peers_sample(std::uint64_t stamp, std::chrono::nanoseconds period) noexcept;
-  // This process's own sample at `stamp`, shared with the peers: its count of competing tasks;
-  // -1 without /proc.
-  int own_sample(std::uint64_t stamp) noexcept;
+  // counted; none if there is none.
+  std::optional<Sample> peers_sample(std::uint64_t stamp, std::chrono::nanoseconds period) noexcept;
+  // This process's own sample at `stamp`, shared with the peers; none without /proc.
+  std::optional<Sample> own_sample(std::uint64_t stamp) noexcept;
   // Feeds back one finished wait of `waited`.
   void learn(std::chrono::nanoseconds waited) noexcept;
   // Whether learn() uses what it is fed: adaptive, one node, a CPU per process, idle.
@@ -246,6 +256,10 @@ class Waiter {
   bool loaded_ = false;
   std::array<int, wait_tuning::kIdleWindow> recent_{};  // the last samples' foreign tasks
   std::size_t next_ = 0;                                // samples taken
+  // Samples that saw no competitor since the last that surely saw one (uncertain ones skipped):
+  // a loaded waiter turns idle again at kIdleWindow.
+  std::size_t quiet_ = 0;
+  std::array<bool, wait_tuning::kIdleWindow> sure_{};  // which of recent_ were sure
   WaitClock::time_point last_sample_{};
   std::atomic<std::uint64_t>* shared_ = nullptr;  // see share_samples
   std::uint64_t last_stamp_ = 0;                  // the stamp of the last sample counted

@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
   }
   const double run_ms = atof(argv[1]);
   const double sleep_ms = atof(argv[2]);
-  volatile double* late_ms = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
-                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  volatile double* late_ms =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   const int alone = argc == 4;
   const pid_t a = fork();
   if (a == 0) {
@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
   }
   const double cycle = run_ms + sleep_ms + *late_ms;
   const int with_b = alone ? 2 : 3;  // the sampler, A unless alone, and B
-  printf("B's sleeps ended %.3f ms late on average: B runnable %.1f%% of the time; counted %.1f%%\n",
-         *late_ms, 100 * (run_ms + *late_ms) / cycle,
-         100.0 * (seen[with_b] + seen[with_b + 1]) / 20000);
+  printf(
+      "B's sleeps ended %.3f ms late on average: B runnable %.1f%% of the time; counted %.1f%%\n",
+      *late_ms, 100 * (run_ms + *late_ms) / cycle,
+      100.0 * (seen[with_b] + seen[with_b + 1]) / 20000);
   return 0;
 }

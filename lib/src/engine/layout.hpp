@@ -18,7 +18,7 @@ inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x7065'7473'6b63'6f6cULL;  // "lockstep"
 // Bump whenever the layout below or a field's meaning changes: processes of two layouts must
 // never share a segment.
-inline constexpr std::uint32_t kLayoutVersion = 16;
+inline constexpr std::uint32_t kLayoutVersion = 17;
 inline constexpr std::size_t kMaxFailureMissing = 64;
 inline constexpr std::size_t kMaxFailureMessage = 768;
 
@@ -123,7 +123,9 @@ struct SegmentHeader {
   Line<std::uint32_t> sleepers;  // waiters in (or entering) futex_wait on `generation`
   // The node's latest load sample (lib/src/waiting: Waiter::share_samples), a hint: the steady
   // clock in microseconds (48 bits) when it was taken, shifted left 16, or'ed with the foreign
-  // tasks it counted. Layout 12: in 11 every process read /proc/loadavg for its own samples.
+  // tasks it counted (15 bits) and, above them, whether only the job's sleepers may explain them.
+  // Layout 12: in 11 every process read /proc/loadavg for its own samples. Layout 17: in 16 the
+  // low 16 bits were the count alone.
   Line<std::uint64_t> load_sample;
   // Multi-node jobs: why the node's leader gave up on a cross-node barrier. Written once, by the
   // leader alone, before it sets `lost` to lost_word(its slot, LostHow::elsewhere) (acq_rel);
@@ -225,10 +227,10 @@ static_assert(std::is_standard_layout_v<SegmentHeader>, "SegmentHeader lives in 
 static_assert(std::is_standard_layout_v<BroadcastArea>, "BroadcastArea lives in shared memory");
 static_assert(sizeof(Slot) == 2 * kCacheLine, "a slot is its set-up line plus its arrival line");
 static_assert(sizeof(SegmentHeader) % kCacheLine == 0, "slots must start on a cache line");
-// The layout of version 16, pinned: a change to any field's place or size fails here, and whoever
+// The layout of version 17, pinned: a change to any field's place or size fails here, and whoever
 // updates these numbers must bump kLayoutVersion with them (processes of two layouts must never
 // share a segment).
-static_assert(kLayoutVersion == 16, "update the pinned layout below with the version");
+static_assert(kLayoutVersion == 17, "update the pinned layout below with the version");
 static_assert(sizeof(SegmentHeader) == 2048 && sizeof(Slot) == 128 && sizeof(GpuSlot) == 384 &&
                   sizeof(GpuAreaHeader) == 64 && sizeof(GpuFlag) == 64 &&
                   sizeof(BroadcastArea) == 32832 && offsetof(BroadcastArea, data) == 12 &&

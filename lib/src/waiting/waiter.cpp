@@ -115,10 +115,8 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
       return loaded_;  // no /proc: the shape alone decides, as before load was seen
     }
   }
-  const bool sure = sample->competing > 0 && !sample->uncertain;
-  sure_[next_ % sure_.size()] = sure;
-  recent_[next_++ % recent_.size()] = sample->competing;
-  quiet_ = sure ? 0 : quiet_ + (sample->competing == 0 ? 1 : 0);
+  recent_[next_++ % recent_.size()] = *sample;
+  quiet_ = sample->sure() ? 0 : quiet_ + (sample->competing == 0 ? 1 : 0);
   if (next_ < kLoadWindow) {
     return loaded_;  // too few samples yet
   }
@@ -130,24 +128,23 @@ bool Waiter::sample_load(WaitClock::time_point now, bool now_or_never) noexcept 
   return loaded_;
 }
 
-bool Waiter::sure_in_window() const noexcept {
-  std::size_t sure = 0;
-  for (std::size_t i = 1; i <= kLoadWindow && i <= next_; ++i) {
-    sure += sure_[(next_ - i) % sure_.size()] ? 1 : 0;
+template <class Pred>
+std::size_t Waiter::count_last(std::size_t count, Pred pred) const noexcept {
+  std::size_t held = 0;
+  for (std::size_t i = 1; i <= count && i <= next_; ++i) {  // newest first
+    held += pred(recent_[(next_ - i) % recent_.size()]) ? 1 : 0;
   }
-  return sure >= kSureToLoad;
+  return held;
+}
+
+bool Waiter::sure_in_window() const noexcept {
+  return count_last(kLoadWindow, [](const Sample& sample) { return sample.sure(); }) >= kSureToLoad;
 }
 
 bool Waiter::all_saw(std::size_t count, bool load) const noexcept {
-  if (next_ < count) {
-    return false;
-  }
-  for (std::size_t i = 1; i <= count; ++i) {  // the last `count` samples, newest first
-    if ((recent_[(next_ - i) % recent_.size()] > 0) != load) {
-      return false;
-    }
-  }
-  return true;
+  return next_ >= count && count_last(count, [load](const Sample& sample) {
+                             return (sample.competing > 0) == load;
+                           }) == count;
 }
 
 double Waiter::foreign_load() const noexcept {
@@ -157,7 +154,7 @@ double Waiter::foreign_load() const noexcept {
   }
   double sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    sum += recent_[i];
+    sum += recent_[i].competing;
   }
   return sum / static_cast<double>(n);
 }

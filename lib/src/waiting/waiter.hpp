@@ -114,6 +114,9 @@ class Waiter {
   [[nodiscard]] bool all_saw(std::size_t count, bool load) const noexcept;
   // Whether kSureToLoad of the last kLoadWindow samples surely saw a competitor (Sample).
   [[nodiscard]] bool sure_in_window() const noexcept;
+  // How many of the last `count` samples (at most kIdleWindow, and taken) `pred` holds for.
+  template <class Pred>
+  [[nodiscard]] std::size_t count_last(std::size_t count, Pred pred) const noexcept;
   // Whether the next wait asks the site whether a late peer may need this CPU (then the site's
   // hint, each process's CPU, is worth keeping): on a loaded machine, to sleep at once rather
   // than spin in its way; with more processes than CPUs on an idle one, to poll a moment before
@@ -144,6 +147,7 @@ class Waiter {
   struct Sample {
     int competing = 0;
     bool uncertain = false;
+    [[nodiscard]] bool sure() const noexcept { return competing > 0 && !uncertain; }
   };
   // A peer's sample (share_samples) taken less than `period` before `stamp` and not yet
   // counted; none if there is none.
@@ -254,12 +258,11 @@ class Waiter {
   bool adaptive_;
   std::chrono::nanoseconds spin_ = wait_tuning::kSpinStart;
   bool loaded_ = false;
-  std::array<int, wait_tuning::kIdleWindow> recent_{};  // the last samples' foreign tasks
-  std::size_t next_ = 0;                                // samples taken
+  std::array<Sample, wait_tuning::kIdleWindow> recent_{};  // the last samples
+  std::size_t next_ = 0;                                   // samples taken
   // Samples that saw no competitor since the last that surely saw one (uncertain ones skipped):
   // a loaded waiter turns idle again at kIdleWindow.
   std::size_t quiet_ = 0;
-  std::array<bool, wait_tuning::kIdleWindow> sure_{};  // which of recent_ were sure
   WaitClock::time_point last_sample_{};
   std::atomic<std::uint64_t>* shared_ = nullptr;  // see share_samples
   std::uint64_t last_stamp_ = 0;                  // the stamp of the last sample counted
